@@ -1,0 +1,3 @@
+from slurmtrain.cli import main
+
+main()

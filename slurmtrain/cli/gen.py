@@ -1,0 +1,3 @@
+"""Commands: gen (to be written)."""
+
+from .base import main  # noqa: F401

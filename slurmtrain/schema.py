@@ -1,0 +1,300 @@
+"""Typed, frozen configuration loaded from TOML, with errors that name file and key.
+
+Cluster profiles and training recipes are trees of frozen dataclasses. ``build``
+turns a plain dict (parsed TOML, after ``extends`` and ``--set`` are applied) into
+such a tree, checking every key and type. Fields carry their documentation and
+optional checks in ``metadata`` through :func:`field`.
+
+Provenance: a :class:`Sources` maps dotted keys to where their value came from
+(a file, or ``--set key=value``), so an error names the right origin even after
+several files were merged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import tomllib
+import types
+import typing
+from typing import Any, Callable, Literal, Mapping
+
+from .errors import ConfigError
+
+Check = Callable[[Any], "str | None"]  # returns an error text, or None when fine
+
+
+def field(doc: str, default: Any = dataclasses.MISSING, *, check: Check | None = None,
+          factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field with a one-line doc (feeds ``--help`` and ``profiles show``)."""
+    meta = {"doc": doc, "check": check}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+class Sources:
+    """Where each dotted key's value came from; the nearest known parent wins."""
+
+    def __init__(self, default: str):
+        self.default = default
+        self._by_key: dict[str, str] = {}
+
+    def record(self, data: Mapping[str, Any], source: str, prefix: str = "") -> None:
+        for k, v in data.items():
+            key = f"{prefix}{k}"
+            self._by_key[key] = source
+            if isinstance(v, dict):
+                self.record(v, source, key + ".")
+
+    def set(self, key: str, source: str) -> None:
+        self._by_key[key] = source
+
+    def of(self, key: str) -> str:
+        parts = key.split(".")
+        while parts:
+            found = self._by_key.get(".".join(parts))
+            if found:
+                return found
+            parts.pop()
+        return self.default
+
+
+# ---------------------------------------------------------------- value checks
+
+def no_control_chars(value: Any) -> str | None:
+    """Every string: a newline or control character is never valid in a field."""
+    if isinstance(value, str) and re.search(r"[\x00-\x1f\x7f]", value):
+        bad = re.search(r"[\x00-\x1f\x7f]", value).group()
+        return f"must not contain control characters such as {bad!r}, got {value!r}"
+    return None
+
+
+def positive(value: Any) -> str | None:
+    return None if value > 0 else f"expected a positive number, got {value!r}"
+
+
+def non_negative(value: Any) -> str | None:
+    return None if value >= 0 else f"expected zero or more, got {value!r}"
+
+
+def matches(pattern: str, what: str) -> Check:
+    rx = re.compile(pattern)
+
+    def check(value: Any) -> str | None:
+        return None if rx.fullmatch(value) else f"expected {what}, got {value!r}"
+    return check
+
+
+ENV_NAME = matches(r"[A-Za-z_][A-Za-z0-9_]*", "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+
+
+# ---------------------------------------------------------------- type conversion
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if tp is str:
+        return "a string"
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_describe(a) for a in inner)
+    if origin is tuple:
+        return f"a list of {_describe(typing.get_args(tp)[0])[2:]}s".replace("a list of n ", "a list of ")
+    if origin is dict:
+        return f"a table of {_describe(typing.get_args(tp)[1])[2:]}s"
+    if dataclasses.is_dataclass(tp):
+        return "a table"
+    return str(tp)
+
+
+def _found(value: Any) -> str:
+    kind = {bool: "boolean", int: "integer", float: "number", str: "string",
+            list: "list", dict: "table"}.get(type(value), type(value).__name__)
+    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    return f"{kind} {shown}"
+
+
+def _convert(tp: Any, value: Any, key: str, sources: Sources) -> Any:
+    def fail(expected: str) -> ConfigError:
+        return ConfigError(sources.of(key), key, f"expected {expected}, got {_found(value)}")
+
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise fail("a table")
+        return build(tp, value, sources, key + ".")
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        for option in inner:
+            try:
+                return _convert(option, value, key, sources)
+            except ConfigError:
+                continue
+        raise fail(_describe(tp))
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value in choices and type(value) is type(choices[0]):
+            return value
+        hint = _near(value, [str(c) for c in choices]) if isinstance(value, str) else ""
+        raise fail(_describe(tp) + hint)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise fail(_describe(tp))
+        item = typing.get_args(tp)[0]
+        return tuple(_convert(item, v, f"{key}[{i}]", sources) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise fail(_describe(tp))
+        item = typing.get_args(tp)[1]
+        return {k: _convert(item, v, f"{key}.{k}", sources) for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise fail("true or false")
+    elif tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail("an integer")
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail("a number")
+        value = float(value)
+    elif tp is str:
+        if not isinstance(value, str):
+            raise fail("a string")
+    else:  # pragma: no cover - a schema bug, not a user error
+        raise TypeError(f"unsupported field type {tp!r} at {key}")
+    problem = no_control_chars(value)
+    if problem:
+        raise ConfigError(sources.of(key), key, problem)
+    return value
+
+
+def _near(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def build(cls: type, data: Mapping[str, Any], sources: Sources, prefix: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``, raising ConfigError on the first problem."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for k in data:
+        if k not in known:
+            key = f"{prefix}{k}"
+            valid = ", ".join(sorted(known))
+            raise ConfigError(sources.of(key), key,
+                              f"unknown key{_near(str(k), list(known))}; valid keys here: {valid}")
+    kwargs = {}
+    for name, f in known.items():
+        key = f"{prefix}{name}"
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(sources.of(key), key,
+                                  f"required value is missing; expected {_describe(hints[name])}")
+            continue
+        value = _convert(hints[name], data[name], key, sources)
+        check = f.metadata.get("check")
+        if check is not None and value is not None:
+            items = value if isinstance(value, tuple) else (value,)
+            for v in items:
+                problem = check(v)
+                if problem:
+                    raise ConfigError(sources.of(key), key, problem)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- --set and merging
+
+def parse_set(assignment: str) -> tuple[str, Any]:
+    """``a.b=value`` -> ("a.b", value). The value is read as TOML when it parses
+    (``8``, ``true``, ``["x"]``, ``"quoted"``), else taken as a plain string."""
+    key, sep, raw = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key or not re.fullmatch(r"[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*", key):
+        raise ConfigError(f"--set {assignment}", key or "(empty)",
+                          "expected dotted.key=value, for example --set slurm.nodes=4")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def apply_set(data: dict, key: str, value: Any, sources: Sources, origin: str) -> None:
+    node = data
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.setdefault(part, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(origin, ".".join(parts[: i + 1]),
+                              f"is {_found(nxt)}, not a table, so {key} cannot be set")
+        node = nxt
+    node[parts[-1]] = value
+    sources.set(key, origin)
+
+
+def merge(base: dict, over: Mapping[str, Any]) -> dict:
+    """Deep-merge ``over`` into a copy of ``base``: tables merge, everything else replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def docs(cls: type, prefix: str = "") -> list[tuple[str, str, Any]]:
+    """(dotted key, doc, default) for every leaf field; used by help and docs."""
+    rows = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(docs(tp, f"{prefix}{f.name}."))
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            rows.append((f"{prefix}{f.name}", f.metadata.get("doc", ""), default))
+    return rows
+
+
+def to_toml(obj: Any) -> str:
+    """Write a dataclass tree as TOML (sections of scalars, lists and inline tables)."""
+    top, sections = [], []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            body = "".join(f"{f2.name} = {_toml_value(getattr(value, f2.name))}\n"
+                           for f2 in dataclasses.fields(value) if getattr(value, f2.name) is not None)
+            sections.append(f"[{f.name}]\n{body}")
+        elif value is not None:
+            top.append(f"{f.name} = {_toml_value(value)}\n")
+    return "".join(top) + ("\n" if top else "") + "\n".join(sections)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
