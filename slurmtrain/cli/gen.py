@@ -1,3 +1,51 @@
-"""Commands: gen (to be written)."""
+"""Commands: gen, profiles list, profiles show."""
 
-from .base import main  # noqa: F401
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..profile import available, load_profile
+from ..render import render
+from .base import main
+from .options import build_job, job_options
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@job_options
+def gen(**opts) -> None:
+    """Print a complete, standalone sbatch script for COMMAND on a cluster profile.
+
+    \b
+      slurmtrain gen --profile aws-p4d --nodes 4 -- python train.py --lr 3e-4 > job.sbatch
+      slurmtrain gen --profile local --recipe tiny-demo
+    """
+    loaded, job = build_job("gen", regen_args=sys.argv[2:], **opts)
+    click.echo(render(loaded, job), nl=False)
+
+
+@main.group()
+def profiles() -> None:
+    """List and inspect cluster profiles."""
+
+
+@profiles.command("list")
+def profiles_list() -> None:
+    """Profiles found, in look-up order (./.slurmtrain/clusters, ~/.config/slurmtrain/clusters, built-ins)."""
+    found = available()
+    width = max((len(n) for n in found), default=4)
+    for name, path in found.items():
+        try:
+            desc = load_profile(str(path)).profile.description
+        except Exception as err:  # a broken user profile must not hide the others
+            desc = f"(invalid: {err})"
+        click.echo(f"{name:<{width}}  {desc}  [{path}]")
+
+
+@profiles.command("show")
+@click.argument("name")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key, as in gen.")
+def profiles_show(name: str, sets: tuple[str, ...]) -> None:
+    """Print profile NAME after `extends` and --set, as TOML."""
+    click.echo(load_profile(name, sets).to_toml(), nl=False)

@@ -1,0 +1,60 @@
+"""Options shared by `gen` and `submit`, and the one function that turns them into a job."""
+
+from __future__ import annotations
+
+import functools
+import shlex
+from typing import Callable
+
+import click
+
+from ..profile import LoadedProfile, load_profile
+from ..render import JobSpec, default_job_name
+
+LAUNCHERS = ("torchrun", "srun-loop", "deepspeed")
+
+
+def job_options(f: Callable) -> Callable:
+    """--profile, resource overrides, --set, --recipe and the command after `--`."""
+    decorators = [
+        click.option("--profile", "-p", "profile", default="local", show_default=True,
+                     help="Cluster profile: a name (see `slurmtrain profiles list`) or a path to a .toml file."),
+        click.option("--nodes", "-N", type=click.IntRange(min=1), help="Number of nodes (slurm.nodes)."),
+        click.option("--gpus-per-node", "-G", type=click.IntRange(min=0), help="GPUs per node (slurm.gpus_per_node)."),
+        click.option("--time", "-t", "time_limit", help="Time limit, e.g. 2:00:00 (slurm.time)."),
+        click.option("--partition", help="Partition (slurm.partition)."),
+        click.option("--launcher", type=click.Choice(LAUNCHERS), help="Launcher (launch.launcher)."),
+        click.option("--max-requeues", type=click.IntRange(min=0), help="Requeue limit (resilience.max_requeues)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override any profile key, e.g. --set fabric.nccl_debug=INFO (repeatable)."),
+        click.option("--recipe", help="Run the built-in trainer with this recipe (name or path) when no command follows `--`."),
+        click.option("--name", "job_name", help="Job name (default: the recipe or program name)."),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED),
+    ]
+    return functools.reduce(lambda g, d: d(g), reversed(decorators), f)
+
+
+def overrides(nodes, gpus_per_node, time_limit, partition, launcher, max_requeues, sets) -> list[str]:
+    """Flags become --set assignments so one mechanism (with provenance) applies them."""
+    out = list(sets)
+    for key, value in (("slurm.nodes", nodes), ("slurm.gpus_per_node", gpus_per_node),
+                       ("slurm.time", time_limit), ("slurm.partition", partition),
+                       ("launch.launcher", launcher), ("resilience.max_requeues", max_requeues)):
+        if value is not None:
+            out.append(f"{key}={value}" if isinstance(value, int) else f'{key}="{_toml_escape(value)}"')
+    return out
+
+
+def _toml_escape(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit, partition, launcher,
+              max_requeues, sets, recipe, job_name, command, run_dir: str | None = None,
+              regen_args: list[str] | None = None) -> tuple[LoadedProfile, JobSpec]:
+    loaded = load_profile(profile, overrides(nodes, gpus_per_node, time_limit, partition, launcher,
+                                             max_requeues, sets))
+    job = JobSpec(command=tuple(command), recipe=recipe, run_dir=run_dir,
+                  regen_command=shlex.join(["slurmtrain", argv_name] + (regen_args or [])))
+    job = JobSpec(**{**job.__dict__, "job_name": job_name or default_job_name(job)})
+    return loaded, job

@@ -1,0 +1,231 @@
+"""Cluster profiles: typed, frozen, validated when loaded.
+
+A profile is a TOML file in ``configs/clusters/`` (or a user's own directory) that says
+everything about a cluster a job script needs: Slurm directives, container runtime,
+network fabric, launcher and survival settings. A profile may ``extends`` another.
+
+Look-up order for a name: a path given as is, ``./.slurmtrain/clusters/``,
+``~/.config/slurmtrain/clusters/``, then the built-ins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from . import resources
+from .errors import ConfigError
+from .schema import (ENV_NAME, Sources, apply_set, build, field, matches, merge,
+                     non_negative, parse_set, positive, to_toml)
+
+_SLURM_NAME = matches(r"[A-Za-z0-9_.,:+\-\[\]]+", "a Slurm name (letters, digits, _ . , : + - [ ])")
+_TIME = matches(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE",
+                "a Slurm time such as 90, 1:30:00 or 2-00:00:00")
+_MEM = matches(r"\d+[KMGT]?", "a Slurm memory size such as 64G or 0")
+_SIGNAL = matches(r"(SIG)?(USR1|USR2|TERM|INT|HUP|QUIT|ALRM|URG|CONT|[0-9]{1,2})",
+                  "a signal name such as USR2 or TERM")
+_BIND = matches(r"[^:\s]+(:[^:\s]+(:(ro|rw))?)?", "a bind mount src[:dst[:ro|rw]] without spaces")
+
+
+@dataclass(frozen=True)
+class SlurmSection:
+    """#SBATCH directives."""
+
+    partition: str | None = field("partition to run in (none: the cluster's default)", None, check=_SLURM_NAME)
+    account: str | None = field("account to charge", None, check=_SLURM_NAME)
+    qos: str | None = field("quality of service", None, check=_SLURM_NAME)
+    nodes: int = field("number of nodes", 1, check=positive)
+    gpus_per_node: int = field("GPUs per node (0 for CPU-only clusters)", 0, check=non_negative)
+    gpu_type: str | None = field("GPU type in --gres (e.g. a100); none: any", None, check=_SLURM_NAME)
+    cpus_per_task: int | None = field("CPUs for the one task per node", None, check=positive)
+    mem: str | None = field("memory per node, e.g. 0 (all) or 500G", None, check=_MEM)
+    time: str | None = field("time limit, e.g. 2-00:00:00", None, check=_TIME)
+    constraint: str | None = field("node features (--constraint)", None)
+    exclusive: bool = field("ask for whole nodes", False)
+    extra: tuple[str, ...] = field("extra #SBATCH directives, e.g. '--reservation=r1'", (),
+                                   check=matches(r"--?[A-Za-z][\w\-]*(=\S.*)?", "a directive such as --mail-type=END"))
+
+
+@dataclass(frozen=True)
+class ContainerSection:
+    """How the launched command runs inside a container."""
+
+    runtime: Literal["none", "apptainer", "singularity", "pyxis"] = field("container runtime", "none")
+    image: str | None = field("image: a .sif path for apptainer/singularity, a squashfs or registry image for pyxis", None)
+    binds: tuple[str, ...] = field("bind mounts src[:dst[:ro]]", (), check=_BIND)
+    env: dict[str, str] = field("environment set inside the container", {}, factory=dict)
+    workdir: str | None = field("working directory inside the container", None)
+    home: str | None = field("apptainer/singularity --home src[:dst]", None)
+    options: tuple[str, ...] = field("extra runtime options, passed as given (each one argument)", ())
+    gpu: bool = field("pass GPUs into the container (--nv); defaults on when gpus_per_node > 0", True)
+
+
+@dataclass(frozen=True)
+class FabricSection:
+    """The network between nodes and the NCCL/libfabric environment it needs."""
+
+    kind: Literal["efa", "ib", "socket", "none"] = field("efa (AWS), ib (InfiniBand), socket (TCP), none", "socket")
+    gpu_rdma: bool = field("EFA GPU-direct RDMA (p4d/p5: true; g5/g4dn: false)", False)
+    socket_ifname: str | None = field("network interface for NCCL/gloo sockets (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)", None,
+                                      check=matches(r"[\w.\-^,=]+", "an interface name such as eth0 or ^lo,docker"))
+    nccl_debug: Literal["", "WARN", "INFO", "TRACE"] = field("NCCL_DEBUG level; empty: unset", "WARN")
+    env: dict[str, str] = field("extra environment for this fabric", {}, factory=dict)
+
+
+@dataclass(frozen=True)
+class LaunchSection:
+    """How processes are started on the nodes."""
+
+    launcher: Literal["torchrun", "srun-loop", "deepspeed"] = field(
+        "torchrun: one srun, c10d rendezvous; srun-loop: one srun per node; deepspeed: DeepSpeed's launcher on every node via srun", "torchrun")
+    procs_per_node: int | None = field("processes per node (default: gpus_per_node, or 1)", None, check=positive)
+    rdzv_port: int = field("rendezvous / master port on the first node", 29500,
+                           check=lambda v: None if 1024 <= v <= 65535 else f"expected a port between 1024 and 65535, got {v}")
+    python: str = field("python interpreter for the built-in trainer and launchers", "python3")
+    setup: tuple[str, ...] = field("shell lines run before launching (module load, conda/venv activation); taken as shell", ())
+    workdir: str | None = field("directory to cd into before launching (default: the submit directory)", None)
+
+
+@dataclass(frozen=True)
+class EnvSection:
+    """Environment for the job."""
+
+    vars: dict[str, str] = field("environment variables exported in the script", {}, factory=dict)
+    secrets: tuple[str, ...] = field("names of variables holding secrets: passed through by name, never written", (), check=ENV_NAME)
+
+
+@dataclass(frozen=True)
+class ResilienceSection:
+    """Requeue and signal handling (see the preemption docs)."""
+
+    requeue: bool = field("let Slurm requeue the job after preemption or node failure", True)
+    signal: str = field("warning signal sent before the time limit (USR2: NCCL and torchrun leave it alone)", "USR2", check=_SIGNAL)
+    signal_seconds: int = field("seconds before the time limit that the warning signal arrives", 120, check=positive)
+    max_requeues: int = field("stop requeueing after this many requeues", 10, check=non_negative)
+    stop_timeout: int = field("seconds the script waits for a checkpoint after a stop signal", 90, check=positive)
+    rendezvous_timeout: int = field("seconds for all nodes to join before the job fails naming the missing ones", 300, check=positive)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A cluster profile. ``name`` and ``source`` are filled in by the loader."""
+
+    description: str = field("one line about the cluster", "")
+    slurm: SlurmSection = field("Slurm directives", factory=SlurmSection)
+    container: ContainerSection = field("container", factory=ContainerSection)
+    fabric: FabricSection = field("network fabric", factory=FabricSection)
+    launch: LaunchSection = field("launcher", factory=LaunchSection)
+    env: EnvSection = field("environment", factory=EnvSection)
+    resilience: ResilienceSection = field("requeue and signals", factory=ResilienceSection)
+    allowed_launchers: tuple[Literal["torchrun", "srun-loop", "deepspeed"], ...] = field(
+        "launchers that work on this cluster (default: all)", ("torchrun", "srun-loop", "deepspeed"))
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    name: str
+    source: str          # the file it came from
+    profile: Profile
+
+    def to_toml(self) -> str:
+        return f"# profile {self.name} (from {self.source}, after extends and --set)\n" + to_toml(self.profile)
+
+    def digest(self) -> str:
+        return hashlib.sha256(to_toml(self.profile).encode()).hexdigest()[:16]
+
+
+def search_dirs(cwd: Path | None = None) -> list[Path]:
+    cwd = cwd or Path.cwd()
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return [cwd / ".slurmtrain" / "clusters", home / "slurmtrain" / "clusters", resources.clusters_dir()]
+
+
+def find(name: str, cwd: Path | None = None, relative_to: Path | None = None) -> Path:
+    """A profile name or path -> its file. Paths contain '/' or end in .toml."""
+    if "/" in name or name.endswith(".toml"):
+        path = Path(name)
+        if not path.is_absolute() and relative_to is not None:
+            path = relative_to / path
+        if not path.is_file():
+            raise ConfigError(str(path), "", "profile file not found")
+        return path
+    for d in search_dirs(cwd):
+        path = d / f"{name}.toml"
+        if path.is_file():
+            return path
+    known = sorted(available(cwd))
+    from .schema import _near
+    raise ConfigError(f"profile {name!r}", "", f"not found{_near(name, known)}; known profiles: {', '.join(known)}"
+                      f" (searched {', '.join(str(d) for d in search_dirs(cwd))})")
+
+
+def available(cwd: Path | None = None) -> dict[str, Path]:
+    """Profile name -> file, earlier directories shadowing later ones."""
+    found: dict[str, Path] = {}
+    for d in reversed(search_dirs(cwd)):
+        if d.is_dir():
+            for p in sorted(d.glob("*.toml")):
+                found[p.stem] = p
+    return found
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(str(path), "", f"not valid TOML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(str(path), "", f"cannot read: {err}") from None
+
+
+def _resolve(path: Path, sources: Sources, chain: list[Path], cwd: Path | None) -> dict[str, Any]:
+    """The profile's data with its ``extends`` chain merged in, parents first."""
+    if path.resolve() in [p.resolve() for p in chain]:
+        cycle = " -> ".join(str(p) for p in chain + [path])
+        raise ConfigError(str(path), "extends", f"extends cycle: {cycle}")
+    data = _read_toml(path)
+    parent = data.pop("extends", None)
+    base: dict[str, Any] = {}
+    if parent is not None:
+        if not isinstance(parent, str) or not parent:
+            raise ConfigError(str(path), "extends", f"expected a profile name or path, got {parent!r}")
+        base = _resolve(find(parent, cwd, relative_to=path.parent), sources, chain + [path], cwd)
+    sources.record(data, str(path))
+    return merge(base, data)
+
+
+def load_profile(name: str, sets: list[str] | tuple[str, ...] = (), cwd: Path | None = None) -> LoadedProfile:
+    """Find, merge (``extends``), override (``--set``) and validate a profile."""
+    path = find(name, cwd)
+    sources = Sources(str(path))
+    data = _resolve(path, sources, [], cwd)
+    for assignment in sets:
+        key, value = parse_set(assignment)
+        apply_set(data, key, value, sources, f"--set {assignment}")
+    profile = build(Profile, data, sources)
+    _check_consistency(profile, sources)
+    return LoadedProfile(name=path.stem, source=str(path), profile=profile)
+
+
+def _check_consistency(p: Profile, sources: Sources) -> None:
+    """Rules that span fields."""
+    if p.launch.launcher not in p.allowed_launchers:
+        raise ConfigError(sources.of("launch.launcher"), "launch.launcher",
+                          f"launcher {p.launch.launcher!r} is not allowed on this cluster; "
+                          f"allowed_launchers: {', '.join(p.allowed_launchers)}")
+    if p.container.runtime != "none" and not p.container.image:
+        raise ConfigError(sources.of("container.image"), "container.image",
+                          f"required when container.runtime is {p.container.runtime!r}; expected an image path or name")
+    for key, mapping in (("env.vars", p.env.vars), ("container.env", p.container.env), ("fabric.env", p.fabric.env)):
+        for var in mapping:
+            problem = ENV_NAME(var)
+            if problem:
+                raise ConfigError(sources.of(f"{key}.{var}"), f"{key}.{var}", problem)
+    for secret in p.env.secrets:
+        if secret in p.env.vars:
+            raise ConfigError(sources.of(f"env.vars.{secret}"), f"env.vars.{secret}",
+                              "is listed in env.secrets: a secret is passed through by name, never given a value in a profile")
