@@ -1,0 +1,221 @@
+"""The Llama architecture in plain PyTorch, numerically the same as Hugging Face's
+``LlamaForCausalLM`` so that its checkpoints load without any permutation of weights.
+
+Build on the meta device, shard, then materialise::
+
+    with torch.device("meta"):
+        model = Transformer(args)
+    for block in model.layers: fully_shard(block)      # optional, FSDP2
+    fully_shard(model)
+    model.to_empty(device="cuda")
+    model.init_weights(seed=0)                         # parameters and the rotary cache
+
+Names follow Meta's reference code (``tok_embeddings``, ``layers.N.attention.wq``,
+``layers.N.feed_forward.w1``, ``norm``, ``output``); :mod:`slurmtrain.train.hf` maps
+them to Hugging Face's. Unlike Meta's original checkpoints, the rotary embedding uses
+HF's rotate-half layout (first half of each head's dims paired with the second half),
+so q/k weights are stored exactly as HF stores them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .presets import ModelArgs
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm, computed in float32 like HF's ``LlamaRMSNorm``."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+    def init_weights(self) -> None:
+        nn.init.ones_(self.weight)
+
+
+class RotaryCache(nn.Module):
+    """cos/sin tables [max_seq_len, head_dim] for rotary embeddings, always float32.
+
+    Non-persistent buffers: they are not in the state dict, and :meth:`init_weights`
+    recomputes them (needed after building on the meta device and ``to_empty``).
+    ``model.to(torch.bfloat16)`` keeps them in float32: positions past a few hundred
+    lose their angle in bfloat16.
+    """
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float):
+        super().__init__()
+        self.head_dim, self.max_seq_len, self.theta = head_dim, max_seq_len, theta
+        cos, sin = self._tables(torch.get_default_device())
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        # Same arithmetic as HF's compute_default_rope_parameters + LlamaRotaryEmbedding.
+        exponent = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float()
+        inv_freq = 1.0 / (self.theta ** (exponent / self.head_dim))
+        positions = torch.arange(self.max_seq_len, dtype=torch.int64, device=device).float()
+        angles = torch.outer(positions, inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos(), angles.sin()
+
+    def init_weights(self) -> None:
+        cos, sin = self._tables(self.cos.device)
+        self.cos, self.sin = cos, sin
+
+    def _apply(self, fn, recurse=True):
+        before = {name: buf for name, buf in self._buffers.items()}
+        super()._apply(fn, recurse)
+        for name, old in before.items():
+            new = self._buffers[name]
+            if new is not None and old is not None and new.dtype != old.dtype:
+                self._buffers[name] = old.to(new.device)  # a dtype cast: keep float32
+        return self
+
+    def forward(self, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if seq_len > self.max_seq_len:
+            raise ValueError(f"sequence of {seq_len} tokens is longer than max_seq_len = "
+                             f"{self.max_seq_len}")
+        return self.cos[:seq_len], self.sin[:seq_len]
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` [B, heads, T, head_dim] by position, in float32 (HF's rotate_half form)."""
+    h = x.float()
+    first, second = h.chunk(2, dim=-1)
+    rotated = torch.cat((-second, first), dim=-1)
+    return (h * cos + rotated * sin).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Causal grouped-query self-attention through ``scaled_dot_product_attention``."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        self.wq = nn.Linear(args.dim, args.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(args.dim, args.n_kv_heads * self.head_dim, bias=False)
+        self.wv = nn.Linear(args.dim, args.n_kv_heads * self.head_dim, bias=False)
+        self.wo = nn.Linear(args.n_heads * self.head_dim, args.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = self.wq(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        # enable_gqa lets the kernel share each k/v head across its group of query
+        # heads instead of materialising repeated copies.
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                             enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class FeedForward(nn.Module):
+    """SwiGLU: w2(silu(w1 x) * w3 x); w1 = HF gate_proj, w3 = up_proj, w2 = down_proj."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-norm block: x + attention(norm(x)), then + feed_forward(norm(.))."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
+        self.attention = Attention(args)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.feed_forward = FeedForward(args.dim, args.ffn_dim)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = x + self.attention(self.attention_norm(x), cos, sin)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+    def init_weights(self, std: float, out_std: float) -> None:
+        for linear in (self.attention.wq, self.attention.wk, self.attention.wv,
+                       self.feed_forward.w1, self.feed_forward.w3):
+            nn.init.normal_(linear.weight, mean=0.0, std=std)
+        for linear in (self.attention.wo, self.feed_forward.w2):
+            nn.init.normal_(linear.weight, mean=0.0, std=out_std)
+        self.attention_norm.init_weights()
+        self.ffn_norm.init_weights()
+
+
+class Transformer(nn.Module):
+    """Llama decoder: ``forward(tokens [B, T] int64) -> logits [B, T, vocab_size]``.
+
+    ``layers`` is an ``nn.ModuleList`` of :class:`TransformerBlock`, one FSDP unit each.
+    With ``args.tie_embeddings`` the output projection *is* the embedding parameter
+    (shard ``tok_embeddings`` and ``output`` in the same FSDP unit, e.g. the root).
+    """
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.rope = RotaryCache(args.head_dim, args.max_seq_len, args.rope_theta)
+        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
+        if args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        # Moving off the meta device (to_empty) gives each module a new Parameter, which
+        # unties a shared matrix; tie it again. (DTensor parameters are swapped in place
+        # and stay tied.)
+        if self.args.tie_embeddings and self.output.weight is not self.tok_embeddings.weight:
+            self.output.weight = self.tok_embeddings.weight
+        return self
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.rope(tokens.shape[1])
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h))
+
+    @torch.no_grad()
+    def init_weights(self, seed: int | None = None) -> None:
+        """Initialise every parameter and the rotary cache in place.
+
+        Weight matrices ~ N(0, init_std); the projections that write into the residual
+        stream (``wo``, ``w2``) use init_std / sqrt(2 * n_layers) so the stream's variance
+        does not grow with depth; norms start at one. ``seed`` seeds torch's global
+        generator first (the same seed on every rank gives the same model, sharded or not).
+        """
+        if seed is not None:
+            torch.manual_seed(seed)
+        std = self.args.init_std
+        nn.init.normal_(self.tok_embeddings.weight, mean=0.0, std=std)
+        out_std = std / math.sqrt(2 * self.args.n_layers)
+        for layer in self.layers:
+            layer.init_weights(std, out_std)
+        self.norm.init_weights()
+        if not self.args.tie_embeddings:
+            nn.init.normal_(self.output.weight, mean=0.0, std=std)
+        self.rope.init_weights()
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct parameters (a tied matrix counts once); equals presets.param_count."""
+    return sum(p.numel() for p in model.parameters())
