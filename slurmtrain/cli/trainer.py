@@ -1,3 +1,96 @@
-"""Commands: trainer (to be written)."""
+"""Commands for the built-in trainer: models (list presets), export (run -> Hugging Face).
 
-from .base import main  # noqa: F401
+``models`` reads only :mod:`slurmtrain.train.presets`, which is torch-free, so it runs
+on a login node without the [train] extra. ``export`` imports torch inside the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import SlurmtrainError, UsageError
+from .base import main
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def presets_table() -> str:
+    """The text ``slurmtrain models`` prints: one row per preset, columns aligned."""
+    from ..train.presets import PRESETS, human_count, param_count
+
+    header = ("preset", "params", "", "dim", "layers", "heads", "kv_heads", "ffn_dim", "vocab",
+              "max_seq_len", "rope_theta", "tied")
+    rows = [header]
+    for name, a in PRESETS.items():
+        n = param_count(a)
+        rows.append((name, f"{n:,}", human_count(n), str(a.dim), str(a.n_layers), str(a.n_heads),
+                     str(a.n_kv_heads), str(a.ffn_dim), str(a.vocab_size), str(a.max_seq_len),
+                     f"{a.rope_theta:g}", "yes" if a.tie_embeddings else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = []
+    for row in rows:
+        cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+@main.command()
+def models() -> None:
+    """List the built-in model presets with their shapes and parameter counts.
+
+    A recipe names one under [model] (preset = "llama2-7b") and may override any field.
+    """
+    click.echo(presets_table())
+
+
+def _load_consolidated():
+    """The trainer's checkpoint reader, imported only when a command needs it."""
+    try:
+        from ..train.checkpoint import load_consolidated
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] in ("torch", "safetensors"):
+            raise UsageError(f"export needs the trainer's dependencies ({err.name} is missing): "
+                             "pip install 'slurmtrain[train]'") from None
+        raise SlurmtrainError(f"cannot read checkpoints: {err}") from None
+    except ImportError as err:
+        raise SlurmtrainError(f"cannot read checkpoints: {err}") from None
+    return load_consolidated
+
+
+@main.command()
+@click.argument("run", type=click.Path(path_type=Path))
+@click.option("--hf", "out", required=True, type=click.Path(path_type=Path),
+              help="Folder to write the Hugging Face checkpoint to (config.json, *.safetensors).")
+@click.option("--dtype", type=click.Choice(_DTYPES), default=None,
+              help="Cast weights to this type (default: as saved in the checkpoint).")
+@click.option("--max-shard-gb", type=click.FloatRange(min=0, min_open=True), default=5.0,
+              show_default=True, help="Split weights into files of at most this many GiB.")
+@click.option("--overwrite", is_flag=True,
+              help="Write into OUT even if it already holds a checkpoint.")
+def export(run: Path, out: Path, dtype: str | None, max_shard_gb: float, overwrite: bool) -> None:
+    """Export the newest complete checkpoint of run directory RUN as a Hugging Face Llama.
+
+    The result loads with transformers.LlamaForCausalLM.from_pretrained(OUT).
+    """
+    if not run.is_dir():
+        raise UsageError(f"{run}: no such run directory")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: exists and is not a directory")
+    if out.is_dir() and not overwrite and any(
+            p.name == "config.json" or p.suffix == ".safetensors" for p in out.iterdir()):
+        raise UsageError(f"{out}: already holds a checkpoint; pass --overwrite to replace it")
+
+    load_consolidated = _load_consolidated()
+    import torch
+
+    from ..train.hf import export_hf
+    from ..train.presets import human_count, param_count
+
+    args, state_dict = load_consolidated(run)
+    written = export_hf(state_dict, args, out,
+                        dtype=getattr(torch, dtype) if dtype else None,
+                        max_shard_bytes=int(max_shard_gb * 2**30))
+    click.echo(f"exported {human_count(param_count(args))} parameters from {run} to {out} "
+               f"({len(written)} files)")
