@@ -1,0 +1,112 @@
+"""``python -m slurmtrain.train``: train a Llama model from a recipe with FSDP2.
+
+One process (CPU or one GPU)::
+
+    python -m slurmtrain.train --recipe tiny-demo
+
+One node, 8 GPUs::
+
+    torchrun --nproc-per-node 8 -m slurmtrain.train --recipe llama3-8b --data-path corpus/
+
+Several nodes: ``slurmtrain submit`` renders a job script that starts torchrun on each.
+
+Exit status: 0 finished; 75 stopped after a checkpoint (preemption; requeue and it resumes
+by itself); 2 bad input (one line on stderr from rank 0); 1 the training itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..errors import SlurmtrainError
+
+OVERRIDES = {  # command-line option -> recipe key
+    "data_path": "data.path", "train_steps": "train.steps", "save_steps": "train.save_steps",
+    "eval_steps": "train.eval_steps", "log_steps": "train.log_steps",
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m slurmtrain.train",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("--recipe", required=True, help="built-in recipe name or path to a .toml")
+    p.add_argument("--run-dir", "--run_dir", dest="run_dir",
+                   help="default: $SLURMTRAIN_RUN_DIR, else ./runs/train-<recipe>")
+    p.add_argument("--data-path", "--data_path", dest="data_path", help="sets data.path")
+    p.add_argument("--init-ckpt", "--init_ckpt", dest="init_ckpt",
+                   help="Hugging Face checkpoint folder to start from (ignored when resuming)")
+    for opt in ("train-steps", "save-steps", "eval-steps", "log-steps"):
+        p.add_argument(f"--{opt}", f"--{opt.replace('-', '_')}", dest=opt.replace("-", "_"),
+                       type=int, help=f"sets train.{opt.split('-')[0]}"
+                       + ("" if opt == "train-steps" else "_steps"))
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override any recipe key, e.g. --set train.lr=1e-4 (repeatable)")
+    return p.parse_args(argv)
+
+
+def default_run_dir(recipe: str) -> Path:
+    env = os.environ.get("SLURMTRAIN_RUN_DIR")
+    return Path(env) if env else Path("runs") / f"train-{Path(recipe).stem}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .distributed import env_rank
+    args = parse_args(argv)
+    rank0 = env_rank() == 0
+    logging.basicConfig(level=logging.INFO if rank0 else logging.WARNING,
+                        format="%(asctime)s [rank%(rank)s] %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stdout, force=True)
+    _tag_records(env_rank())
+    try:
+        return _run(args)
+    except SlurmtrainError as err:
+        if rank0:  # every rank finds the same problem; one line is enough
+            print(f"slurmtrain: error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .recipe import load_recipe, parse_sets, recipe_path
+    sets = parse_sets(args.sets)
+    for opt, key in OVERRIDES.items():
+        value = getattr(args, opt)
+        if value is not None:
+            sets.append((key, value, f"--{opt.replace('_', '-')}"))
+    recipe = load_recipe(args.recipe, sets)
+    source = str(recipe_path(args.recipe))
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.recipe)
+
+    from .. import events
+    from . import trainer
+    from .distributed import close_world, init_world
+    world = init_world()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        t = trainer.build(recipe, source, world, run_dir, args.init_ckpt)
+        try:
+            return t.train()
+        except Exception as err:
+            if world.rank == 0:  # the traceback follows on stderr; the event says where
+                events.append(run_dir, "train_error", step=t.step + 1,
+                              error=f"{type(err).__name__}: {err}")
+            raise
+    finally:
+        close_world()
+
+
+def _tag_records(rank: int) -> None:
+    old = logging.getLogRecordFactory()
+
+    def factory(*a, **kw):
+        record = old(*a, **kw)
+        record.rank = rank
+        return record
+    logging.setLogRecordFactory(factory)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""Training recipes: typed, frozen dataclasses loaded from ``configs/recipes/*.toml``.
+
+A recipe names a model preset (with optional overrides), the data, and the training
+schedule. It is loaded through the project's generic loader (``slurmtrain.schema``), so an
+unknown key or a wrong type is a ``ConfigError`` naming the file and the dotted key.
+This module imports no torch: the CLI may read recipes on a login node.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from ..errors import ConfigError
+from ..resources import recipes_dir
+from ..schema import Sources, apply_set, build, field, non_negative, parse_set, positive
+
+DEMO_CORPUS = "demo/corpus.jsonl"  # where ``slurmtrain demo-corpus`` writes by default
+
+
+def _fraction(value: float) -> str | None:
+    return None if 0.0 <= value < 0.5 else f"expected a fraction in [0, 0.5), got {value!r}"
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    preset: str = field("model preset (``slurmtrain models`` lists them)")
+    dim: int | None = field("override: hidden size", None, check=positive)
+    n_layers: int | None = field("override: number of transformer blocks", None, check=positive)
+    n_heads: int | None = field("override: attention heads", None, check=positive)
+    n_kv_heads: int | None = field("override: key/value heads (grouped-query attention)", None,
+                                   check=positive)
+    vocab_size: int | None = field("override: vocabulary size", None, check=positive)
+    ffn_dim: int | None = field("override: feed-forward hidden size", None, check=positive)
+    norm_eps: float | None = field("override: RMSNorm epsilon", None, check=positive)
+    rope_theta: float | None = field("override: RoPE base", None, check=positive)
+    max_seq_len: int | None = field("override: longest sequence the model supports", None,
+                                    check=positive)
+    tie_embeddings: bool | None = field("override: share input and output embeddings", None)
+
+
+@dataclass(frozen=True)
+class DataSection:
+    path: str = field("jsonl file with a `text` field, or a folder of .jsonl/.txt files; "
+                      "relative paths are resolved against the current directory", DEMO_CORPUS)
+    tokenizer: str | None = field("tokenizer.json (or a folder holding one); none: byte-level", None)
+    max_seq_len: int = field("tokens per training sequence", 512, check=positive)
+    val_fraction: float = field("share of packed sequences held out for evaluation", 0.01,
+                                check=_fraction)
+    seed: int = field("seed of the validation split and of the per-epoch shuffle", 0)
+
+
+@dataclass(frozen=True)
+class TrainSection:
+    steps: int = field("optimizer steps in the whole run (the schedule's length)", check=positive)
+    global_batch_size: int = field("sequences per optimizer step, over all ranks", check=positive)
+    micro_batch_size: int = field("sequences per forward/backward on one rank", 1, check=positive)
+    lr: float = field("peak learning rate", 3e-4, check=positive)
+    warmup_steps: int = field("linear warm-up steps", 0, check=non_negative)
+    min_lr: float = field("learning rate at the end of the cosine decay", 0.0, check=non_negative)
+    weight_decay: float = field("AdamW weight decay", 0.1, check=non_negative)
+    beta1: float = field("AdamW beta1", 0.9, check=positive)
+    beta2: float = field("AdamW beta2", 0.95, check=positive)
+    grad_clip: float = field("clip the global gradient norm to this (0: no clipping)", 1.0,
+                             check=non_negative)
+    seed: int = field("seed of the weight initialisation", 0)
+    dtype: Literal["auto", "bfloat16", "float32"] = field(
+        "compute dtype: auto is bfloat16 on GPUs and float32 on CPU", "auto")
+    activation_checkpointing: bool = field("recompute each block's activations in backward", False)
+    compile: bool = field("torch.compile each block", False)
+    log_steps: int = field("log (and write metrics.jsonl) every this many steps", 10, check=positive)
+    eval_steps: int = field("evaluate on the held-out slice every this many steps (0: never)", 0,
+                            check=non_negative)
+    eval_batches: int = field("micro-batches per rank in one evaluation", 8, check=positive)
+    save_steps: int = field("save a checkpoint every this many steps (0: only at the end)", 0,
+                            check=non_negative)
+    keep_last: int = field("complete checkpoints to keep", 2, check=positive)
+    async_save: bool = field("save checkpoints in the background (dcp.async_save)", False)
+
+
+@dataclass(frozen=True)
+class DebugSection:
+    fail_at_step: int | None = field("raise a RuntimeError when this step begins", None,
+                                     check=positive)
+    stop_at_step: int | None = field("act as if a stop signal arrived after this step", None,
+                                     check=positive)
+    kill_in_save_at_step: int | None = field(
+        "SIGKILL rank 0 while saving this step, after the shards, before the marker", None,
+        check=positive)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    model: ModelSection = field("the model: a preset and optional overrides")
+    train: TrainSection = field("optimisation and schedule")
+    data: DataSection = field("corpus, tokenizer and packing", factory=DataSection)
+    debug: DebugSection = field("test hooks; leave empty in real runs", factory=DebugSection)
+    description: str = field("one line saying what this recipe is for", "")
+
+
+def builtin_recipes() -> list[str]:
+    return sorted(p.stem for p in recipes_dir().glob("*.toml"))
+
+
+def recipe_path(name_or_path: str) -> Path:
+    """A recipe name (``tiny-demo``) from the built-ins, or a path to a TOML file."""
+    candidate = Path(name_or_path).expanduser()
+    if candidate.suffix == ".toml" or os.sep in name_or_path or candidate.is_file():
+        if not candidate.is_file():
+            raise ConfigError(name_or_path, "", "no such recipe file")
+        return candidate
+    path = recipes_dir() / f"{name_or_path}.toml"
+    if not path.is_file():
+        names = builtin_recipes()
+        close = difflib.get_close_matches(name_or_path, names, n=1, cutoff=0.6)
+        hint = f' (did you mean "{close[0]}"?)' if close else ""
+        raise ConfigError("--recipe", "", f"no recipe named {name_or_path!r}{hint}; built-in "
+                          f"recipes: {', '.join(names)}; or give a path to a .toml file")
+    return path
+
+
+def load_recipe(name_or_path: str, sets: Sequence[tuple[str, Any, str]] = ()) -> Recipe:
+    """Load and check a recipe. ``sets`` holds (dotted key, value, origin) triples
+    (``--set``, ``--train-steps``...), applied on top of the file."""
+    path = recipe_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(str(path), "", f"not valid TOML: {err}") from None
+    sources = Sources(str(path))
+    sources.record(data, str(path))
+    for key, value, origin in sets:
+        apply_set(data, key, value, sources, origin)
+    recipe = build(Recipe, data, sources)
+    _check_preset(recipe, sources)
+    return recipe
+
+
+def parse_sets(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:
+    out = []
+    for a in assignments:
+        key, value = parse_set(a)
+        out.append((key, value, f"--set {a}"))
+    return out
+
+
+def _check_preset(recipe: Recipe, sources: Sources) -> None:
+    from .presets import PRESETS
+    if recipe.model.preset not in PRESETS:
+        names = sorted(PRESETS)
+        close = difflib.get_close_matches(recipe.model.preset, names, n=1, cutoff=0.6)
+        hint = f' (did you mean "{close[0]}"?)' if close else ""
+        raise ConfigError(sources.of("model.preset"), "model.preset",
+                          f"unknown preset {recipe.model.preset!r}{hint}; presets: {', '.join(names)}")
+    args = model_args(recipe, sources)
+    if recipe.data.max_seq_len > args.max_seq_len:
+        raise ConfigError(sources.of("data.max_seq_len"), "data.max_seq_len",
+                          f"{recipe.data.max_seq_len} is longer than the model's max_seq_len "
+                          f"{args.max_seq_len}; lower it or set model.max_seq_len")
+
+
+def model_args(recipe: Recipe, sources: Sources | None = None):
+    """The preset's ``ModelArgs`` with the recipe's overrides applied (and checked)."""
+    from .presets import get_preset, override
+    changes = {f.name: getattr(recipe.model, f.name) for f in dataclasses.fields(ModelSection)
+               if f.name != "preset" and getattr(recipe.model, f.name) is not None}
+    return override(get_preset(recipe.model.preset), changes, sources, prefix="model.")
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    """Plain dict for the checkpoint's metadata (None values left out, as in TOML)."""
+    def clean(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items() if x is not None}
+        return v
+    return clean(dataclasses.asdict(recipe))
+
+
+def resolve_data_path(path: str) -> Path:
+    """``~`` and ``$VARS`` expanded; relative paths against the current directory."""
+    return Path(os.path.expandvars(os.path.expanduser(path))).resolve()

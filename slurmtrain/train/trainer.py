@@ -1,0 +1,259 @@
+"""Builds a run from a recipe and trains it: the step loop, evaluation, logging, stopping.
+
+``build(recipe, ...)`` checks what the user gave (batch sizes, data, tokenizer) before
+any expensive work, then composes model, parallelism, data, optimizer and checkpointer;
+``Trainer.train()`` runs until the last step (exit 0) or a stop request (checkpoint,
+exit 75).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from .. import events
+from ..errors import ConfigError
+from . import data as data_mod
+from .checkpoint import Checkpointer
+from .distributed import World
+from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
+from .model import Transformer, count_parameters
+from .parallelize import parallelize
+from .presets import flops_per_token, human_count
+from .recipe import Recipe, model_args, recipe_to_dict, resolve_data_path
+from .stop import STOP_EXIT_CODE, StopRequest
+from .tokenizer import load_tokenizer
+
+log = logging.getLogger("slurmtrain.train")
+
+
+class WarmupCosine:
+    """LR multiplier: linear warm-up to 1, then cosine decay to ``min_ratio`` at ``steps``.
+    A class rather than a closure so that LambdaLR's state dict (and the checkpoint) holds it."""
+
+    def __init__(self, warmup: int, steps: int, min_ratio: float):
+        self.warmup, self.steps, self.min_ratio = warmup, steps, min_ratio
+
+    def __call__(self, done: int) -> float:  # done = optimizer steps already taken
+        if done < self.warmup:
+            return (done + 1) / self.warmup
+        progress = min(1.0, (done - self.warmup) / max(1, self.steps - self.warmup))
+        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def check_batch(global_batch: int, micro: int, world: int, source: str) -> int:
+    """Gradient-accumulation steps, or a ConfigError naming the numbers."""
+    if global_batch % (micro * world):
+        raise ConfigError(source, "train.global_batch_size",
+                          f"{global_batch} is not divisible by micro_batch_size x world size = "
+                          f"{micro} x {world} = {micro * world}")
+    return global_batch // (micro * world)
+
+
+def compute_dtype(name: str, device: torch.device) -> torch.dtype | None:
+    """The FSDP2 ``param_dtype``: None means plain fp32."""
+    if name == "bfloat16" or (name == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+@dataclass
+class Trainer:
+    recipe: Recipe
+    world: World
+    run_dir: Path
+    model: torch.nn.Module
+    optim: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    stream: data_mod.TrainStream
+    val: Any  # numpy array of held-out sequences
+    ckpt: Checkpointer
+    accum: int
+    flops_per_token: int
+    step: int = 0
+
+    @property
+    def _rank0(self) -> bool:
+        return self.world.rank == 0
+
+    def _micro_loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        tokens = tokens.to(self.world.device, non_blocking=True)
+        logits = self.model(tokens[:, :-1])
+        return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+    def _train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        total = torch.zeros((), device=self.world.device)
+        for tokens in self.stream.next_step(self.accum):
+            loss = self._micro_loss(tokens)
+            (loss / self.accum).backward()
+            total += loss.detach()
+        clip = self.recipe.train.grad_clip or float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        self.optim.step()
+        self.scheduler.step()
+        self.optim.zero_grad(set_to_none=True)
+        return total / self.accum, grad_norm
+
+    def _mean_over_ranks(self, value: torch.Tensor) -> float:
+        # Gloo has no AVG: sum, then divide. A sync point, so only on log steps.
+        value = value.detach().clone().reshape(1)
+        dist.all_reduce(value)
+        return value.item() / self.world.size
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        cfg = self.recipe.train
+        batches = data_mod.val_batches(self.val, self.world.rank, self.world.size,
+                                       cfg.micro_batch_size, cfg.eval_batches)
+        if not batches:
+            return None
+        self.model.eval()
+        total = torch.zeros((), device=self.world.device)
+        for tokens in batches:
+            total += self._micro_loss(tokens)
+        self.model.train()
+        return self._mean_over_ranks(total / len(batches))
+
+    def train(self) -> int:
+        """Train to the last step; returns the process exit status (0, or 75 when stopped)."""
+        cfg, debug = self.recipe.train, self.recipe.debug
+        stop = StopRequest(self.world.device)
+        metrics = MetricsLog(self.run_dir, self._rank0)
+        peak = peak_flops(self.world.device)
+        seq_len = self.recipe.data.max_seq_len
+        meter = Throughput()
+        self.model.train()
+        while self.step < cfg.steps:
+            step = self.step + 1
+            if debug.fail_at_step == step:
+                raise RuntimeError(f"debug.fail_at_step = {step}: failing on purpose")
+            lr = self.scheduler.get_last_lr()[0]
+            loss, grad_norm = self._train_step()
+            self.step = step
+            meter.add(tokens=cfg.global_batch_size * seq_len, samples=cfg.global_batch_size)
+            if step % cfg.log_steps == 0 or step == cfg.steps:
+                self._log(metrics, meter, peak, step, loss, grad_norm, lr)
+            if cfg.eval_steps and step % cfg.eval_steps == 0:
+                self._eval(metrics, step)
+                meter.reset()
+            if stop.agreed() or debug.stop_at_step == step:
+                reason = stop.reason or f"debug.stop_at_step = {step}"
+                log.info("stop requested (%s): saving a checkpoint at step %d", reason, step)
+                self.ckpt.save(step)
+                self.ckpt.wait()
+                if self._rank0:
+                    events.append(self.run_dir, "stopped", step=step)
+                return STOP_EXIT_CODE
+            if cfg.save_steps and step % cfg.save_steps == 0 and step < cfg.steps:
+                self.ckpt.save(step)
+                meter.reset()
+        if self.ckpt.last_saved != self.step:
+            self.ckpt.save(self.step)
+        self.ckpt.wait()
+        if self._rank0:
+            events.append(self.run_dir, "finished", step=self.step)
+            log.info("finished at step %d", self.step)
+        return 0
+
+    def _log(self, metrics: MetricsLog, meter: Throughput, peak: float | None, step: int,
+             loss: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:
+        loss_v = self._mean_over_ranks(loss)
+        tok_s, samples_s, step_time = meter.rates()
+        mfu = (self.flops_per_token * tok_s / (peak * self.world.size)) if peak else None
+        record = {"step": step, "loss": loss_v, "lr": lr, "grad_norm": grad_norm.item(),
+                  "tokens_per_s": round(tok_s, 1), "samples_per_s": round(samples_s, 3),
+                  "step_time": round(step_time, 5), "mfu": mfu,
+                  "peak_mem": round(peak_mem_gib(self.world.device), 3),
+                  "epoch": round(self.stream.epoch, 4)}
+        metrics.write(record)
+        log.info("step %d/%d | loss %.4f | %s tok/s | lr %.3g", step, self.recipe.train.steps,
+                 loss_v, f"{tok_s:,.0f}", lr)
+        meter.reset()
+
+    def _eval(self, metrics: MetricsLog, step: int) -> None:
+        eval_loss = self.evaluate()
+        if eval_loss is None:
+            log.warning("evaluation skipped: the held-out slice has fewer than "
+                        "micro_batch_size x world size sequences")
+            return
+        metrics.write({"step": step, "eval_loss": eval_loss})
+        log.info("step %d | eval loss %.4f", step, eval_loss)
+
+
+def build(recipe: Recipe, source: str, world: World, run_dir: Path,
+          init_ckpt: str | None) -> Trainer:
+    """Check the inputs, then compose the run. ``source`` names the recipe for messages."""
+    cfg = recipe.train
+    accum = check_batch(cfg.global_batch_size, cfg.micro_batch_size, world.size, source)
+    args = model_args(recipe)
+    tok = load_tokenizer(recipe.data.tokenizer)
+    if tok.vocab_size > args.vocab_size:
+        raise ConfigError(source, "model.vocab_size",
+                          f"{args.vocab_size} is smaller than the tokenizer's {tok.vocab_size} "
+                          f"({tok.name}); set model.vocab_size")
+
+    with torch.device("meta"):
+        model = Transformer(args)
+    n_params = count_parameters(model)
+    log.info("model: preset %s, %s parameters (%d), %d layers, dim %d; world size %d on %s",
+             recipe.model.preset, human_count(n_params), n_params, args.n_layers, args.dim,
+             world.size, world.device.type)
+
+    corpus = data_mod.load_corpus(resolve_data_path(recipe.data.path), tok, recipe.data.max_seq_len,
+                                  recipe.data.val_fraction, recipe.data.seed, source)
+    log.info("data: %s, %d documents, %s tokens (%s): %d training and %d held-out sequences of %d",
+             recipe.data.path, corpus.n_docs, f"{corpus.n_tokens:,}", tok.name, len(corpus.train),
+             len(corpus.val), recipe.data.max_seq_len)
+    stream = data_mod.TrainStream(corpus.train, recipe.data.seed, world.rank, world.size,
+                                  cfg.micro_batch_size)
+
+    parallelize(model, world.mesh, param_dtype=compute_dtype(cfg.dtype, world.device),
+                activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile)
+    model.to_empty(device=world.device)
+    model.init_weights(seed=cfg.seed)
+
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                              weight_decay=cfg.weight_decay,
+                              fused=world.device.type == "cuda")
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optim, WarmupCosine(cfg.warmup_steps, cfg.steps, cfg.min_lr / cfg.lr))
+    meta = {"recipe": recipe_to_dict(recipe), "recipe_source": source,
+            "model_args": asdict(args), "tokenizer": tok.name, "world_size": world.size}
+    ckpt = Checkpointer(run_dir, model, optim, scheduler, stream, meta, keep_last=cfg.keep_last,
+                        async_save=cfg.async_save, kill_at_step=recipe.debug.kill_in_save_at_step)
+    step = ckpt.resume()
+    if step == 0 and init_ckpt:
+        load_initial_weights(model, args, init_ckpt, world.rank, f"preset {recipe.model.preset}")
+    return Trainer(recipe=recipe, world=world, run_dir=run_dir, model=model, optim=optim,
+                   scheduler=scheduler, stream=stream, val=corpus.val, ckpt=ckpt, accum=accum,
+                   flops_per_token=flops_per_token(args, recipe.data.max_seq_len), step=step)
+
+
+def load_initial_weights(model: torch.nn.Module, args: Any, ckpt_dir: str, rank: int,
+                         model_name: str) -> None:
+    """Start from a Hugging Face checkpoint. Only rank 0 reads it (a 70B model is 140 GB) and
+    FSDP2 scatters the shards; a checkpoint that does not fit the model is refused on rank 0
+    and the refusal is sent to every rank, so all of them stop with the same ConfigError."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from .hf import read_hf_state_dict
+    state, problem = {}, [None]
+    if rank == 0:
+        try:
+            state = read_hf_state_dict(ckpt_dir, args, model_name=model_name)
+        except ConfigError as err:
+            problem = [(err.source, err.key, err.message)]
+    dist.broadcast_object_list(problem, src=0)
+    if problem[0] is not None:
+        raise ConfigError(*problem[0])
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True,
+                                                                 broadcast_from_rank0=True))
+    log.info("initial weights from %s", ckpt_dir)
