@@ -166,9 +166,6 @@ def _locate(ckpt_dir: Path) -> dict[str, Path]:
     """HF tensor name -> the safetensors file that holds it, from the index or one file."""
     from safetensors import safe_open
 
-    if not ckpt_dir.is_dir():
-        raise ConfigError(str(ckpt_dir), "", "no such directory (expected a Hugging Face "
-                          "checkpoint folder with config.json and model.safetensors)")
     index, single = ckpt_dir / INDEX_FILE, ckpt_dir / SINGLE_FILE
     if index.is_file():
         try:
@@ -208,6 +205,9 @@ def _plan(ckpt_dir: Path, args: ModelArgs, model_name: str) -> tuple[list[tuple[
                                                                      ModelArgs]:
     """Check a checkpoint against ``args``; return (our name, HF name, file) to read, and
     the checkpoint's own ModelArgs. Nothing but headers and config.json is read."""
+    if not ckpt_dir.is_dir():
+        raise ConfigError(str(ckpt_dir), "", "no such directory (expected a Hugging Face "
+                          "checkpoint folder with config.json and model.safetensors)")
     ckpt_args = hf_config_to_args(ckpt_dir / CONFIG)
     files = _locate(ckpt_dir)
     shapes = _shapes(files)
