@@ -1,0 +1,111 @@
+"""``slurmtrain models`` (torch-free) and ``slurmtrain export RUN --hf OUT``."""
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.train.presets import PRESETS, param_count
+
+
+def test_models_lists_every_preset_with_its_exact_count():
+    result = CliRunner().invoke(main, ["models"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split()[:2] == ["preset", "params"]
+    for name, args in PRESETS.items():
+        row = next(line for line in lines if line.split()[0] == name)
+        assert f"{param_count(args):,}" in row
+        assert f" {args.ffn_dim} " in row
+    assert "6,738,415,616" in result.output  # llama2-7b, as published
+
+
+def test_models_does_not_import_torch():
+    code = ("import sys; from click.testing import CliRunner; from slurmtrain.cli import main; "
+            "r = CliRunner().invoke(main, ['models']); "
+            "assert r.exit_code == 0, r.output; "
+            "heavy = sorted(m for m in ('torch', 'safetensors', 'transformers') if m in sys.modules); "
+            "assert not heavy, heavy; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_every_trainer_command_has_help():
+    for name in ("models", "export"):
+        assert main.commands[name].help
+
+
+# ---------------------------------------------------------------- export
+
+def test_export_refuses_a_missing_run_and_an_occupied_output(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["export", str(tmp_path / "nope"), "--hf", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "nope: no such run directory" in result.output
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    result = runner.invoke(main, ["export", str(tmp_path), "--hf", str(out)])
+    assert result.exit_code == 2
+    assert "already holds a checkpoint; pass --overwrite" in result.output
+
+
+@pytest.fixture
+def fake_checkpoints(monkeypatch):
+    """Stands in for slurmtrain.train.checkpoint: export is tested on its own wiring, not
+    on the trainer's checkpoint format (the trainer's tests cover load_consolidated)."""
+    torch = pytest.importorskip("torch")
+    from slurmtrain.train.model import Transformer
+
+    args = PRESETS["tiny"]
+    model = Transformer(args)
+    model.init_weights(seed=0)
+    calls = []
+
+    def load_consolidated(run_dir):
+        calls.append(run_dir)
+        return args, {k: v.clone() for k, v in model.state_dict().items()}
+
+    module = types.ModuleType("slurmtrain.train.checkpoint")
+    module.load_consolidated = load_consolidated
+    monkeypatch.setitem(sys.modules, "slurmtrain.train.checkpoint", module)
+    return torch, model, calls
+
+
+@pytest.mark.torch
+def test_export_writes_a_checkpoint_transformers_loads(tmp_path, fake_checkpoints):
+    torch, model, calls = fake_checkpoints
+    transformers = pytest.importorskip("transformers")
+    run, out = tmp_path / "run", tmp_path / "hf"
+    run.mkdir()
+    result = CliRunner().invoke(main, ["export", str(run), "--hf", str(out), "--dtype", "bfloat16"])
+    assert result.exit_code == 0, result.output
+    assert calls == [run]
+    assert f"exported 131.90K parameters from {run} to {out} (2 files)" in result.output
+    assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    reference = transformers.LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    tokens = torch.randint(0, 320, (1, 11))
+    with torch.no_grad():
+        expected = model.to(torch.bfloat16).float()(tokens)
+        torch.testing.assert_close(reference(tokens).logits, expected, rtol=1e-4, atol=1e-4)
+
+    again = CliRunner().invoke(main, ["export", str(run), "--hf", str(out), "--overwrite",
+                                      "--max-shard-gb", "0.0001"])
+    assert again.exit_code == 0, again.output
+    assert (out / "model.safetensors.index.json").exists()
+    assert not (out / "model.safetensors").exists()
+
+
+def test_export_without_a_checkpoint_reader_says_so(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "slurmtrain.train.checkpoint",
+                        types.ModuleType("slurmtrain.train.checkpoint"))
+    result = CliRunner().invoke(main, ["export", str(tmp_path), "--hf", str(tmp_path / "o")])
+    assert result.exit_code == 1
+    assert result.output.startswith("slurmtrain: error: cannot read checkpoints: cannot import "
+                                    "name 'load_consolidated'")
