@@ -1,3 +1,217 @@
-"""Commands: runs (to be written)."""
+"""Commands: submit, runs, status, logs, cancel.
 
-from .base import main  # noqa: F401
+submitit is imported by the library modules these commands call, inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+
+import click
+
+from .base import main
+from .options import build_job, job_options
+
+runs_dir_option = click.option(
+    "--runs-dir", default="runs", show_default=True, envvar="SLURMTRAIN_RUNS_DIR",
+    type=click.Path(file_okay=False),
+    help="Directory holding the run directories (env: SLURMTRAIN_RUNS_DIR).")
+
+
+def _without_runs_dir(argv: list[str]) -> list[str]:
+    """submit's arguments as a `gen` command line: the same script, less the run directory."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if a == "--":
+            return out + argv[i:]
+        if skip:
+            skip = False
+        elif a == "--runs-dir":
+            skip = True
+        elif not a.startswith("--runs-dir="):
+            out.append(a)
+    return out
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@runs_dir_option
+@job_options
+def submit(runs_dir: str, **opts) -> None:
+    """Submit COMMAND (or --recipe) to Slurm and record it in a new run directory.
+
+    Takes the same options as `gen` and submits exactly the script `gen` prints, with
+    the run directory filled in: runs/<name>-<stamp>/ holds job.sbatch, profile.toml,
+    manifest.json, events.jsonl and logs/.
+
+    \b
+      slurmtrain submit --profile local --recipe tiny-demo
+      slurmtrain submit -p aws-p4d -N 4 --name llama8b -- python train.py --lr 3e-4
+    """
+    from ..runs.submit import submit as submit_job
+
+    loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)
+    done = submit_job(loaded, job, runs_dir)
+    hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
+    click.echo(f"submitted job {done.job_id}")
+    click.echo(f"run directory: {done.run.path}")
+    click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
+
+
+@main.command("runs")
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
+def runs_cmd(runs_dir: str, as_json: bool) -> None:
+    """List the runs under --runs-dir with their Slurm state (one query to Slurm)."""
+    from ..runs import rundir, track
+    from ..runs.slurmquery import format_duration
+
+    found = rundir.list_runs(runs_dir)
+    if not found:
+        click.echo(f"no runs under {runs_dir}", err=True)
+        return
+    rows = track.statuses(found, with_events=False)
+    if as_json:
+        for st in rows:
+            click.echo(json.dumps(st.to_json()))
+        return
+    table = [("RUN", "JOB ID", "STATE", "NODES", "ELAPSED", "SUBMITTED")]
+    for st in rows:
+        state = st.state.value + ("*" if st.source == "events.jsonl" else "")
+        table.append((st.name, st.job_id or "-", state, str(st.nodes or "-"),
+                      format_duration(st.elapsed_s), _short_time(st.submitted)))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    if any(st.source == "events.jsonl" for st in rows):
+        click.echo("* Slurm no longer knows the job; state from the run's events.jsonl")
+
+
+def _short_time(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    try:
+        return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return iso
+
+
+def _targets(refs: tuple[str, ...], runs_dir: str):
+    """RUN or JOBID arguments -> run directories, or job ids no run records."""
+    from ..errors import UsageError
+    from ..runs import rundir
+
+    if not refs:
+        found = rundir.list_runs(runs_dir)
+        if not found:
+            raise UsageError(f"no runs under {runs_dir}; name a run or a job id")
+        return [found[-1]]
+    out = []
+    for ref in refs:
+        try:
+            out.append(rundir.resolve(ref, runs_dir))
+        except UsageError:
+            if not ref.isdigit():
+                raise
+            out.append(ref)  # a job id submitted some other way: ask Slurm
+    return out
+
+
+@main.command()
+@click.argument("refs", nargs=-1, metavar="[RUN|JOBID]...")
+@runs_dir_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run (state, exit code, events...).")
+@click.option("--lines", "-n", default=20, show_default=True, help="Log lines shown for a failed run.")
+def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> None:
+    """State, nodes, elapsed time, exit code, requeues and event history of runs.
+
+    RUN is a run directory or a run name under --runs-dir (default: the latest run).
+    For a failed run, the last lines of the failing node's log follow.
+    """
+    from ..runs import track
+    from ..runs.rundir import RunDir
+    from ..runs.states import JobState
+
+    targets = _targets(refs, runs_dir)
+    for i, (target, st) in enumerate(zip(targets, track.statuses(targets))):
+        if as_json:
+            click.echo(json.dumps(st.to_json()))
+            continue
+        if i:
+            click.echo()
+        _print_status(st)
+        if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
+            for node, tail in track.failing_node_logs(target, st.job_id, lines).items():
+                click.echo(f"last lines of {node}'s log ({target.node_logs(st.job_id)[node]}):")
+                for line in tail:
+                    click.echo(f"  {line}")
+
+
+def _print_status(st) -> None:
+    from ..runs.slurmquery import format_duration
+
+    def row(key: str, value) -> None:
+        click.echo(f"{key:<10} {value}")
+
+    row("run", f"{st.name}" + (f"  ({st.run})" if st.run else ""))
+    row("job", st.job_id or "-")
+    row("state", f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else ""))
+    if st.note:
+        row("note", st.note)
+    row("nodes", f"{st.nodes or '-'}" + (f"  {st.nodelist}" if st.nodelist else ""))
+    row("elapsed", format_duration(st.elapsed_s))
+    row("exit code", "-" if st.exit_code is None else st.exit_code
+        if not st.signal else f"{st.exit_code} (signal {st.signal})")
+    row("requeues", "-" if st.restarts is None else st.restarts)
+    row("submitted", _short_time(st.submitted))
+    if st.events:
+        click.echo("events")
+        for e in st.events:
+            when = datetime.fromtimestamp(float(e.get("time", 0))).strftime("%H:%M:%S")
+            extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
+            click.echo(f"  {when}  {e.get('event', '?'):<16} {extra}".rstrip())
+
+
+@main.command()
+@click.argument("ref", metavar="RUN")
+@runs_dir_option
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
+@click.option("--node", help="Only this node's task log (default: the batch log and every node's).")
+def logs(ref: str, runs_dir: str, follow: bool, node: str | None) -> None:
+    """Print a run's batch log and per-node logs; -f follows them until the job ends."""
+    from ..runs import rundir, track
+
+    run = rundir.resolve(ref, runs_dir)
+    if not follow:
+        for label, path in track.log_files(run, node):
+            if node is None:
+                click.echo(f"==> {label}: {path} <==")
+            if path.exists():
+                click.echo(path.read_text(errors="replace"), nl=False)
+            else:
+                click.echo("(not written yet)")
+        return
+
+    def finished() -> bool:
+        return track.statuses([run], with_events=False)[0].state.is_final
+
+    track.follow(lambda: track.log_files(run, node), finished, sys.stdout, prefix=node is None)
+
+
+@main.command()
+@click.argument("refs", nargs=-1, required=True, metavar="RUN...")
+@runs_dir_option
+def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
+    """Cancel runs' jobs (scancel); they end CANCELLED."""
+    from .. import events
+    from ..runs import jobs, rundir
+    from ..errors import UsageError
+
+    for ref in refs:
+        run = rundir.resolve(ref, runs_dir)
+        if run.job_id is None:
+            raise UsageError(f"run {run.name} has no job id to cancel (state: {run.manifest().get('state')})")
+        jobs.job(run.path, run.job_id).cancel()
+        events.append(run.path, "cancel_requested", job_id=run.job_id)
+        click.echo(f"cancelled job {run.job_id} ({run.name})")

@@ -1,0 +1,126 @@
+"""submitit's executor and job objects, adapted to our own scripts and to clusters
+without accounting. This module imports submitit: import it inside CLI commands only.
+
+Submission hook. submitit's ``Executor._submit_command(command)`` writes
+``_make_submission_file_text(command, uid)`` to a file, runs
+``_make_submission_command(path)`` (its ``CommandFunction``: sbatch's stderr in the
+error), reads the job id with ``_get_job_id_from_submission_command`` and returns a
+``SlurmJob``. We keep that path and override the two ``_make_*`` hooks: the file text
+is our rendered script rather than submitit's pickled-function wrapper, and the command
+submits ``<run_dir>/job.sbatch`` itself, so the file the user reads is the file sbatch
+got. ``CommandFunction`` has no timeout, so the command runs under coreutils
+``timeout``. ``submit(fn)`` (pickling) is never used.
+
+Tracking. ``SlurmJob.watcher`` asks only ``sacct``, which without accounting storage
+answers nothing, so every job reads UNKNOWN (submitit issue 1720); it also swallows
+errors. :class:`Watcher` keeps submitit's design (every registered job refreshed by one
+query) but asks :func:`slurmquery.query`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from pathlib import Path
+
+import submitit
+from submitit.core.utils import FailedJobError
+from submitit.slurm.slurm import SlurmInfoWatcher
+
+from ..errors import SlurmError
+from . import slurmquery
+from .slurmquery import JobInfo
+
+SBATCH_TIMEOUT_S = 60
+SUBMITIT_DIR = ".submitit"  # submitit's own bookkeeping inside a run directory
+
+
+class Watcher(SlurmInfoWatcher):
+    """submitit's watcher with one :func:`slurmquery.query` per refresh instead of sacct."""
+
+    def __init__(self, delay_s: int = 60) -> None:
+        super().__init__(delay_s=delay_s)
+        self.job_infos: dict[str, JobInfo] = {}
+
+    def update(self) -> None:
+        to_check = sorted({x.split("_")[0] for x in self._registered - self._finished})
+        if not to_check:
+            return
+        self._num_calls += 1
+        infos = slurmquery.query(to_check)  # raises SlurmError, unlike submitit's sacct call
+        self.job_infos.update(infos)
+        self._info_dict.update({j: {"State": i.raw_state or i.state.value, "NodeList": i.nodelist or ""}
+                                for j, i in infos.items()})
+        self._last_status_check = time.time()
+        for job_id in to_check:
+            if self.is_done(job_id, mode="cache"):
+                self._finished.add(job_id)
+
+
+class TrackedJob(submitit.SlurmJob):
+    """A ``SlurmJob`` that reads states without accounting and cancels with a timeout."""
+
+    watcher = Watcher(delay_s=60)
+
+    def info(self, mode: str = "standard") -> JobInfo | None:
+        """What Slurm says about this job; None when Slurm no longer knows it."""
+        self.watcher.get_info(self.job_id, mode=mode)
+        return self.watcher.job_infos.get(self.job_id)
+
+    def cancel(self, check: bool = True) -> None:
+        try:
+            slurmquery.scancel(self.job_id)
+        except SlurmError:
+            if check:
+                raise
+
+
+def job(run_dir: str | Path, job_id: str) -> TrackedJob:
+    return TrackedJob(folder=Path(run_dir) / SUBMITIT_DIR, job_id=str(job_id))
+
+
+def refresh(jobs: list[TrackedJob]) -> None:
+    """One query to Slurm for all ``jobs`` (they share the class's watcher)."""
+    if jobs:
+        TrackedJob.watcher.update()
+
+
+class ScriptExecutor(submitit.SlurmExecutor):
+    """Submits one rendered sbatch script, unchanged, through submitit (see the module doc)."""
+
+    job_class = TrackedJob
+
+    def __init__(self, run_dir: str | Path, script: str | Path):
+        try:
+            super().__init__(folder=Path(run_dir) / SUBMITIT_DIR)
+        except RuntimeError:  # submitit's "Could not detect srun"
+            raise SlurmError("srun: command not found; slurmtrain needs the Slurm client commands: "
+                             "run it on a login node, or start the sandbox (`slurmtrain sandbox up`)") from None
+        self.script = Path(script)
+
+    def _make_submission_file_text(self, command: str, uid: str) -> str:
+        return self.script.read_text()
+
+    def _make_submission_command(self, submission_file_path: Path) -> list[str]:
+        return ["timeout", "--kill-after=5", str(SBATCH_TIMEOUT_S), "sbatch", str(self.script)]
+
+    def _num_tasks(self) -> int:
+        return 1  # one batch script; its tasks are ours to track, not submitit's
+
+    def submit_script(self) -> TrackedJob:
+        """sbatch the script; Slurm's refusal becomes a one-line :class:`SlurmError`."""
+        stderr = io.StringIO()
+        try:
+            # CommandFunction prints sbatch's stderr itself on failure; keep it for our message.
+            with contextlib.redirect_stderr(stderr):
+                return self._submit_command("")
+        except FailedJobError as err:
+            cause = err.__cause__
+            code = getattr(cause, "returncode", None)
+            if code in (124, 137):
+                raise SlurmError(f"sbatch did not answer within {SBATCH_TIMEOUT_S} s: is the Slurm "
+                                 "controller reachable?") from None
+            raise SlurmError(slurmquery.one_line(str(err) or stderr.getvalue())) from None
+        except FileNotFoundError:
+            raise SlurmError("timeout/sbatch: command not found") from None

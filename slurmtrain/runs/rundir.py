@@ -1,0 +1,194 @@
+"""Run directories: ``runs/<name>-<stamp>/`` with the script, the profile, a manifest and logs.
+
+Layout (the batch script writes the last three)::
+
+    runs/train-20250101-120000/
+      job.sbatch        the exact script given to sbatch
+      profile.toml      the resolved profile (after extends and --set)
+      manifest.json     what was submitted, from where, and what Slurm answered
+      events.jsonl      submitted, started, finished, failed, ... (slurmtrain.events)
+      logs/job-<jobid>.out           the batch script's output
+      logs/<jobid>-<node>.out        each node's task output
+
+Pure file handling: nothing here talks to Slurm.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import UsageError
+
+MANIFEST = "manifest.json"
+SCRIPT = "job.sbatch"
+PROFILE = "profile.toml"
+LOGS = "logs"
+
+_NODE_LOG = re.compile(r"(?P<job>\d+)-(?P<node>.+)\.out")
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def script(self) -> Path:
+        return self.path / SCRIPT
+
+    @property
+    def logs(self) -> Path:
+        return self.path / LOGS
+
+    def manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.path / MANIFEST).read_text())
+        except FileNotFoundError:
+            return {}
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{self.path / MANIFEST}: not valid JSON ({err})") from None
+
+    def update_manifest(self, **fields: Any) -> dict[str, Any]:
+        """Merge ``fields`` into manifest.json; written to a temporary file, then renamed."""
+        data = {**self.manifest(), **fields}
+        tmp = self.path / f".{MANIFEST}.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(self.path / MANIFEST)
+        return data
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [str(j) for j in self.manifest().get("job_ids", [])]
+
+    @property
+    def job_id(self) -> str | None:
+        """The latest job id (a requeued job keeps its id, so there is usually one)."""
+        ids = self.job_ids
+        return ids[-1] if ids else None
+
+    def batch_log(self, job_id: str | None = None) -> Path | None:
+        job_id = job_id or self.job_id
+        return self.logs / f"job-{job_id}.out" if job_id else None
+
+    def node_logs(self, job_id: str | None = None) -> dict[str, Path]:
+        """Node name -> its task log, for ``job_id`` (default: the latest job)."""
+        job_id = job_id or self.job_id
+        out = {}
+        if job_id and self.logs.is_dir():
+            for p in sorted(self.logs.iterdir()):
+                m = _NODE_LOG.fullmatch(p.name)
+                if m and m["job"] == job_id:
+                    out[m["node"]] = p
+        return out
+
+
+def stamp(now: float | None = None) -> str:
+    return datetime.fromtimestamp(now or time.time()).strftime("%Y%m%d-%H%M%S")
+
+
+def create(runs_dir: str | os.PathLike, name: str) -> RunDir:
+    """A new, empty ``<runs_dir>/<name>-<stamp>[-N]/logs``; never reuses an existing one.
+
+    ``os.mkdir`` fails on an existing directory, so two submissions in the same second
+    (tests, scripts) get ``-2``, ``-3``... instead of sharing a directory.
+    """
+    root = Path(runs_dir).expanduser().absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"{name}-{stamp()}"
+    for n in range(1, 1000):
+        path = root / (base if n == 1 else f"{base}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        (path / LOGS).mkdir()
+        return RunDir(path)
+    raise UsageError(f"{root}: could not create a new run directory for {base}")
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def list_runs(runs_dir: str | os.PathLike) -> list[RunDir]:
+    """Every run under ``runs_dir``, oldest submission first."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        return []
+    runs = [RunDir(p) for p in root.iterdir() if p.is_dir() and is_run_dir(p)]
+    return sorted(runs, key=lambda r: (r.manifest().get("submitted_at") or r.manifest().get("created_at") or "", r.name))
+
+
+def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
+    """RUN as the user typed it: a run directory path, a run name under ``runs_dir``,
+    a unique prefix of one, or a job id recorded in one of their manifests."""
+    path = Path(ref).expanduser()
+    if is_run_dir(path):
+        return RunDir(path.absolute())
+    root = Path(runs_dir)
+    if is_run_dir(root / ref):
+        return RunDir((root / ref).absolute())
+    runs = list_runs(root)
+    if ref.isdigit():
+        by_job = [r for r in runs if ref in r.job_ids]
+        if by_job:
+            return RunDir(by_job[-1].path.absolute())
+    by_prefix = [r for r in runs if r.name.startswith(ref)]
+    if len(by_prefix) == 1:
+        return RunDir(by_prefix[0].path.absolute())
+    if len(by_prefix) > 1:
+        names = ", ".join(r.name for r in by_prefix[-5:])
+        raise UsageError(f"run {ref!r} is ambiguous under {root}: {len(by_prefix)} runs match ({names}); "
+                         "give the full name")
+    raise UsageError(f"run {ref!r}: no such run directory, and no run under {root} has that name or job id "
+                     "(see `slurmtrain runs --runs-dir DIR`)")
+
+
+def git_state(cwd: str | os.PathLike) -> dict[str, Any] | None:
+    """The commit checked out in ``cwd`` and whether tracked files differ; None outside git."""
+    try:
+        head = subprocess.run(["git", "-C", str(cwd), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(cwd), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # no git, or a repository too slow to ask: the manifest says so by omission
+    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None}
+
+
+def initial_manifest(run: RunDir, *, loaded, job, cwd: str | os.PathLike) -> dict[str, Any]:
+    """Everything known before sbatch answers."""
+    p = loaded.profile
+    now = time.time()
+    return {
+        "slurmtrain_version": __version__,
+        "name": run.name,
+        "job_name": job.job_name,
+        "run_dir": str(run.path),
+        "created_at": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
+        "submit_cwd": str(Path(cwd).absolute()),
+        "profile": {"name": loaded.name, "source": str(loaded.source), "digest": loaded.digest()},
+        "git": git_state(cwd),
+        "command": list(job.command),
+        "recipe": job.recipe,
+        "launcher": p.launch.launcher,
+        "nodes": p.slurm.nodes,
+        "partition": p.slurm.partition,
+        "state": "created",
+        "job_ids": [],
+        "submitted_at": None,
+    }

@@ -1,0 +1,254 @@
+"""Ask Slurm about many jobs in one query: ``sacct`` where accounting works, else
+``scontrol show job``.
+
+Why not submitit's own watcher: it asks ``sacct`` only, and without accounting
+storage every job reads UNKNOWN (submitit issue 1720); it also swallows errors and
+runs without a timeout. ``scontrol -o show job`` lists every job the controller still
+holds (finished ones for MinJobAge seconds) in one RPC, with the exit code and the
+requeue count (``Restarts=``) that ``squeue``'s short formats lack.
+
+Every call has a timeout; a missing binary or an unreachable controller becomes one
+:class:`~slurmtrain.errors.SlurmError` line.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..errors import SlurmError
+from .states import JobState, parse_state
+
+QUERY_TIMEOUT_S = 30
+_NOT_FOUND_HINT = ("slurmtrain needs the Slurm client commands: run it on a login node, "
+                   "or start the sandbox (`slurmtrain sandbox up`)")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Slurm says about one job."""
+
+    job_id: str
+    state: JobState
+    raw_state: str
+    source: str                      # "scontrol" or "sacct"
+    nodes: int | None = None
+    nodelist: str | None = None
+    elapsed_s: int | None = None
+    exit_code: int | None = None     # of the batch script
+    signal: int | None = None        # that ended it, if any
+    restarts: int | None = None      # requeue count
+    submit_time: str | None = None
+    reason: str | None = None
+
+
+def run_slurm(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run a Slurm client command; only "not installed" and "no answer" raise here."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmError(f"{argv[0]}: command not found; {_NOT_FOUND_HINT}") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{argv[0]} did not answer within {timeout:g} s: is the Slurm controller "
+                         f"reachable (SLURM_CONF={os.environ.get('SLURM_CONF', '<unset>')})?") from None
+
+
+def one_line(text: str) -> str:
+    """Slurm's own message on one line: its lines joined, repeated prefixes kept once."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return "; ".join(dict.fromkeys(lines)) or "(no message)"
+
+
+def _fail(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
+    return SlurmError(f"{argv[0]} failed (exit {proc.returncode}): {one_line(proc.stderr or proc.stdout)}")
+
+
+# ---- parsing ---------------------------------------------------------------------------
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+
+def parse_key_values(line: str) -> dict[str, str]:
+    """``Key=value Key2=value with spaces`` -> dict; a value runs up to the next `` Key=``."""
+    out: dict[str, str] = {}
+    matches = list(_KEY.finditer(line))
+    for m, nxt in zip(matches, matches[1:] + [None]):
+        end = nxt.start() if nxt else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+def parse_duration(text: str | None) -> int | None:
+    """Slurm durations: ``MM:SS``, ``HH:MM:SS``, ``D-HH:MM:SS`` -> seconds."""
+    if not text or text in ("UNLIMITED", "INVALID", "Partition_Limit"):
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in text.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts[-3:]
+    return ((days * 24 + h) * 60 + m) * 60 + s
+
+
+def format_duration(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    d, rest = divmod(int(seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _exit(text: str | None) -> tuple[int | None, int | None]:
+    """``3:0`` -> (3, None); ``0:15`` -> (0, 15)."""
+    if not text or ":" not in text:
+        return None, None
+    code, sig = text.split(":", 1)
+    try:
+        return int(code), (int(sig) or None)
+    except ValueError:
+        return None, None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def parse_scontrol(text: str) -> dict[str, JobInfo]:
+    """Output of ``scontrol -o show job`` (one job per line)."""
+    out = {}
+    for line in text.splitlines():
+        kv = parse_key_values(line)
+        if "JobId" not in kv:
+            continue  # "No jobs in the system"
+        code, sig = _exit(kv.get("ExitCode"))
+        nodelist = kv.get("NodeList")
+        out[kv["JobId"]] = JobInfo(
+            job_id=kv["JobId"], state=parse_state(kv.get("JobState")), raw_state=kv.get("JobState", ""),
+            source="scontrol", nodes=_int(kv.get("NumNodes", "").split("-")[0]),
+            nodelist=None if nodelist in (None, "(null)", "") else nodelist,
+            elapsed_s=parse_duration(kv.get("RunTime")), exit_code=code, signal=sig,
+            restarts=_int(kv.get("Restarts")), submit_time=kv.get("SubmitTime"),
+            reason=None if kv.get("Reason") in (None, "None") else kv.get("Reason"))
+    return out
+
+
+SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "NNodes", "NodeList", "Elapsed", "Submit", "Reason")
+
+
+def parse_sacct(text: str) -> dict[str, JobInfo]:
+    """Output of ``sacct --parsable2 --noheader --allocations --duplicates --format=SACCT_FIELDS``.
+
+    With ``--duplicates`` a requeued job has one line per start, oldest first; the last
+    is the current one and the others count as restarts.
+    """
+    lines_by_job: dict[str, list[dict[str, str]]] = {}
+    for line in text.splitlines():
+        values = line.split("|")
+        if len(values) < len(SACCT_FIELDS):
+            continue
+        row = dict(zip(SACCT_FIELDS, values))
+        if "." in row["JobIDRaw"]:
+            continue  # a step (batch, extern, 0...), not the allocation
+        lines_by_job.setdefault(row["JobIDRaw"], []).append(row)
+    out = {}
+    for job_id, rows in lines_by_job.items():
+        row = rows[-1]
+        code, sig = _exit(row["ExitCode"])
+        nodelist = row["NodeList"]
+        out[job_id] = JobInfo(
+            job_id=job_id, state=parse_state(row["State"]), raw_state=row["State"], source="sacct",
+            nodes=_int(row["NNodes"]), nodelist=None if nodelist in ("", "None assigned") else nodelist,
+            elapsed_s=parse_duration(row["Elapsed"]), exit_code=code, signal=sig,
+            restarts=len(rows) - 1, submit_time=row["Submit"],
+            reason=None if row["Reason"] in ("", "None") else row["Reason"])
+    return out
+
+
+# ---- queries ---------------------------------------------------------------------------
+
+# Whether sacct works, learned from the first sacct call and kept for the process, per
+# slurm.conf version: the sandbox rewrites its slurm.conf when it restarts with or
+# without accounting, which changes the key.
+_accounting: dict[tuple, bool] = {}
+
+
+def _conf_key() -> tuple:
+    conf = os.environ.get("SLURM_CONF", "")
+    try:
+        return conf, os.stat(conf).st_mtime_ns if conf else 0
+    except OSError:
+        return conf, 0
+
+_NO_ACCOUNTING = re.compile(r"accounting storage is disabled|not running a supported accounting_storage"
+                            r"|slurmdbd.*(connect|connection)", re.I)
+
+
+def scontrol_jobs() -> dict[str, JobInfo]:
+    """Every job the controller holds, in one RPC."""
+    argv = ["scontrol", "--oneliner", "show", "job"]
+    proc = run_slurm(argv)
+    if proc.returncode != 0:
+        raise _fail(argv, proc)
+    return parse_scontrol(proc.stdout)
+
+
+def sacct_jobs(job_ids: Iterable[str]) -> dict[str, JobInfo] | None:
+    """The jobs from the accounting database; None when this cluster has no accounting."""
+    ids = sorted(set(job_ids), key=lambda j: (len(j), j))
+    key = _conf_key()
+    if _accounting.get(key) is False:
+        return None
+    if not ids:
+        return {}
+    argv = ["sacct", "--parsable2", "--noheader", "--allocations", "--duplicates",
+            "--format=" + ",".join(SACCT_FIELDS), "--jobs=" + ",".join(ids)]
+    proc = run_slurm(argv)
+    if proc.returncode != 0:
+        if _NO_ACCOUNTING.search(proc.stderr):
+            _accounting[key] = False
+            return None
+        raise _fail(argv, proc)
+    _accounting[key] = True
+    return parse_sacct(proc.stdout)
+
+
+def query(job_ids: Iterable[str]) -> dict[str, JobInfo]:
+    """Slurm's view of ``job_ids``: one ``sacct`` call with accounting, else one
+    ``scontrol`` call. Jobs Slurm no longer knows are absent from the result.
+
+    With accounting, a job sacct does not list yet (slurmdbd lags a few seconds behind
+    the controller) is looked up with scontrol, a second query only in that case.
+    """
+    ids = [str(j) for j in job_ids]
+    if not ids:
+        return {}
+    found = sacct_jobs(ids)
+    if found is not None and all(j in found for j in ids):
+        return {j: found[j] for j in ids}
+    live = scontrol_jobs()
+    merged = {j: live[j] for j in ids if j in live}
+    merged.update({j: info for j, info in (found or {}).items() if j in ids})
+    return merged
+
+
+def accounting_enabled() -> bool | None:
+    """What the last query learned: True, False, or None when not asked yet."""
+    return _accounting.get(_conf_key())
+
+
+def scancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
+    argv = ["scancel", str(job_id)]
+    proc = run_slurm(argv, timeout=timeout)
+    if proc.returncode != 0:
+        raise _fail(argv, proc)

@@ -1,0 +1,64 @@
+"""Submit a job: create its run directory, write the exact script, sbatch it through submitit.
+
+Rendering stays pure (:func:`slurmtrain.render.render`); this is where effects happen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+from .. import events
+from ..errors import SlurmError
+from ..profile import LoadedProfile
+from ..render import JobSpec, render
+from . import rundir
+from .rundir import PROFILE, RunDir
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    run: RunDir
+    job_id: str
+
+
+def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
+            cwd: str | os.PathLike | None = None) -> RunDir:
+    """A new run directory holding job.sbatch, profile.toml and the manifest (state "created")."""
+    cwd = Path(cwd or Path.cwd())
+    run = rundir.create(runs_dir, job.job_name)
+    try:
+        job = dataclasses.replace(job, run_dir=str(run.path))
+        script = render(loaded, job)
+    except Exception:
+        shutil.rmtree(run.path, ignore_errors=True)  # ours, just made, holding only logs/
+        raise
+    run.script.write_text(script)
+    (run.path / PROFILE).write_text(loaded.to_toml())
+    run.update_manifest(**rundir.initial_manifest(run, loaded=loaded, job=job, cwd=cwd))
+    return run
+
+
+def submit_run(run: RunDir) -> Submitted:
+    """sbatch ``run``'s job.sbatch; a refusal is recorded in the run directory and re-raised."""
+    from .jobs import ScriptExecutor  # submitit: imported only when submitting
+
+    try:
+        tracked = ScriptExecutor(run.path, run.script).submit_script()
+    except SlurmError as err:
+        message = str(err)
+        run.update_manifest(state="refused", refusal=message)
+        events.append(run.path, "submit_refused", message=message)
+        raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path})") from None
+    now = datetime.now().astimezone().isoformat(timespec="seconds")
+    run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now)
+    events.append(run.path, "submitted", job_id=tracked.job_id)
+    return Submitted(run, tracked.job_id)
+
+
+def submit(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
+           cwd: str | os.PathLike | None = None) -> Submitted:
+    return submit_run(prepare(loaded, job, runs_dir, cwd))

@@ -1,0 +1,202 @@
+"""The state of runs: Slurm's answer where it still knows the job, else the run's own
+events.jsonl. Many runs cost one query to Slurm (:func:`slurmquery.query`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, TextIO
+
+from .. import events as events_mod
+from ..errors import UsageError
+from . import slurmquery
+from .rundir import RunDir
+from .states import JobState
+
+# Events the batch script writes when it ends, and the state each means.
+_FINAL_EVENTS = {
+    "finished": JobState.COMPLETED,
+    "failed": JobState.FAILED,
+    "requeue_limit": JobState.FAILED,
+    "watchdog_timeout": JobState.FAILED,
+    "submit_refused": JobState.REFUSED,
+}
+_EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4}
+
+
+@dataclass
+class RunStatus:
+    run: str | None                  # run directory, None for a bare job id
+    name: str
+    job_id: str | None
+    state: JobState
+    source: str                      # scontrol, sacct, events.jsonl or manifest
+    note: str | None = None
+    nodes: int | None = None
+    nodelist: str | None = None
+    elapsed_s: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    restarts: int | None = None
+    submitted: str | None = None
+    reason: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        return d
+
+
+def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[RunStatus]:
+    """Status of each target (a run, or a bare job id) with one query to Slurm for all."""
+    targets = list(targets)
+    job_ids = {t if isinstance(t, str) else t.job_id for t in targets} - {None}
+    infos: dict[str, slurmquery.JobInfo] = {}
+    if job_ids:
+        from . import jobs  # submitit's job objects; imported only when there is a job to ask about
+
+        tracked = [jobs.job(t.path if isinstance(t, RunDir) else ".", t if isinstance(t, str) else t.job_id)
+                   for t in targets if (t if isinstance(t, str) else t.job_id)]
+        jobs.refresh(tracked)
+        infos = {j.job_id: i for j in tracked if (i := j.info(mode="cache")) is not None}
+    return [_status(t, infos, with_events) for t in targets]
+
+
+def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_events: bool) -> RunStatus:
+    if isinstance(target, str):
+        info = infos.get(target)
+        if info is None:
+            return RunStatus(None, target, target, JobState.UNKNOWN, "slurm",
+                             note=f"Slurm does not know job {target} (finished more than MinJobAge ago, "
+                                  "or never existed), and no run directory records it")
+        return _from_info(RunStatus(None, target, target, info.state, info.source), info)
+    manifest = target.manifest()
+    evs = sorted(events_mod.read(target.path), key=lambda e: e.get("time", 0))
+    st = RunStatus(str(target.path), target.name, target.job_id, JobState.UNKNOWN, "manifest",
+                   nodes=manifest.get("nodes"), submitted=manifest.get("submitted_at") or manifest.get("created_at"),
+                   events=evs if with_events else [])
+    if manifest.get("state") == "refused":
+        st.state, st.note = JobState.REFUSED, manifest.get("refusal")
+        return st
+    if st.job_id is None:
+        st.note = "not submitted (no job id in manifest.json)"
+        return st
+    info = infos.get(st.job_id)
+    if info is not None:
+        st.state, st.source = info.state, info.source
+        return _from_info(st, info)
+    return _from_events(st, evs)
+
+
+def _from_info(st: RunStatus, info: slurmquery.JobInfo) -> RunStatus:
+    st.nodes = info.nodes or st.nodes
+    st.nodelist, st.elapsed_s, st.restarts, st.reason = info.nodelist, info.elapsed_s, info.restarts, info.reason
+    if info.state.is_final:
+        st.exit_code, st.signal = info.exit_code, info.signal
+    return st
+
+
+def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
+    """Slurm has forgotten the job: its own events say how it ended, if they can."""
+    mine = [e for e in evs if str(e.get("job_id", st.job_id)) == st.job_id]
+    st.source = "events.jsonl"
+    started = [e for e in mine if e.get("event") == "started"]
+    if started:
+        st.nodelist = started[-1].get("nodes")
+        st.restarts = max(int(e.get("restart", 0)) for e in mine)
+    last_final = next((e for e in reversed(mine) if e.get("event") in _FINAL_EVENTS), None)
+    if last_final is None:
+        st.note = (f"Slurm no longer knows job {st.job_id} and events.jsonl records no end: "
+                   "it was cancelled, killed, or never started")
+        return st
+    st.state = _FINAL_EVENTS[last_final["event"]]
+    st.exit_code = last_final.get("exit_code", _EXIT_OF_EVENT.get(last_final["event"]))
+    if started:
+        st.elapsed_s = int(last_final["time"] - started[-1]["time"])
+    st.note = f"Slurm no longer knows job {st.job_id}; state from events.jsonl ({last_final['event']})"
+    return st
+
+
+# ---- logs ------------------------------------------------------------------------------
+
+_SRUN_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task \d+: (Exited with exit code \d+|Killed|Terminated)")
+
+
+def tail(path: Path, lines: int = 20) -> list[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except FileNotFoundError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def failing_node_logs(run: RunDir, job_id: str | None = None, lines: int = 20) -> dict[str, list[str]]:
+    """Last lines of the log of each node srun reported as failing; every node's if none was named."""
+    job_id = job_id or run.job_id
+    node_logs = run.node_logs(job_id)
+    batch = run.batch_log(job_id)
+    failed = []
+    if batch is not None:
+        failed = [m["node"] for m in map(_SRUN_TASK_ERROR.search, tail(batch, 200)) if m]
+    chosen = [n for n in dict.fromkeys(failed) if n in node_logs] or list(node_logs)
+    return {n: tail(node_logs[n], lines) for n in chosen}
+
+
+def log_files(run: RunDir, node: str | None = None, job_id: str | None = None) -> list[tuple[str, Path]]:
+    """(label, path): the batch log, then each node's log; only ``node``'s if given."""
+    job_id = job_id or run.job_id
+    if job_id is None:
+        raise UsageError(f"run {run.name} has no job id (was it submitted?); see {run.path / 'manifest.json'}")
+    nodes = run.node_logs(job_id)
+    if node is not None:
+        if node not in nodes:
+            known = ", ".join(nodes) or "none yet"
+            raise UsageError(f"run {run.name}: no log for node {node!r} (nodes with logs: {known})")
+        return [(node, nodes[node])]
+    out = [("batch", run.batch_log(job_id))]
+    return out + list(nodes.items())
+
+
+def follow(files: Callable[[], list[tuple[str, Path]]], finished: Callable[[], bool], out: TextIO,
+           poll_s: float = 0.5, check_every_s: float = 5.0, prefix: bool = True) -> None:
+    """Print what is appended to the files (the list may grow) until ``finished()``, then
+    drain once more. ``finished`` is asked every ``check_every_s`` (it queries Slurm)."""
+    offsets: dict[Path, int] = {}
+    partial: dict[Path, str] = {}
+    last_check = 0.0
+    done = False
+    while True:
+        for label, path in files():
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offsets.get(path, 0))
+                    chunk = f.read()
+                    offsets[path] = f.tell()
+            except FileNotFoundError:
+                continue
+            if not chunk:
+                continue
+            text = partial.pop(path, "") + chunk.decode(errors="replace")
+            *complete, rest = text.split("\n")
+            if rest:
+                partial[path] = rest
+            for line in complete:
+                out.write(f"[{label}] {line}\n" if prefix else line + "\n")
+            out.flush()
+        if done:
+            for path, rest in partial.items():
+                out.write(rest + "\n")
+            return
+        if time.monotonic() - last_check >= check_every_s:
+            last_check = time.monotonic()
+            done = finished()
+            if done:
+                continue  # one more pass for what was written while we asked
+        time.sleep(poll_s)
