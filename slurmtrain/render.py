@@ -183,7 +183,9 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
             words += [Raw('--node-rank="$node_rank"'), Raw('--master-addr="$MASTER_ADDR"'),
                       Raw('--master-port="$MASTER_PORT"')]
         words += {"module": ["-m"], "exec": ["--no-python"], "script": []}[kind]
-    return shell_words(_container_prefix(p) + words + argv)
+    # One line per part (container, launcher, program) so a person can read and edit it.
+    parts = [_container_prefix(p), words, argv]
+    return " \\\n    ".join(shell_words(part) for part in parts if part)
 
 
 def _run_dir_expr(job: JobSpec) -> str:

@@ -134,6 +134,8 @@ def _convert(tp: Any, value: Any, key: str, sources: Sources) -> Any:
         return build(tp, value, sources, key + ".")
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(inner) == 1:  # Optional[X]: TOML has no null, so the value must be an X
+            return _convert(inner[0], value, key, sources)
         for option in inner:
             try:
                 return _convert(option, value, key, sources)

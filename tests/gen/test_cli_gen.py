@@ -1,0 +1,87 @@
+"""The gen command line: output, secrets, help text, and a light import path."""
+
+import os
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.profile import available
+
+SENTINEL = "sk-SENTINEL-7f3a9c-do-not-leak"
+
+
+def test_gen_prints_script_matching_render():
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec, render
+    result = CliRunner().invoke(main, ["gen", "--profile", "aws-p4d", "--nodes", "4", "--", "python", "train.py"])
+    assert result.exit_code == 0, result.output
+    assert "#SBATCH --nodes=4" in result.output and "export FI_PROVIDER=efa" in result.output
+    assert "export FI_EFA_USE_DEVICE_RDMA=1" in result.output and "export FI_EFA_FORK_SAFE=1" in result.output
+    job = JobSpec(command=("python", "train.py"), job_name="train",
+                  regen_command="slurmtrain gen --profile aws-p4d --nodes 4 -- python train.py")
+    expected = render(load_profile("aws-p4d", ["slurm.nodes=4"]), job)
+    body = lambda s: s.split("\n", 4)[4]  # the header names the exact command line
+    assert body(result.output) == body(expected)
+
+
+def test_g5_has_efa_without_rdma():
+    out = CliRunner().invoke(main, ["gen", "-p", "aws-g5", "--", "x"]).output
+    assert "FI_PROVIDER=efa" in out and "FI_EFA_USE_DEVICE_RDMA" not in out
+
+
+def test_gen_without_command_is_a_clear_error():
+    result = CliRunner().invoke(main, ["gen", "--profile", "local"])
+    assert result.exit_code == 2 and "nothing to run" in result.output
+
+
+def test_launcher_not_allowed_by_profile():
+    result = CliRunner().invoke(main, ["gen", "-p", "hpc-apptainer", "--launcher", "deepspeed", "--", "x"])
+    assert result.exit_code == 2 and "allowed_launchers" in result.output
+
+
+def test_secret_values_never_rendered(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", SENTINEL)
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)
+    for name in available():
+        for launcher in ("torchrun", "srun-loop", "deepspeed"):
+            result = CliRunner().invoke(main, ["gen", "-p", name, "--launcher", launcher, "--", "python", "t.py"])
+            if result.exit_code == 2 and "allowed_launchers" in result.output:
+                continue
+            assert result.exit_code == 0, result.output
+            assert SENTINEL not in result.output
+            assert "export WANDB_API_KEY\n" in result.output
+
+
+def test_secret_cannot_be_given_a_value():
+    result = CliRunner().invoke(main, ["gen", "-p", "local", "--set", "env.vars.WANDB_API_KEY=abc", "--", "x"])
+    assert result.exit_code == 2 and "env.secrets" in result.output
+
+
+def _all_commands(group, prefix=""):
+    for name, cmd in group.commands.items():
+        yield f"{prefix}{name}", cmd
+        if isinstance(cmd, click.Group):
+            yield from _all_commands(cmd, f"{prefix}{name} ")
+
+
+def test_every_command_and_option_has_help():
+    for path, cmd in _all_commands(main):
+        assert (cmd.help or "").strip(), f"`slurmtrain {path}` has no help text"
+        for param in cmd.params:
+            if isinstance(param, click.Option):
+                assert (param.help or "").strip(), f"`slurmtrain {path}` option {param.opts} has no help"
+        result = CliRunner().invoke(main, [*path.split(), "--help"])
+        assert result.exit_code == 0
+
+
+def test_cli_import_path_stays_light():
+    code = ("import sys; from slurmtrain.cli import main\n"
+            "from click.testing import CliRunner\n"
+            "r = CliRunner().invoke(main, ['gen', '-p', 'aws-p4d', '--', 'python', 'x.py']); assert r.exit_code == 0\n"
+            "print(' '.join(m for m in ('torch', 'deepspeed', 'submitit', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"gen imported: {out}"

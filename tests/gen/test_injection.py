@@ -1,0 +1,115 @@
+"""Hostile values end up quoted so bash passes them through literally.
+
+The rendered script runs for real here, with stand-ins for srun/scontrol (fakebin/)
+and a launcher that records its argv, so what bash hands the launcher is checked,
+not what the text looks like.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from slurmtrain.errors import ConfigError, UsageError
+from slurmtrain.profile import load_profile
+from slurmtrain.render import JobSpec, render
+
+FAKEBIN = Path(__file__).resolve().parent / "fakebin"
+NASTY = [
+    "two words", "it's", 'say "hi"', "$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "x && touch PWNED",
+    "*", "?[a]", "ünïcødé ✓", "$HOME", "--flag=$((1+1))", "", "\\", "'\"'", "a|b>c<d",
+]
+
+
+def run_script(tmp_path, script: str, env_keys: str = "") -> dict[str, dict]:
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    env = {
+        **os.environ, "PATH": f"{FAKEBIN}:{os.environ['PATH']}", "FAKE_NODES": "nodeA nodeB",
+        "FAKE_OUT": str(out), "FAKE_LOG": str(tmp_path / "fake.log"), "FAKE_ENV_KEYS": env_keys,
+        "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[A-B]", "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_NAME": "t", "SLURMTRAIN_RUN_DIR": str(tmp_path / "run"),
+    }
+    result = subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "PWNED").exists(), "a value was executed by the shell"
+    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun-loop", "deepspeed"])
+def test_command_arguments_arrive_unchanged(tmp_path, launcher):
+    profile = load_profile("local", [f'launch.launcher="{launcher}"', f'launch.python="{FAKEBIN}/launcher-python"'])
+    command = ("python", "train.py", *NASTY)
+    records = run_script(tmp_path, render(profile, JobSpec(command=command, run_dir=str(tmp_path / "run"))))
+    assert set(records) == {"launcher-python-nodeA", "launcher-python-nodeB"}
+    for rec in records.values():
+        assert rec["argv"][-len(NASTY) - 1:] == ["train.py", *NASTY]
+
+
+def test_exec_command_and_node_ranks(tmp_path):
+    profile = load_profile("local", ['launch.launcher="srun-loop"', f'launch.python="{FAKEBIN}/launcher-python"'])
+    records = run_script(tmp_path, render(profile, JobSpec(command=("my tool", "x y"), run_dir=str(tmp_path / "r"))))
+    for node, rank in (("nodeA", "0"), ("nodeB", "1")):
+        argv = records[f"launcher-python-{node}"]["argv"]
+        assert argv[-3:] == ["--no-python", "my tool", "x y"]
+        assert f"--node-rank={rank}" in argv
+
+
+def test_profile_values_arrive_unchanged_in_container_and_env(tmp_path):
+    hostile = "$(touch PWNED) `touch PWNED`; it's \"quoted\" ✓"
+    profile = load_profile("hpc-apptainer", [
+        f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]',
+        f'container.image="{tmp_path}/img with space.sif"',
+        'container.binds=["/data:/data:ro"]',
+        f"container.env.MSG={json.dumps(hostile)}",
+        f"env.vars.GREETING={json.dumps(hostile)}",
+        f"container.options=[{json.dumps('--fakeroot=' + hostile)}]",
+    ])
+    records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))),
+                         env_keys="GREETING")
+    argv = records["apptainer-nodeA"]["argv"]
+    assert argv[:2] == ["exec", "--nv"]
+    pairs = list(zip(argv, argv[1:]))
+    assert ("--env", f"MSG={hostile}") in pairs and ("--bind", "/data:/data:ro") in pairs
+    assert f"--fakeroot={hostile}" in argv and f"{tmp_path}/img with space.sif" in argv
+    assert records["apptainer-nodeB"]["env"]["GREETING"] == hostile
+
+
+def test_pyxis_mounts_go_to_srun(tmp_path):
+    profile = load_profile("local", ['container.runtime="pyxis"', 'container.image="nvcr.io#nvidia/pytorch:24.05-py3"',
+                                     'container.binds=["/fsx:/fsx"]', 'container.workdir="/fsx/w"'])
+    script = render(profile, JobSpec(command=("python", "t.py")))
+    assert "'--container-image=nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/fsx:/fsx --container-workdir=/fsx/w" in script
+
+
+@pytest.mark.parametrize("sets,part", [
+    (['slurm.partition="gpu;rm -rf /"'], "slurm.partition"),
+    (['slurm.partition="a b"'], "slurm.partition"),
+    (['container.binds=["/a b:/c"]'], "container.binds"),
+    (['env.vars.BAD-NAME=x'], "env.vars.BAD-NAME"),
+    (['slurm.extra=["--x\\n#SBATCH --y"]'], "slurm.extra"),
+])
+def test_values_that_cannot_be_valid_are_rejected(sets, part):
+    with pytest.raises(ConfigError) as info:
+        load_profile("local", sets)
+    assert part in str(info.value)
+
+
+def test_run_dir_that_sbatch_cannot_read_is_rejected():
+    with pytest.raises(UsageError, match="#SBATCH --output"):
+        render(load_profile("local"), JobSpec(command=("x",), run_dir="/tmp/has space"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
+                min_size=1, max_size=4))
+def test_random_arguments_round_trip_through_bash(tmp_path_factory, args):
+    tmp_path = tmp_path_factory.mktemp("rt")
+    profile = load_profile("local", ['launch.launcher="srun-loop"', f'launch.python="{FAKEBIN}/launcher-python"'])
+    records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py", *args), run_dir=str(tmp_path / "r"))))
+    assert records["launcher-python-nodeA"]["argv"][-len(args):] == args

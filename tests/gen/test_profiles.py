@@ -1,0 +1,154 @@
+"""Profile loading: look-up order, extends, --set, and one clear message per kind of mistake."""
+
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.errors import ConfigError
+from slurmtrain.profile import load_profile
+
+
+def write(dir_, name, text):
+    path = dir_ / f"{name}.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def gen(*args, cwd=None):
+    return CliRunner().invoke(main, ["gen", *args], catch_exceptions=False)
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    d = tmp_path / ".slurmtrain" / "clusters"
+    d.mkdir(parents=True)
+    return d
+
+
+def test_builtins_load_with_expected_facts():
+    p4d = load_profile("aws-p4d").profile
+    assert p4d.fabric.kind == "efa" and p4d.fabric.gpu_rdma and p4d.slurm.gpus_per_node == 8
+    g5 = load_profile("aws-g5").profile
+    assert g5.fabric.kind == "efa" and not g5.fabric.gpu_rdma
+    hpc = load_profile("hpc-apptainer").profile
+    assert hpc.container.runtime == "apptainer" and hpc.launch.launcher == "srun-loop"
+    assert {"NCCL_IB_TIMEOUT", "UCX_RC_TIMEOUT", "NCCL_IB_RETRY_CNT"} <= set(hpc.fabric.env)
+    assert load_profile("local").profile.slurm.gpus_per_node == 0
+
+
+def test_lookup_order_project_dir_shadows_builtin(user_dir):
+    write(user_dir, "local", 'description = "mine"\n')
+    assert load_profile("local").profile.description == "mine"
+
+
+def test_user_config_dir_is_searched(user_dir, tmp_path):
+    d = tmp_path / "xdg" / "slurmtrain" / "clusters"
+    d.mkdir(parents=True)
+    write(d, "site", 'extends = "aws-p4d"\n[slurm]\nnodes = 16\n')
+    p = load_profile("site").profile
+    assert p.slurm.nodes == 16 and p.fabric.kind == "efa"
+
+
+def test_set_overrides_and_is_typed():
+    p = load_profile("local", ["slurm.nodes=3", "fabric.env.NCCL_DEBUG_SUBSYS=INIT", "slurm.exclusive=true"]).profile
+    assert p.slurm.nodes == 3 and p.fabric.env["NCCL_DEBUG_SUBSYS"] == "INIT" and p.slurm.exclusive is True
+
+
+def expect_error(fn, *parts):
+    with pytest.raises(ConfigError) as info:
+        fn()
+    for part in parts:
+        assert part in str(info.value), str(info.value)
+    return str(info.value)
+
+
+def test_unknown_key_lists_valid_keys_and_near_miss(user_dir):
+    path = write(user_dir, "bad", "[slurm]\ngpus_per_nod = 8\n")
+    msg = expect_error(lambda: load_profile("bad"), str(path), "slurm.gpus_per_nod", "did you mean \"gpus_per_node\"",
+                       "valid keys here:", "partition")
+    assert "\n" not in msg
+
+
+def test_unknown_section(user_dir):
+    path = write(user_dir, "bad", "[fabrik]\nkind = 'efa'\n")
+    expect_error(lambda: load_profile("bad"), str(path), "fabrik", 'did you mean "fabric"')
+
+
+def test_wrong_type_names_expected_and_found(user_dir):
+    path = write(user_dir, "bad", '[slurm]\ngpus_per_node = "8"\n')
+    expect_error(lambda: load_profile("bad"), f"{path}: slurm.gpus_per_node", "expected an integer", "string '8'")
+
+
+def test_missing_required_value(user_dir):
+    path = write(user_dir, "bad", '[container]\nruntime = "apptainer"\n')
+    expect_error(lambda: load_profile("bad"), f"{path}: container.image", "required")
+
+
+def test_value_outside_choices(user_dir):
+    path = write(user_dir, "bad", '[launch]\nlauncher = "torchrum"\n')
+    expect_error(lambda: load_profile("bad"), f"{path}: launch.launcher", "one of 'torchrun', 'srun-loop', 'deepspeed'",
+                 'did you mean "torchrun"', "'torchrum'")
+
+
+def test_extends_cycle(user_dir):
+    write(user_dir, "a", 'extends = "b"\n')
+    write(user_dir, "b", 'extends = "a"\n')
+    expect_error(lambda: load_profile("a"), "extends cycle", "a.toml -> ", "b.toml -> ")
+
+
+def test_error_in_parent_names_parent_file(user_dir):
+    parent = write(user_dir, "parent", "[slurm]\nnodes = -1\n")
+    write(user_dir, "child", 'extends = "parent"\n')
+    expect_error(lambda: load_profile("child"), f"{parent}: slurm.nodes", "positive")
+
+
+def test_newline_in_partition_rejected(user_dir):
+    write(user_dir, "bad", '[slurm]\npartition = "gpu\\n#SBATCH --x"\n')
+    expect_error(lambda: load_profile("bad"), "slurm.partition", "control characters")
+
+
+def test_set_error_names_the_set():
+    expect_error(lambda: load_profile("local", ["slurm.nodes=many"]), "--set slurm.nodes=many", "slurm.nodes",
+                 "expected an integer")
+    expect_error(lambda: load_profile("local", ["nodes"]), "expected dotted.key=value")
+
+
+def test_unknown_profile_suggests():
+    expect_error(lambda: load_profile("aws-p4"), "not found", 'did you mean "aws-p4d"', "known profiles")
+
+
+def test_invalid_toml(user_dir):
+    path = write(user_dir, "bad", "[slurm\n")
+    expect_error(lambda: load_profile("bad"), str(path), "not valid TOML")
+
+
+@pytest.mark.parametrize("text,key", [
+    ("[slurm]\ngpus_per_nod = 8\n", "slurm.gpus_per_nod"),
+    ('[slurm]\nnodes = "2"\n', "slurm.nodes"),
+    ('[launch]\nlauncher = "mpirun"\n', "launch.launcher"),
+    ('extends = "bad"\n', "extends cycle"),
+])
+def test_cli_exit_2_one_line_no_traceback(user_dir, text, key):
+    write(user_dir, "bad", text)
+    result = gen("--profile", "bad", "--", "python", "x.py")
+    assert result.exit_code == 2
+    assert key in result.output and "Traceback" not in result.output
+    assert result.output.startswith("slurmtrain: error: ") and result.output.count("\n") == 1
+
+
+def test_profiles_show_resolves_extends_and_set():
+    result = CliRunner().invoke(main, ["profiles", "show", "aws-p5", "--set", "slurm.nodes=8"])
+    assert result.exit_code == 0, result.output
+    import tomllib
+    data = tomllib.loads(result.output)
+    assert data["slurm"]["nodes"] == 8 and data["fabric"]["kind"] == "efa" and data["slurm"]["cpus_per_task"] == 192
+
+
+def test_profiles_list_names_all_builtins():
+    result = CliRunner().invoke(main, ["profiles", "list"])
+    for name in ("aws-p4d", "aws-p5", "aws-g5", "hpc-apptainer", "lambda-a6000", "local"):
+        assert name in result.output
