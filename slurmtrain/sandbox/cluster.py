@@ -1,0 +1,254 @@
+"""``up``, ``down``, ``status``: the sandbox's life cycle."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import config, daemons, hosts, install, procs
+from .config import Settings
+from .errors import DaemonFailed, SandboxError
+from .layout import Layout, STATE_DIR_ENV
+from ..errors import UsageError
+
+Progress = Callable[[str], None]
+NODE_READY_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A running sandbox: where it lives and how to talk to it."""
+
+    state_dir: Path
+    slurm_conf: Path
+    settings: Settings
+    nodes: tuple[str, ...]
+    node_addrs: dict[str, str]
+    partitions: tuple[str, ...]
+    pids: dict[str, int]
+    """daemon name ("munged", "slurmctld", "slurmd-stnode1", ...) -> pid"""
+    logs: dict[str, Path]
+    node_states: dict[str, str] = field(default_factory=dict)
+    """node -> sinfo state ("idle", "alloc", "down*", ...); empty if not queried"""
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.slurm_conf)}
+
+
+def _daemon_programs(settings: Settings) -> dict[str, str]:
+    """daemon name -> program, in start order."""
+    names = {"munged": "munged"}
+    if settings.accounting:
+        names.update({"mariadb": "mariadbd", "slurmdbd": "slurmdbd"})
+    names["slurmctld"] = "slurmctld"
+    for node in config.node_names(settings):
+        names[daemons.slurmd_name(node)] = "slurmd"
+    return names
+
+
+def _saved_settings(layout: Layout) -> Settings | None:
+    try:
+        return Settings.from_json(layout.settings.read_text())
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _running(layout: Layout, settings: Settings) -> dict[str, int]:
+    """Daemons of ``settings`` that are running now: name -> pid."""
+    out = {}
+    for name, program in _daemon_programs(settings).items():
+        pid = procs.read_pid(layout.pid_file(name))
+        if procs.is_ours(pid, program):
+            out[name] = pid
+    return out
+
+
+def _write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
+    if path.exists() and path.read_text() == text:
+        return False
+    path.write_text(text)
+    path.chmod(mode)
+    return True
+
+
+def _info(layout: Layout, settings: Settings, query_nodes: bool = True) -> SandboxInfo:
+    names = _daemon_programs(settings)
+    nodes = tuple(config.node_names(settings))
+    return SandboxInfo(
+        state_dir=layout.root,
+        slurm_conf=layout.slurm_conf,
+        settings=settings,
+        nodes=nodes,
+        node_addrs={n: config.node_addr(i) for i, n in enumerate(nodes, start=1)},
+        partitions=config.PARTITIONS,
+        pids=_running(layout, settings),
+        logs={name: (layout.log(name)) for name in names},
+        node_states=daemons.node_states(layout) if query_nodes else {},
+    )
+
+
+def up(nodes: int = 2, cpus_per_node: int = 4, accounting: bool = False,
+       progress: Progress = print) -> SandboxInfo:
+    """Start the sandbox (or check that it already runs with these settings).
+
+    Raises UsageError if it runs with other settings, SandboxUnavailable where this
+    machine cannot run it, DaemonFailed naming the daemon and its log otherwise."""
+    settings = Settings(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting)
+    layout = Layout.current()
+    install.ensure_installed(accounting, progress)
+
+    saved = _saved_settings(layout)
+    if saved is not None and _running(layout, saved):
+        if saved != settings:
+            raise UsageError(
+                f"the sandbox in {layout.root} already runs with {saved.describe()}; "
+                f"you asked for {settings.describe()}. Run `slurmtrain sandbox down` first.")
+        if len(_running(layout, saved)) == len(_daemon_programs(saved)):
+            info = _info(layout, settings)
+            if all(s in daemons.READY_STATES for s in info.node_states.values()) and info.node_states:
+                progress(f"sandbox already up ({settings.describe()}); nothing changed")
+                return info
+
+    started = time.monotonic()
+    progress(f"starting sandbox in {layout.root}: {settings.describe()}")
+    layout.make_dirs()
+    if saved is not None and saved.nodes != settings.nodes:
+        # slurmctld's saved state names the old nodes; start from a clean slate.
+        for f in layout.ctld_state.iterdir():
+            if f.is_file():
+                f.unlink()
+    _write_if_changed(layout.slurm_conf, config.slurm_conf(settings, layout))
+    if accounting:
+        _write_if_changed(layout.slurmdbd_conf, config.slurmdbd_conf(layout), mode=0o600)
+    if hosts.write_block(config.hosts_lines(settings)):
+        progress(f"added {', '.join(config.node_names(settings))} to {hosts.HOSTS}")
+    # Written before the daemons start, so a half-started sandbox can still be taken down.
+    _write_if_changed(layout.settings, settings.to_json())
+
+    progress("starting munged")
+    daemons.start_munged(layout)
+    if accounting:
+        progress("starting MariaDB")
+        daemons.start_mariadb(layout, progress)
+        progress("starting slurmdbd")
+        daemons.start_slurmdbd(layout)
+    progress("starting slurmctld")
+    daemons.start_slurmctld(layout)
+    names = config.node_names(settings)
+    progress(f"starting {len(names)} slurmd: {', '.join(names)}")
+    for node in names:
+        daemons.start_slurmd(layout, node)
+    _wait_nodes_ready(layout, settings, progress)
+    progress(f"sandbox up in {time.monotonic() - started:.1f}s; "
+             f"use it with: eval \"$(slurmtrain sandbox env)\"")
+    return _info(layout, settings)
+
+
+def _wait_nodes_ready(layout: Layout, settings: Settings, progress: Progress) -> None:
+    names = config.node_names(settings)
+    progress(f"waiting until sinfo shows {len(names)} node(s) idle")
+    start = time.monotonic()
+    deadline = start + NODE_READY_TIMEOUT_S
+    resumed = False
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        for node in names:  # a slurmd that died is the likeliest culprit: name it
+            name = daemons.slurmd_name(node)
+            if not procs.is_ours(procs.read_pid(layout.pid_file(name)), "slurmd"):
+                raise daemons._fail(name, layout.log(name), "it exited after starting")
+        states = daemons.node_states(layout)
+        if all(states.get(n) in daemons.READY_STATES for n in names):
+            return
+        not_ready = [n for n in names if states.get(n, "").rstrip("*~#!%$@^-") in ("down", "drain", "drng")]
+        if not_ready and not resumed and time.monotonic() > start + 5:
+            daemons.resume_nodes(layout, not_ready)  # left down/drained by an earlier run
+            resumed = True
+        time.sleep(0.5)
+    seen = ", ".join(f"{n}={states.get(n, '?')}" for n in names)
+    raise DaemonFailed(
+        "slurmd", str(layout.logs),
+        f"nodes not idle after {NODE_READY_TIMEOUT_S}s (sinfo: {seen}); "
+        f"slurmctld log: {layout.log('slurmctld')}")
+
+
+def _strays(layout: Layout) -> list[int]:
+    """slurmstepd and job processes of this sandbox that outlive their slurmd."""
+    marker = f"{STATE_DIR_ENV}={layout.root}"
+    conf = f"SLURM_CONF={layout.slurm_conf}"
+    mine = {os.getpid(), os.getppid()}
+    out = []
+    for pid in procs.all_pids():
+        if pid in mine or not procs.alive(pid):
+            continue
+        if procs.runs(pid, "slurmstepd") and procs.environ_has(pid, marker):
+            out.append(pid)
+        elif procs.environ_has(pid, conf) and _has_env_key(pid, "SLURM_JOB_ID"):
+            out.append(pid)
+    return out
+
+
+def _has_env_key(pid: int, key: str) -> bool:
+    try:
+        data = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return any(e.startswith(key.encode() + b"=") for e in data.split(b"\0"))
+
+
+def down(progress: Progress = print) -> list[str]:
+    """Stop every daemon the sandbox started (and their job processes); returns their names."""
+    layout = Layout.current()
+    saved = _saved_settings(layout)
+    # Every pid file under run/ is one of ours, whatever settings it was started with.
+    order = ["slurmctld"]
+    if layout.run_dir.is_dir():
+        order += sorted(p.stem for p in layout.run_dir.glob("slurmd-*.pid"))
+    order += ["slurmdbd", "mariadb", "munged"]
+    programs = {"slurmctld": "slurmctld", "slurmdbd": "slurmdbd", "mariadb": "mariadbd", "munged": "munged"}
+    stopped = []
+    for name in order:
+        pid = procs.read_pid(layout.pid_file(name))
+        program = programs.get(name, "slurmd")
+        if procs.is_ours(pid, program):
+            progress(f"stopping {name} (pid {pid})")
+            left = procs.stop([pid], timeout=20 if name == "mariadb" else 10)
+            if left:
+                raise SandboxError(f"{name} (pid {pid}) would not stop, even after SIGKILL")
+            stopped.append(name)
+    strays = _strays(layout)
+    if strays:
+        progress(f"stopping {len(strays)} leftover job process(es)")
+        procs.stop(strays, timeout=5)
+    for f in layout.run_dir.glob("*.pid") if layout.run_dir.is_dir() else []:
+        f.unlink(missing_ok=True)
+    if saved is not None:
+        layout.settings.unlink(missing_ok=True)
+        if hosts.write_block([]):
+            progress(f"removed the sandbox's nodes from {hosts.HOSTS}")
+    progress("sandbox down" if stopped else "sandbox was not running")
+    return stopped
+
+
+def status() -> SandboxInfo | None:
+    """The running sandbox, or None if none runs (any of its daemons up counts as running)."""
+    layout = Layout.current()
+    saved = _saved_settings(layout)
+    if saved is None or not _running(layout, saved):
+        return None
+    return _info(layout, saved)
+
+
+def is_up() -> bool:
+    """True if every daemon of the sandbox runs (cheap: reads pid files, asks nobody)."""
+    layout = Layout.current()
+    saved = _saved_settings(layout)
+    return saved is not None and len(_running(layout, saved)) == len(_daemon_programs(saved))
+
+
+def slurm_env() -> dict[str, str]:
+    """``os.environ`` plus ``SLURM_CONF`` pointing at the sandbox's slurm.conf."""
+    return dict(os.environ, SLURM_CONF=str(Layout.current().slurm_conf))

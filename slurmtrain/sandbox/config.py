@@ -1,0 +1,181 @@
+"""The sandbox's settings and the Slurm configuration files they produce (pure: no I/O).
+
+Every "node" is a ``slurmd`` started with ``-N <name>`` on this one machine. Each has
+its own name, its own loopback address (127.0.0.11, 127.0.0.12, ...: the whole
+127/8 block reaches this host, so a process on "node 2" can listen on its node's
+name and one on "node 1" can connect to it) and its own port.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict, dataclass
+
+from ..errors import UsageError
+from .layout import Layout
+
+NODE_PREFIX = "stnode"
+"""Node names are ``stnode1``, ``stnode2``, ...: unlikely to clash with a real host."""
+
+CLUSTER_NAME = "stsandbox"
+CTLD_PORT = 16817
+DBD_PORT = 16819
+MYSQL_PORT = 16806
+FIRST_SLURMD_PORT = 16821
+FIRST_NODE_ADDR = 11  # 127.0.0.11 is node 1
+MAX_NODES = 64
+
+PARTITIONS = ("debug", "low", "high")
+LOW_GRACE_TIME_S = 60
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What ``sandbox up`` was asked for; a running sandbox is compared against it."""
+
+    nodes: int = 2
+    cpus_per_node: int = 4
+    accounting: bool = False
+    memory_mb_per_node: int = 4096
+
+    def __post_init__(self):
+        if not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
+            raise UsageError(f"sandbox: --nodes must be between 1 and {MAX_NODES}, got {self.nodes!r}")
+        if not isinstance(self.cpus_per_node, int) or not 1 <= self.cpus_per_node <= 256:
+            raise UsageError(f"sandbox: --cpus-per-node must be between 1 and 256, got {self.cpus_per_node!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "Settings":
+        return cls(**json.loads(text))
+
+    def describe(self) -> str:
+        acct = "with accounting" if self.accounting else "without accounting"
+        return f"{self.nodes} node(s) x {self.cpus_per_node} CPUs, {acct}"
+
+
+def node_names(settings: Settings) -> list[str]:
+    return [f"{NODE_PREFIX}{i}" for i in range(1, settings.nodes + 1)]
+
+
+def node_addr(index: int) -> str:
+    """Loopback address of node ``index`` (1-based)."""
+    return f"127.0.0.{FIRST_NODE_ADDR + index - 1}"
+
+
+def node_port(index: int) -> int:
+    return FIRST_SLURMD_PORT + index - 1
+
+
+def hosts_lines(settings: Settings) -> list[str]:
+    """The ``/etc/hosts`` lines that make node names resolve."""
+    return [f"{node_addr(i)} {name}" for i, name in enumerate(node_names(settings), start=1)]
+
+
+def controller_host() -> str:
+    # slurmctld only starts on a host named in SlurmctldHost, so use this machine's name.
+    return socket.gethostname().split(".")[0]
+
+
+def slurm_conf(settings: Settings, layout: Layout) -> str:
+    """Text of slurm.conf for these settings."""
+    names = node_names(settings)
+    node_list = ",".join(names)
+    lines = [
+        "# Written by `slurmtrain sandbox up`; rewritten on every start. Do not edit.",
+        f"ClusterName={CLUSTER_NAME}",
+        f"SlurmctldHost={controller_host()}(127.0.0.1)",
+        f"SlurmctldPort={CTLD_PORT}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        # Our own munged, so a system munge (or its absence) does not matter.
+        f"AuthInfo=socket={layout.munge_socket}",
+        f"StateSaveLocation={layout.ctld_state}",
+        f"SlurmdSpoolDir={layout.spool}/slurmd-%n",
+        f"SlurmctldPidFile={layout.pid_file('slurmctld')}",
+        f"SlurmdPidFile={layout.run_dir}/slurmd-%n.pid",
+        f"SlurmctldLogFile={layout.log('slurmctld')}",
+        f"SlurmdLogFile={layout.logs}/slurmd-%n.log",
+        "SlurmctldDebug=info",
+        "SlurmdDebug=info",
+        # No systemd or cgroups in a container: track processes by parentage, bind nothing.
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SwitchType=switch/none",
+        "MpiDefault=none",
+        "PropagateResourceLimits=NONE",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU",
+        # Nodes claim the CPUs and memory written here, not what the machine has.
+        "SlurmdParameters=config_overrides",
+        "ReturnToService=2",
+        "JobRequeue=1",
+        "MinJobAge=600",
+        "KillWait=30",
+        "MessageTimeout=10",
+        "SlurmdTimeout=60",
+        "InactiveLimit=0",
+        "Waittime=0",
+        "SchedulerType=sched/backfill",
+        "SchedulerParameters=bf_interval=5,sched_min_interval=100000",
+        # Partition priority tiers decide who preempts whom; only `low` is preemptible.
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
+    ]
+    if settings.accounting:
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStoragePort={DBD_PORT}",
+            "JobAcctGatherType=jobacct_gather/linux",
+            "JobAcctGatherFrequency=30",
+        ]
+    else:
+        lines += [
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+        ]
+    lines.append("")
+    for i, name in enumerate(names, start=1):
+        lines.append(
+            f"NodeName={name} NodeHostname={name} NodeAddr={node_addr(i)} Port={node_port(i)} "
+            f"CPUs={settings.cpus_per_node} RealMemory={settings.memory_mb_per_node} State=UNKNOWN"
+        )
+    lines += [
+        "",
+        f"PartitionName=debug Nodes={node_list} Default=YES MaxTime=INFINITE State=UP "
+        "PriorityTier=1 PreemptMode=OFF",
+        f"PartitionName=low Nodes={node_list} MaxTime=INFINITE State=UP "
+        f"PriorityTier=1 PreemptMode=REQUEUE GraceTime={LOW_GRACE_TIME_S}",
+        f"PartitionName=high Nodes={node_list} MaxTime=INFINITE State=UP "
+        "PriorityTier=10 PreemptMode=OFF",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def slurmdbd_conf(layout: Layout) -> str:
+    return "\n".join([
+        "# Written by `slurmtrain sandbox up --accounting`. Do not edit.",
+        "AuthType=auth/munge",
+        f"AuthInfo=socket={layout.munge_socket}",
+        "DbdHost=localhost",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={DBD_PORT}",
+        "SlurmUser=root",
+        "DebugLevel=info",
+        f"LogFile={layout.log('slurmdbd')}",
+        f"PidFile={layout.pid_file('slurmdbd')}",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        f"StoragePort={MYSQL_PORT}",
+        "StorageUser=slurm",
+        "StoragePass=slurm",
+        "StorageLoc=slurm_acct_db",
+        "",
+    ])

@@ -1,0 +1,103 @@
+"""Where the sandbox keeps its files: one state directory holds everything.
+
+The directory is ``/var/lib/slurmtrain-sandbox`` unless ``SLURMTRAIN_SANDBOX_DIR``
+names another. Nothing the sandbox writes lives outside it, except its marked
+block in ``/etc/hosts``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_STATE_DIR = "/var/lib/slurmtrain-sandbox"
+STATE_DIR_ENV = "SLURMTRAIN_SANDBOX_DIR"
+
+
+def state_dir() -> Path:
+    """The state directory: ``$SLURMTRAIN_SANDBOX_DIR`` or the default."""
+    return Path(os.environ.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR).absolute()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every path the sandbox uses, derived from one root."""
+
+    root: Path
+
+    @classmethod
+    def current(cls) -> "Layout":
+        return cls(state_dir())
+
+    # configuration
+    @property
+    def settings(self) -> Path:
+        """JSON record of the settings the running sandbox was started with."""
+        return self.root / "settings.json"
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.root / "slurm.conf"
+
+    @property
+    def slurmdbd_conf(self) -> Path:
+        return self.root / "slurmdbd.conf"
+
+    # munge
+    @property
+    def munge_dir(self) -> Path:
+        return self.root / "munge"
+
+    @property
+    def munge_key(self) -> Path:
+        return self.munge_dir / "munge.key"
+
+    @property
+    def munge_socket(self) -> Path:
+        return self.munge_dir / "munge.socket"
+
+    # daemons
+    @property
+    def run_dir(self) -> Path:
+        """Pid files, one per daemon the sandbox started."""
+        return self.root / "run"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def ctld_state(self) -> Path:
+        """slurmctld's StateSaveLocation."""
+        return self.root / "spool" / "ctld"
+
+    @property
+    def spool(self) -> Path:
+        """Parent of the per-node slurmd spool directories."""
+        return self.root / "spool"
+
+    @property
+    def mysql_dir(self) -> Path:
+        return self.root / "mysql"
+
+    @property
+    def mysql_data(self) -> Path:
+        return self.mysql_dir / "data"
+
+    @property
+    def mysql_socket(self) -> Path:
+        return self.mysql_dir / "mysqld.sock"
+
+    def pid_file(self, daemon: str) -> Path:
+        return self.run_dir / f"{daemon}.pid"
+
+    def log(self, daemon: str) -> Path:
+        return self.logs / f"{daemon}.log"
+
+    def make_dirs(self) -> None:
+        for d in (self.root, self.munge_dir, self.run_dir, self.logs, self.ctld_state, self.mysql_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        # munged refuses a key or socket directory that others may write to.
+        self.root.chmod(0o755)
+        self.munge_dir.chmod(0o700)
