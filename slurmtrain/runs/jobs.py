@@ -98,6 +98,7 @@ class ScriptExecutor(submitit.SlurmExecutor):
             raise SlurmError("srun: command not found; slurmtrain needs the Slurm client commands: "
                              "run it on a login node, or start the sandbox (`slurmtrain sandbox up`)") from None
         self.script = Path(script)
+        self.folder.mkdir(parents=True, exist_ok=True)  # _submit_command writes its file here
 
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         return self.script.read_text()
@@ -122,5 +123,5 @@ class ScriptExecutor(submitit.SlurmExecutor):
                 raise SlurmError(f"sbatch did not answer within {SBATCH_TIMEOUT_S} s: is the Slurm "
                                  "controller reachable?") from None
             raise SlurmError(slurmquery.one_line(str(err) or stderr.getvalue())) from None
-        except FileNotFoundError:
-            raise SlurmError("timeout/sbatch: command not found") from None
+        except FileNotFoundError as err:  # coreutils `timeout` itself is missing
+            raise SlurmError(f"{err.filename}: command not found") from None

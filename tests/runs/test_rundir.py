@@ -1,0 +1,57 @@
+"""Run directories: unique names, manifest updates, RUN resolution."""
+
+import pytest
+
+from slurmtrain.errors import UsageError
+from slurmtrain.runs import rundir
+
+
+def test_create_never_reuses_a_directory(tmp_path):
+    made = [rundir.create(tmp_path, "train") for _ in range(3)]
+    assert len({r.path for r in made}) == 3
+    assert all(r.path.is_dir() and r.logs.is_dir() and r.name.startswith("train-") for r in made)
+
+
+def test_manifest_update_merges(tmp_path):
+    run = rundir.create(tmp_path, "x")
+    run.update_manifest(state="created", job_ids=[])
+    run.update_manifest(state="submitted", job_ids=["7"])
+    assert run.manifest() == {"state": "submitted", "job_ids": ["7"]}
+    assert run.job_id == "7"
+    assert not list(run.path.glob(".manifest*"))  # the temporary file was renamed
+
+
+def _run(tmp_path, name, job_id, when):
+    run = rundir.create(tmp_path, name)
+    run.update_manifest(name=run.name, job_ids=[job_id], submitted_at=when, state="submitted")
+    return run
+
+
+def test_resolve(tmp_path, monkeypatch):
+    a = _run(tmp_path, "alpha", "11", "2025-01-01T00:00:01")
+    b = _run(tmp_path, "beta", "12", "2025-01-01T00:00:02")
+    b2 = _run(tmp_path, "beta", "13", "2025-01-01T00:00:03")
+    assert rundir.resolve(str(a.path), "elsewhere") == a
+    assert rundir.resolve(a.name, tmp_path).path == a.path
+    assert rundir.resolve("alpha", tmp_path).path == a.path          # unique prefix
+    assert rundir.resolve("12", tmp_path).path == b.path             # job id
+    with pytest.raises(UsageError, match="ambiguous"):
+        rundir.resolve("beta", tmp_path)
+    with pytest.raises(UsageError, match="no such run"):
+        rundir.resolve("gamma", tmp_path)
+    assert [r.name for r in rundir.list_runs(tmp_path)] == [a.name, b.name, b2.name]
+
+
+def test_node_logs(tmp_path):
+    run = _run(tmp_path, "n", "5", "t")
+    for name in ("job-5.out", "5-stnode1.out", "5-stnode2.out", "4-stnode1.out"):
+        (run.logs / name).write_text(name)
+    assert list(run.node_logs()) == ["stnode1", "stnode2"]
+    assert run.batch_log().name == "job-5.out"
+    assert list(run.node_logs("4")) == ["stnode1"]
+
+
+def test_git_state(tmp_path):
+    assert rundir.git_state(tmp_path) is None
+    state = rundir.git_state(rundir.__file__.rsplit("/", 3)[0])
+    assert state is None or len(state["commit"]) == 40

@@ -1,0 +1,105 @@
+"""Parsing recorded scontrol/sacct output, and the queries' cost and errors."""
+
+import subprocess
+
+import pytest
+
+from slurmtrain.errors import SlurmError
+from slurmtrain.runs import slurmquery
+from slurmtrain.runs.slurmquery import format_duration, parse_duration, parse_key_values
+from slurmtrain.runs.states import JobState
+
+from conftest import RECORDED
+
+
+def test_parse_scontrol_recorded():
+    jobs = slurmquery.parse_scontrol((RECORDED / "scontrol_show_job.txt").read_text())
+    assert set(jobs) == {"12", "13", "14", "15"}
+    failed = jobs["12"]
+    assert (failed.state, failed.exit_code, failed.signal) == (JobState.FAILED, 3, None)
+    assert (failed.nodes, failed.nodelist, failed.elapsed_s, failed.restarts) == (2, "stnode[1-2]", 5, 0)
+    assert failed.reason == "NonZeroExitCode"
+    running = jobs["13"]
+    assert (running.state, running.restarts, running.elapsed_s) == (JobState.RUNNING, 2, 93784)
+    pending = jobs["14"]
+    assert (pending.state, pending.nodes, pending.nodelist, pending.reason) == (JobState.PENDING, 2, None, "Resources")
+    cancelled = jobs["15"]
+    assert (cancelled.state, cancelled.exit_code, cancelled.signal) == (JobState.CANCELLED, 0, 15)
+
+
+def test_parse_scontrol_no_jobs():
+    assert slurmquery.parse_scontrol("No jobs in the system\n") == {}
+
+
+def test_key_values_keep_spaces_and_odd_keys():
+    kv = parse_key_values("JobId=1 Command=/a b/c.sh --x=1 AllocNode:Sid=h:1 TRES=cpu=4,node=2 CPUs/Task=2")
+    assert kv["Command"] == "/a b/c.sh --x=1"
+    assert kv["AllocNode:Sid"] == "h:1"
+    assert kv["TRES"] == "cpu=4,node=2"
+    assert kv["CPUs/Task"] == "2"
+
+
+def test_parse_sacct_recorded_counts_requeues():
+    jobs = slurmquery.parse_sacct((RECORDED / "sacct.txt").read_text())
+    assert (jobs["12"].state, jobs["12"].exit_code, jobs["12"].restarts) == (JobState.FAILED, 3, 0)
+    assert (jobs["13"].state, jobs["13"].restarts) == (JobState.RUNNING, 2)
+    assert jobs["14"].nodelist is None
+    assert (jobs["15"].state, jobs["15"].raw_state, jobs["15"].signal) == (JobState.CANCELLED, "CANCELLED by 0", 15)
+
+
+@pytest.mark.parametrize("text, seconds", [("00:05", 5), ("01:02:03", 3723), ("1-00:00:01", 86401),
+                                           ("UNLIMITED", None), ("", None)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+    if seconds is not None:
+        assert parse_duration(format_duration(seconds)) == seconds
+
+
+def test_query_without_accounting_is_one_scontrol_call(fake_slurm):
+    fake = fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    jobs = slurmquery.query(["12", "13", "99"])
+    assert set(jobs) == {"12", "13"}  # 99: Slurm no longer knows it
+    assert fake.count("scontrol") == 1
+    # Accounting is probed once per process: the next query goes straight to scontrol.
+    slurmquery.query(["12", "14"])
+    assert fake.count("sacct") == 1 and fake.count("scontrol") == 2
+    assert slurmquery.accounting_enabled() is False
+
+
+def test_query_with_accounting_is_one_sacct_call(fake_slurm):
+    fake = fake_slurm(scontrol="", sacct=(RECORDED / "sacct.txt").read_text())
+    jobs = slurmquery.query([str(j) for j in (12, 13, 14, 15)])
+    assert {j: i.source for j, i in jobs.items()} == dict.fromkeys(["12", "13", "14", "15"], "sacct")
+    assert fake.calls == [fake.calls[0]] and fake.calls[0][0] == "sacct"
+    assert "--jobs=12,13,14,15" in fake.calls[0]
+
+
+def test_query_with_accounting_asks_scontrol_for_jobs_sacct_lacks(fake_slurm):
+    fake = fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct="")
+    jobs = slurmquery.query(["13"])
+    assert jobs["13"].source == "scontrol"
+    assert fake.count("sacct") == 1 and fake.count("scontrol") == 1
+
+
+def test_missing_binary_is_one_line_error(monkeypatch):
+    def missing(argv, **kw):
+        raise FileNotFoundError(argv[0])
+    monkeypatch.setattr(slurmquery.subprocess, "run", missing)
+    with pytest.raises(SlurmError, match=r"^scontrol: command not found; .*sandbox up"):
+        slurmquery.scontrol_jobs()
+
+
+def test_unreachable_controller(monkeypatch):
+    def hang(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+    monkeypatch.setattr(slurmquery.subprocess, "run", hang)
+    with pytest.raises(SlurmError, match="did not answer within 30 s"):
+        slurmquery.scontrol_jobs()
+
+    def refused(argv, **kw):
+        return subprocess.CompletedProcess(
+            argv, 1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
+    monkeypatch.setattr(slurmquery.subprocess, "run", refused)
+    with pytest.raises(SlurmError) as err:
+        slurmquery.scontrol_jobs()
+    assert "\n" not in str(err.value) and "Unable to contact slurm controller" in str(err.value)

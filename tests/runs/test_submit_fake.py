@@ -1,0 +1,102 @@
+"""`slurmtrain submit` against a fake sbatch: the run directory, the exact script, refusals.
+
+The real sbatch is exercised in tests/e2e; here the run directory contract is checked
+without a cluster.
+"""
+
+import json
+import os
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.cli.runs import _without_runs_dir
+from slurmtrain.profile import load_profile
+from slurmtrain.render import JobSpec, render
+
+FAKE_SBATCH = """#!/bin/bash
+echo "$@" >> "$(dirname "$0")/sbatch.calls"
+if grep -q -- '--partition=nope' "${@: -1}"; then
+  echo "sbatch: error: invalid partition specified: nope" >&2
+  echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
+  exit 1
+fi
+echo "Submitted batch job 4242"
+"""
+
+
+@pytest.fixture
+def fake_bin(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/sh\nexit 0\n")):
+        path = bin_dir / name
+        path.write_text(text)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    return bin_dir
+
+
+def test_submit_writes_the_run_directory(fake_bin, tmp_path):
+    result = CliRunner().invoke(main, ["submit", "--runs-dir", "myruns", "--name", "demo", "--",
+                                       "python", "x.py", "--lr", "3e-4"])
+    assert result.exit_code == 0, result.output
+    assert "submitted job 4242" in result.output
+    (run,) = (tmp_path / "myruns").iterdir()
+    assert run.name.startswith("demo-")
+    assert sorted(p.name for p in run.iterdir() if not p.name.startswith(".")) == [
+        "events.jsonl", "job.sbatch", "logs", "manifest.json", "profile.toml"]
+    # sbatch got the run directory's job.sbatch itself
+    assert (fake_bin / "sbatch.calls").read_text().split()[-1] == str(run / "job.sbatch")
+    # ...which is the script gen renders for the same inputs, with the run directory filled in
+    loaded = load_profile("local")
+    script = (run / "job.sbatch").read_text()
+    expected = render(loaded, JobSpec(command=("python", "x.py", "--lr", "3e-4"), job_name="demo",
+                                      run_dir=str(run), regen_command=script.splitlines()[3][4:]))
+    assert script == expected
+    assert f"#SBATCH --output={run}/logs/job-%j.out" in script
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["state"] == "submitted" and m["job_ids"] == ["4242"]
+    assert m["profile"] == {"name": "local", "source": m["profile"]["source"], "digest": loaded.digest()}
+    assert m["command"] == ["python", "x.py", "--lr", "3e-4"] and m["recipe"] is None
+    assert m["slurmtrain_version"] and m["submitted_at"] and m["launcher"] == "torchrun"
+    assert "git" in m
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["job_id"]) for e in events] == [("submitted", "4242")]
+    assert (run / "profile.toml").read_text() == loaded.to_toml()
+
+
+def test_refusal_is_one_line_nonzero_and_recorded(fake_bin, tmp_path):
+    result = CliRunner().invoke(main, ["submit", "--partition", "nope", "--", "python", "x.py"])
+    assert result.exit_code == 1
+    err_lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(err_lines) == 1, result.output
+    assert err_lines[0].startswith("slurmtrain: error: sbatch refused the job: ")
+    assert "Invalid partition name specified" in err_lines[0]
+    (run,) = (tmp_path / "runs").iterdir()
+    m = json.loads((run / "manifest.json").read_text())
+    assert m["state"] == "refused" and "Invalid partition name" in m["refusal"] and m["job_ids"] == []
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["submit_refused"]
+
+
+def test_render_error_leaves_no_run_directory(fake_bin, tmp_path):
+    result = CliRunner().invoke(main, ["submit", "--name", "bad name", "--", "python", "x.py"])
+    assert result.exit_code == 2
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_no_slurm_commands_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["submit", "--", "python", "x.py"])
+    assert result.exit_code == 1
+    assert "srun: command not found" in result.output
+
+
+def test_regen_line_is_a_gen_command():
+    assert _without_runs_dir(["--runs-dir", "r", "-N", "2", "--runs-dir=x", "--", "python", "--runs-dir"]) == [
+        "-N", "2", "--", "python", "--runs-dir"]

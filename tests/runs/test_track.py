@@ -1,0 +1,123 @@
+"""Run states: Slurm's answer (one query for many runs), else the run's events.jsonl."""
+
+import json
+
+from click.testing import CliRunner
+
+from slurmtrain import events
+from slurmtrain.cli import main
+from slurmtrain.runs import rundir, track
+from slurmtrain.runs.states import JobState
+
+from conftest import RECORDED
+
+
+def _run(root, name, job_id, evs=()):
+    run = rundir.create(root, name)
+    run.update_manifest(name=run.name, job_ids=[job_id], state="submitted", nodes=2,
+                        submitted_at=f"2025-01-01T00:00:{int(job_id) % 60:02d}")
+    for ev, fields in evs:
+        events.append(run.path, ev, **fields)
+    return run
+
+
+def test_status_of_100_runs_is_one_query(tmp_path, fake_slurm):
+    scontrol = "\n".join(f"JobId={i} JobState=RUNNING Restarts=0 ExitCode=0:0 RunTime=00:01:00 "
+                         f"NodeList=stnode[1-2] NumNodes=2" for i in range(1000, 1100))
+    fake = fake_slurm(scontrol=scontrol, sacct=None)
+    runs = [_run(tmp_path, "r", str(1000 + i)) for i in range(100)]
+    got = track.statuses(runs)
+    assert {st.state for st in got} == {JobState.RUNNING}
+    # one sacct call (learns that accounting is off) and one scontrol call, for 100 runs
+    assert (fake.count("sacct"), fake.count("scontrol")) == (1, 1)
+
+    fake_slurm(scontrol=scontrol, sacct="".join(
+        f"{i}|RUNNING|0:0|2|stnode[1-2]|00:01:00|2025-01-01T00:00:00|None\n" for i in range(1000, 1100)))
+    from slurmtrain.runs import jobs
+    jobs.TrackedJob.watcher = jobs.Watcher()
+    result = CliRunner().invoke(main, ["runs", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert len(result.output.splitlines()) == 101
+
+
+def test_forgotten_jobs_take_their_state_from_events(tmp_path, fake_slurm):
+    fake_slurm(scontrol="", sacct=None)
+    ok = _run(tmp_path, "ok", "21", [("started", {"job_id": "21", "restart": 0, "nodes": "stnode1 stnode2"}),
+                                     ("finished", {"job_id": "21", "restart": 0, "exit_code": 0})])
+    bad = _run(tmp_path, "bad", "22", [("started", {"job_id": "22", "restart": 1, "nodes": "stnode1"}),
+                                       ("failed", {"job_id": "22", "restart": 1, "exit_code": 3})])
+    lost = _run(tmp_path, "lost", "23", [("started", {"job_id": "23", "restart": 0, "nodes": "stnode1"})])
+    a, b, c = track.statuses([ok, bad, lost])
+    assert (a.state, a.exit_code, a.source, a.nodelist) == (JobState.COMPLETED, 0, "events.jsonl", "stnode1 stnode2")
+    assert (b.state, b.exit_code, b.restarts) == (JobState.FAILED, 3, 1)
+    assert "no longer knows job 22" in b.note
+    assert c.state is JobState.UNKNOWN and "records no end" in c.note
+
+
+def test_slurm_wins_over_events(tmp_path, fake_slurm):
+    fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    run = _run(tmp_path, "fail", "12", [("started", {"job_id": "12", "restart": 0, "nodes": "x"})])
+    (st,) = track.statuses([run])
+    assert (st.state, st.source, st.exit_code, st.nodelist) == (JobState.FAILED, "scontrol", 3, "stnode[1-2]")
+
+
+def test_refused_run_needs_no_query(tmp_path, fake_slurm):
+    fake = fake_slurm()
+    run = rundir.create(tmp_path, "ref")
+    run.update_manifest(state="refused", refusal="sbatch: error: Invalid partition name specified", job_ids=[])
+    (st,) = track.statuses([run])
+    assert st.state is JobState.REFUSED and "Invalid partition" in st.note
+    assert fake.calls == []
+
+
+def test_status_cli_shows_failing_node_log(tmp_path, fake_slurm):
+    fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    run = _run(tmp_path, "fail", "12", [("submitted", {"job_id": "12"}),
+                                        ("failed", {"job_id": "12", "restart": 0, "exit_code": 3})])
+    (run.logs / "job-12.out").write_text("srun: error: stnode2: task 1: Exited with exit code 3\n")
+    (run.logs / "12-stnode1.out").write_text("fine\n")
+    (run.logs / "12-stnode2.out").write_text("".join(f"line {i}\n" for i in range(50)) + "Boom: exit 3\n")
+    result = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), "fail"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "FAILED" in out and "exit code  3" in out and "failed" in out
+    assert "last lines of stnode2's log" in out and "Boom: exit 3" in out
+    assert "line 20" not in out and "stnode1's log" not in out
+    result = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), "--json", "fail", "13"])
+    first, second = (json.loads(line) for line in result.output.splitlines())
+    assert (first["state"], first["exit_code"], second["job_id"], second["state"]) == ("FAILED", 3, "13", "RUNNING")
+
+
+def test_logs_and_cancel(tmp_path, fake_slurm):
+    fake = fake_slurm(scontrol="", sacct=None)
+    run = _run(tmp_path, "l", "31")
+    (run.logs / "job-31.out").write_text("batch says hi\n")
+    (run.logs / "31-stnode1.out").write_text("node one\n")
+    result = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), "l"])
+    assert "batch says hi" in result.output and "node one" in result.output
+    result = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), "l", "--node", "stnode1"])
+    assert result.output == "node one\n"
+    result = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), "l", "--node", "stnode9"])
+    assert result.exit_code == 2 and "stnode1" in result.output
+    result = CliRunner().invoke(main, ["cancel", "--runs-dir", str(tmp_path), "l"])
+    assert result.exit_code == 0 and fake.calls[-1] == ["scancel", "31"]
+    assert events.read(run.path)[-1]["event"] == "cancel_requested"
+
+
+def test_follow_stops_when_finished(tmp_path):
+    import io
+
+    log = tmp_path / "a.out"
+    log.write_text("one\ntw")
+    calls = []
+
+    def finished():
+        calls.append(1)
+        if len(calls) == 1:
+            with open(log, "a") as f:
+                f.write("o\nthree\n")
+        return len(calls) >= 2
+
+    out = io.StringIO()
+    track.follow(lambda: [("a", log)], finished, out, poll_s=0.01, check_every_s=0.0)
+    assert out.getvalue() == "[a] one\n[a] two\n[a] three\n"
