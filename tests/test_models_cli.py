@@ -1,6 +1,7 @@
 """``slurmtrain models`` (torch-free) and ``slurmtrain export RUN --hf OUT``."""
 
 import json
+import os
 import subprocess
 import sys
 import types
@@ -109,3 +110,52 @@ def test_export_without_a_checkpoint_reader_says_so(tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert result.output.startswith("slurmtrain: error: cannot read checkpoints: cannot import "
                                     "name 'load_consolidated'")
+
+
+RECIPE = """\
+[model]
+preset = "tiny"
+
+[data]
+path = "corpus.jsonl"
+max_seq_len = 32
+val_fraction = 0.1
+
+[train]
+steps = 2
+global_batch_size = 2
+micro_batch_size = 2
+warmup_steps = 1
+save_steps = 2
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_export_of_a_real_training_run(tmp_path):
+    """Trainer checkpoint -> slurmtrain export -> transformers, with the real checkpoint format."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.model import Transformer
+
+    with (tmp_path / "corpus.jsonl").open("w") as fh:
+        for i in range(40):
+            fh.write(json.dumps({"text": f"document {i}: " + "abc " * 30}) + "\n")
+    (tmp_path / "recipe.toml").write_text(RECIPE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURMTRAIN_")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-m", "slurmtrain.train", "--recipe", "recipe.toml",
+                           "--run-dir", "run"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    result = CliRunner().invoke(main, ["export", str(tmp_path / "run"), "--hf", str(tmp_path / "hf")])
+    assert result.exit_code == 0, result.output
+    args, state = load_consolidated(tmp_path / "run")
+    model = Transformer(args)
+    model.load_state_dict(state)
+    reference = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    tokens = torch.randint(0, args.vocab_size, (2, 16))
+    with torch.no_grad():
+        assert (reference(tokens).logits - model(tokens)).abs().max().item() <= 1e-4
