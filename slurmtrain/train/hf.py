@@ -182,7 +182,8 @@ def _locate(ckpt_dir: Path) -> dict[str, Path]:
         with safe_open(single, framework="pt") as f:
             return {name: single for name in f.keys()}
     other = [p.name for p in ckpt_dir.iterdir() if p.suffix in (".bin", ".pt", ".pth")]
-    hint = f" (found {', '.join(sorted(other))}: only safetensors checkpoints are read)" if other else ""
+    hint = (f" (found {', '.join(sorted(other))}: only safetensors checkpoints are read)"
+            if other else "")
     raise ConfigError(str(ckpt_dir), "", f"no {SINGLE_FILE} or {INDEX_FILE}{hint}")
 
 
@@ -219,7 +220,8 @@ def _plan(ckpt_dir: Path, args: ModelArgs, model_name: str) -> tuple[list[tuple[
             # (also the way to start an untied model from a tied one).
             source = "model.embed_tokens.weight"
         if source not in files:
-            where = ckpt_dir / INDEX_FILE if (ckpt_dir / INDEX_FILE).is_file() else ckpt_dir / SINGLE_FILE
+            index = ckpt_dir / INDEX_FILE
+            where = index if index.is_file() else ckpt_dir / SINGLE_FILE
             raise ConfigError(str(where), theirs, f"tensor missing from the checkpoint "
                               f"(expected shape {list(shape)} for {model_name})")
         found = shapes.get(source)
@@ -232,10 +234,10 @@ def _plan(ckpt_dir: Path, args: ModelArgs, model_name: str) -> tuple[list[tuple[
                           f"the checkpoint has its own lm_head but {model_name} ties it to the "
                           "embedding; set model.tie_embeddings = false")
     for ours, theirs in (("rope_theta", "rope_theta"), ("norm_eps", "rms_norm_eps")):
-        if getattr(ckpt_args, ours) != getattr(args, ours):
-            raise ConfigError(str(ckpt_dir / CONFIG), theirs,
-                              f"checkpoint has {getattr(ckpt_args, ours)}, {model_name} has "
-                              f"{getattr(args, ours)}; set model.{ours} = {getattr(ckpt_args, ours)}")
+        has, wants = getattr(ckpt_args, ours), getattr(args, ours)
+        if has != wants:
+            raise ConfigError(str(ckpt_dir / CONFIG), theirs, f"checkpoint has {has}, "
+                              f"{model_name} has {wants}; set model.{ours} = {has}")
     return plan, ckpt_args
 
 

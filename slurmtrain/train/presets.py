@@ -41,9 +41,9 @@ class ModelArgs:
                              2048, check=positive)
     tie_embeddings: bool = field("share one matrix between the token embedding and the output "
                                  "projection; HF tie_word_embeddings", False)
-    init_std: float = field("standard deviation of the normal initialisation of weight matrices "
-                            "(output projections of each block are scaled down by sqrt(2*n_layers))",
-                            0.02, check=positive)
+    init_std: float = field("standard deviation of the normal initialisation of weight "
+                            "matrices (each block's output projections: divided by "
+                            "sqrt(2*n_layers))", 0.02, check=positive)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):

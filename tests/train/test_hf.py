@@ -153,8 +153,9 @@ def test_missing_files_and_tensors_are_config_errors(tmp_path):
     export_hf(model.state_dict(), args, tmp_path, max_shard_bytes=40_000)  # complete again
     del index["weight_map"]["model.norm.weight"]
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
-    with pytest.raises(ConfigError, match=r"index.json: model.norm.weight: tensor missing from "
-                                          r"the checkpoint \(expected shape \[64\] for the model\)"):
+    with pytest.raises(ConfigError, match=r"index.json: model.norm.weight: tensor missing "
+                                          r"from the checkpoint \(expected shape \[64\] "
+                                          r"for the model\)"):
         read_hf_state_dict(tmp_path, args)
 
 
