@@ -1,3 +1,94 @@
-"""Commands: sandbox (to be written)."""
+"""Commands: sandbox up/down/status/env — a real Slurm cluster on this one machine.
 
-from .base import main  # noqa: F401
+Light to import: the sandbox library is loaded inside each command.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import click
+
+from .base import main
+
+
+def _progress(message: str) -> None:
+    click.echo(f"sandbox: {message}", err=True)
+
+
+@main.group()
+def sandbox() -> None:
+    """A real Slurm cluster on this machine, for trying jobs and for tests.
+
+    Runs munged, slurmctld and one slurmd per node (stnode1, stnode2, ...: each
+    with its own loopback address, 127.0.0.11, 127.0.0.12, ...), as root. State,
+    configuration and logs live in /var/lib/slurmtrain-sandbox, or in
+    $SLURMTRAIN_SANDBOX_DIR. Partitions: debug (default), low (preemptible:
+    requeued, 60 s grace) and high (preempts low).
+
+    \b
+      slurmtrain sandbox up --nodes 2
+      eval "$(slurmtrain sandbox env)"
+      sbatch -N 2 --wrap 'srun hostname'
+      slurmtrain sandbox down
+    """
+
+
+@sandbox.command()
+@click.option("--nodes", "-N", default=2, show_default=True, type=click.IntRange(1, 64),
+              help="Number of slurmd 'nodes' to run.")
+@click.option("--cpus-per-node", "-c", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="CPUs each node offers Slurm (may exceed this machine's cores).")
+@click.option("--accounting/--no-accounting", default=False, show_default=True,
+              help="Also run MariaDB and slurmdbd so that sacct works.")
+def up(nodes: int, cpus_per_node: int, accounting: bool) -> None:
+    """Start the sandbox (installing Slurm with apt-get if missing).
+
+    Does nothing if it already runs with the same settings; refuses if it runs
+    with other settings (run `slurmtrain sandbox down` first). Waits until every
+    node is idle, or says which daemon failed and where its log is.
+    """
+    from .. import sandbox as lib
+
+    info = lib.up(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting, progress=_progress)
+    click.echo(f"SLURM_CONF={info.slurm_conf}")
+
+
+@sandbox.command()
+def down() -> None:
+    """Stop every daemon the sandbox started, and the jobs still running on it."""
+    from .. import sandbox as lib
+
+    lib.down(progress=_progress)
+
+
+@sandbox.command()
+def status() -> None:
+    """Show the sandbox's nodes, partitions, daemons and log files."""
+    from .. import sandbox as lib
+
+    info = lib.status()
+    if info is None:
+        click.echo(f"sandbox: not running (state directory: {lib.state_dir()})")
+        raise SystemExit(3)
+    s = info.settings
+    click.echo(f"state dir:   {info.state_dir}")
+    click.echo(f"SLURM_CONF:  {info.slurm_conf}")
+    click.echo(f"settings:    {s.describe()}")
+    click.echo(f"partitions:  {', '.join(info.partitions)} (debug is the default)")
+    click.echo("nodes:")
+    for node in info.nodes:
+        state = info.node_states.get(node, "unknown (slurmctld does not answer)")
+        click.echo(f"  {node:<10} {info.node_addrs[node]:<12} {state}")
+    click.echo("daemons:")
+    for name, log in info.logs.items():
+        pid = info.pids.get(name)
+        click.echo(f"  {name:<16} {('pid ' + str(pid)) if pid else 'NOT RUNNING':<11} log: {log}")
+
+
+@sandbox.command()
+def env() -> None:
+    """Print `export SLURM_CONF=...` for the sandbox: eval "$(slurmtrain sandbox env)"."""
+    from .. import sandbox as lib
+
+    click.echo(f"export SLURM_CONF={shlex.quote(str(lib.state_dir() / 'slurm.conf'))}")

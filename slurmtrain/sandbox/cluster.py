@@ -124,7 +124,7 @@ def up(nodes: int = 2, cpus_per_node: int = 4, accounting: bool = False,
     _write_if_changed(layout.slurm_conf, config.slurm_conf(settings, layout))
     if accounting:
         _write_if_changed(layout.slurmdbd_conf, config.slurmdbd_conf(layout), mode=0o600)
-    if hosts.write_block(config.hosts_lines(settings)):
+    if hosts.ensure(config.hosts_lines(settings)):
         progress(f"added {', '.join(config.node_names(settings))} to {hosts.HOSTS}")
     # Written before the daemons start, so a half-started sandbox can still be taken down.
     _write_if_changed(layout.settings, settings.to_json())
@@ -227,8 +227,7 @@ def down(progress: Progress = print) -> list[str]:
         f.unlink(missing_ok=True)
     if saved is not None:
         layout.settings.unlink(missing_ok=True)
-        if hosts.write_block([]):
-            progress(f"removed the sandbox's nodes from {hosts.HOSTS}")
+    # The /etc/hosts block stays: a sandbox in another state directory may use it.
     progress("sandbox down" if stopped else "sandbox was not running")
     return stopped
 

@@ -19,10 +19,11 @@ NODE_PREFIX = "stnode"
 """Node names are ``stnode1``, ``stnode2``, ...: unlikely to clash with a real host."""
 
 CLUSTER_NAME = "stsandbox"
-CTLD_PORT = 16817
-DBD_PORT = 16819
-MYSQL_PORT = 16806
-FIRST_SLURMD_PORT = 16821
+# Ports are offsets from Layout.port_base (16800 for the default state directory).
+CTLD_PORT = 17
+DBD_PORT = 19
+MYSQL_PORT = 6
+FIRST_SLURMD_PORT = 21
 FIRST_NODE_ADDR = 11  # 127.0.0.11 is node 1
 MAX_NODES = 64
 
@@ -66,8 +67,8 @@ def node_addr(index: int) -> str:
     return f"127.0.0.{FIRST_NODE_ADDR + index - 1}"
 
 
-def node_port(index: int) -> int:
-    return FIRST_SLURMD_PORT + index - 1
+def node_port(layout: Layout, index: int) -> int:
+    return layout.port_base + FIRST_SLURMD_PORT + index - 1
 
 
 def hosts_lines(settings: Settings) -> list[str]:
@@ -88,7 +89,7 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         "# Written by `slurmtrain sandbox up`; rewritten on every start. Do not edit.",
         f"ClusterName={CLUSTER_NAME}",
         f"SlurmctldHost={controller_host()}(127.0.0.1)",
-        f"SlurmctldPort={CTLD_PORT}",
+        f"SlurmctldPort={layout.port_base + CTLD_PORT}",
         "SlurmUser=root",
         "SlurmdUser=root",
         "AuthType=auth/munge",
@@ -131,7 +132,7 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         lines += [
             "AccountingStorageType=accounting_storage/slurmdbd",
             "AccountingStorageHost=127.0.0.1",
-            f"AccountingStoragePort={DBD_PORT}",
+            f"AccountingStoragePort={layout.port_base + DBD_PORT}",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=30",
         ]
@@ -143,7 +144,7 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
     lines.append("")
     for i, name in enumerate(names, start=1):
         lines.append(
-            f"NodeName={name} NodeHostname={name} NodeAddr={node_addr(i)} Port={node_port(i)} "
+            f"NodeName={name} NodeHostname={name} NodeAddr={node_addr(i)} Port={node_port(layout, i)} "
             f"CPUs={settings.cpus_per_node} RealMemory={settings.memory_mb_per_node} State=UNKNOWN"
         )
     lines += [
@@ -166,14 +167,14 @@ def slurmdbd_conf(layout: Layout) -> str:
         f"AuthInfo=socket={layout.munge_socket}",
         "DbdHost=localhost",
         "DbdAddr=127.0.0.1",
-        f"DbdPort={DBD_PORT}",
+        f"DbdPort={layout.port_base + DBD_PORT}",
         "SlurmUser=root",
         "DebugLevel=info",
         f"LogFile={layout.log('slurmdbd')}",
         f"PidFile={layout.pid_file('slurmdbd')}",
         "StorageType=accounting_storage/mysql",
         "StorageHost=127.0.0.1",
-        f"StoragePort={MYSQL_PORT}",
+        f"StoragePort={layout.port_base + MYSQL_PORT}",
         "StorageUser=slurm",
         "StoragePass=slurm",
         "StorageLoc=slurm_acct_db",

@@ -115,7 +115,7 @@ def start_mariadb(layout: Layout, progress: Progress) -> int:
     cmd = ["setsid", "-f", which("mariadbd") or "mariadbd", "--no-defaults",
            f"--datadir={layout.mysql_data}", f"--socket={layout.mysql_socket}",
            f"--pid-file={pid_file}", f"--log-error={log}", "--user=root",
-           "--bind-address=127.0.0.1", f"--port={MYSQL_PORT}", "--skip-name-resolve",
+           "--bind-address=127.0.0.1", f"--port={layout.port_base + MYSQL_PORT}", "--skip-name-resolve",
            "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M"]
     with open(log, "a") as out:
         subprocess.run(cmd, env=daemon_env(layout), stdin=subprocess.DEVNULL, stdout=out,
@@ -152,7 +152,13 @@ def start_slurmctld(layout: Layout) -> int:
     pid = _start_self_daemonizing("slurmctld", "slurmctld", [which("slurmctld") or "slurmctld"],
                                   layout, layout.pid_file("slurmctld"), layout.log("slurmctld"))
     scontrol = which("scontrol") or "scontrol"
-    if not _wait(lambda: "UP" in _run([scontrol, "ping"], layout, timeout=20).stdout, 30, 0.3):
+
+    def answers() -> bool:
+        if not procs.is_ours(pid, "slurmctld"):
+            raise _fail("slurmctld", layout.log("slurmctld"), "it exited after starting")
+        return "UP" in _run([scontrol, "ping"], layout, timeout=20).stdout
+
+    if not _wait(answers, 30, 0.3):
         raise _fail("slurmctld", layout.log("slurmctld"), "`scontrol ping` did not answer UP within 30s")
     return pid
 

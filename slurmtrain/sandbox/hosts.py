@@ -29,6 +29,30 @@ def render(text: str, lines: list[str]) -> str:
     return "\n".join(kept) + "\n"
 
 
+def current_block(hosts: Path = HOSTS) -> list[str]:
+    """The lines now inside our block."""
+    out, inside = [], False
+    text = hosts.read_text() if hosts.exists() else ""
+    for line in text.splitlines():
+        if line.strip() == BEGIN:
+            inside = True
+        elif line.strip() == END:
+            inside = False
+        elif inside and line.strip():
+            out.append(line)
+    return out
+
+
+def ensure(lines: list[str], hosts: Path = HOSTS) -> bool:
+    """Add ``lines`` to our block, keeping lines for other names (another sandbox's
+    larger node count); returns True if the file changed. Never removes anything:
+    node names map to fixed addresses, so a stale line is harmless."""
+    names = {ln.split()[1] for ln in lines}
+    kept = [ln for ln in current_block(hosts) if ln.split()[1:2] and ln.split()[1] not in names]
+    merged = sorted(kept + lines, key=lambda ln: tuple(int(x) for x in ln.split()[0].split(".")))
+    return write_block(merged, hosts)
+
+
 def write_block(lines: list[str], hosts: Path = HOSTS) -> bool:
     """Make our block in ``hosts`` hold ``lines``; returns True if the file changed.
 

@@ -8,6 +8,7 @@ block in ``/etc/hosts``.
 from __future__ import annotations
 
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,16 @@ class Layout:
     @classmethod
     def current(cls) -> "Layout":
         return cls(state_dir())
+
+    @property
+    def port_base(self) -> int:
+        """First of the ~100 TCP ports this sandbox uses (slurmctld, slurmdbd, MariaDB, slurmds).
+
+        The default state directory gets 16800; any other gets its own block derived
+        from its path, so a second sandbox (a test's, say) can run beside the default."""
+        if self.root == Path(DEFAULT_STATE_DIR):
+            return 16800
+        return 17000 + (zlib.crc32(str(self.root).encode()) % 150) * 100
 
     # configuration
     @property

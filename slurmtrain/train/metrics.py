@@ -1,6 +1,6 @@
 """Training metrics: one JSON object per logged step in ``<run_dir>/metrics.jsonl`` (rank 0).
 
-Fields of a train record: step, loss, lr, grad_norm, tokens_per_s, samples_per_s,
+Fields of a train record: step, total_steps, loss, lr, grad_norm, tokens_per_s, samples_per_s,
 step_time (s, mean over the steps since the last record), mfu (GPU only: achieved model
 FLOPs over the device's dense bf16 peak; null on CPU), peak_mem (GiB; GPU: max allocated,
 CPU: max resident set size), epoch. An eval record: step, eval_loss. The file is only ever
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-METRICS_FILE = "metrics.jsonl"
+from .progress import METRICS_FILE  # noqa: F401  (torch-free home of the name)
 
 # Dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from the vendors' data sheets.
 _PEAK_BF16 = (

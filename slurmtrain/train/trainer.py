@@ -152,6 +152,9 @@ class Trainer:
                 self.ckpt.wait()
                 if self._rank0:
                     events.append(self.run_dir, "stopped", step=step)
+                # torchrun ends the other ranks as soon as one exits non-zero: nobody
+                # leaves before rank 0 has written the marker and the event.
+                dist.barrier()
                 return STOP_EXIT_CODE
             if cfg.save_steps and step % cfg.save_steps == 0 and step < cfg.steps:
                 self.ckpt.save(step)
@@ -169,7 +172,7 @@ class Trainer:
         loss_v = self._mean_over_ranks(loss)
         tok_s, samples_s, step_time = meter.rates()
         mfu = (self.flops_per_token * tok_s / (peak * self.world.size)) if peak else None
-        record = {"step": step, "loss": loss_v, "lr": lr, "grad_norm": grad_norm.item(),
+        record = {"step": step, "total_steps": self.recipe.train.steps, "loss": loss_v, "lr": lr, "grad_norm": grad_norm.item(),
                   "tokens_per_s": round(tok_s, 1), "samples_per_s": round(samples_s, 3),
                   "step_time": round(step_time, 5), "mfu": mfu,
                   "peak_mem": round(peak_mem_gib(self.world.device), 3),

@@ -105,9 +105,10 @@ def test_run_dir_that_sbatch_cannot_read_is_rejected():
         render(load_profile("local"), JobSpec(command=("x",), run_dir="/tmp/has space"))
 
 
-@settings(max_examples=60, deadline=None)
+# Each example runs a whole script (about a second), so few examples with many arguments each.
+@settings(max_examples=12, deadline=None)
 @given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12),
-                min_size=1, max_size=4))
+                min_size=1, max_size=25))
 def test_random_arguments_round_trip_through_bash(tmp_path_factory, args):
     tmp_path = tmp_path_factory.mktemp("rt")
     profile = load_profile("local", ['launch.launcher="srun-loop"', f'launch.python="{FAKEBIN}/launcher-python"'])
