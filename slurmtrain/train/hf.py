@@ -74,7 +74,7 @@ def expected_tensors(args: ModelArgs) -> list[tuple[str, str, tuple[int, ...]]]:
 # ---------------------------------------------------------------- config.json
 
 def hf_config_to_args(config: Mapping[str, Any] | str | os.PathLike) -> ModelArgs:
-    """ModelArgs from a Llama ``config.json`` (a path, or the parsed dict).
+    """ModelArgs from a Llama ``config.json`` (its path, its folder, or the parsed dict).
 
     Accepts what transformers 4.x and 5.x write (``rope_theta`` at the top or inside
     ``rope_parameters``). Refuses what our model cannot reproduce: other architectures,
@@ -82,9 +82,10 @@ def hf_config_to_args(config: Mapping[str, Any] | str | os.PathLike) -> ModelArg
     """
     source = "config.json"
     if not isinstance(config, Mapping):
-        source = str(config)
+        path = Path(config) / CONFIG if Path(config).is_dir() else Path(config)
+        source = str(path)
         try:
-            config = json.loads(Path(config).read_text())
+            config = json.loads(path.read_text())
         except FileNotFoundError:
             raise ConfigError(source, "", "no such file; a Hugging Face checkpoint folder "
                               "has a config.json next to its weights") from None

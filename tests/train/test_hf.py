@@ -49,6 +49,7 @@ def test_hf_checkpoint_loads_with_identical_logits(tmp_path, shape, sharded):
     assert (tmp_path / "model.safetensors.index.json").exists() == sharded
 
     args = hf_config_to_args(tmp_path / "config.json")
+    assert hf_config_to_args(tmp_path) == args  # the folder works too
     assert args.tie_embeddings == SHAPES[shape]["tie_word_embeddings"]
     model = Transformer(args)
     model.init_weights(seed=1)
