@@ -201,12 +201,25 @@ def _setup_lines(p: Profile) -> list[str]:
     return lines
 
 
+def _bytecode_cache(jinja2):
+    """Compiled templates cached on disk: compiling them is most of a cold `gen`'s time.
+    Jinja checks each template's mtime, so an edited template is recompiled."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "slurmtrain", f"jinja-{__version__}")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None  # a read-only home: render without the cache
+    return jinja2.FileSystemBytecodeCache(path)
+
+
 @lru_cache(maxsize=1)
 def _environment():
     import jinja2  # deferred: keeps `import slurmtrain.render` cheap for callers that only parse
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(resources.templates_dir())),
+        bytecode_cache=_bytecode_cache(jinja2),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
