@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command: installs everything the suite needs on a fresh Debian machine
+# (as root), brings the sandbox Slurm cluster up and runs the whole suite.
+#   bash scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  need=()
+  for pkg in slurm-wlm slurmd slurmctld slurmdbd munge mariadb-server shellcheck procps; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  done
+  if [ "${#need[@]}" -gt 0 ]; then
+    step "apt-get install ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+else
+  echo "not root or no apt-get: Debian packages are not installed; Slurm tests will skip with a reason" >&2
+fi
+
+PY=${PYTHON:-python3}
+step "pip install torch==2.13.0 (CPU build), deepspeed, slurmtrain[train,test]"
+# torch pinned first: an unpinned torch (or deepspeed's isolated build) would pull CUDA builds.
+"$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
+"$PY" -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 "$PY" -m pip install -q --no-build-isolation deepspeed
+"$PY" -m pip install -q --disable-pip-version-check -e '.[train,test]'
+
+if [ "$(id -u)" = 0 ]; then
+  step "slurmtrain sandbox up"
+  slurmtrain sandbox up
+fi
+
+step "pytest"
+exec "$PY" -m pytest -q -rs "$@"
