@@ -133,6 +133,8 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
             "AccountingStorageType=accounting_storage/slurmdbd",
             "AccountingStorageHost=127.0.0.1",
             f"AccountingStoragePort={layout.port_base + DBD_PORT}",
+            # For slurmdbd connections Slurm takes the munge socket from here, not AuthInfo.
+            f"AccountingStoragePass={layout.munge_socket}",
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=30",
         ]

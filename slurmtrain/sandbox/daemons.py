@@ -116,7 +116,7 @@ def start_mariadb(layout: Layout, progress: Progress) -> int:
            f"--datadir={layout.mysql_data}", f"--socket={layout.mysql_socket}",
            f"--pid-file={pid_file}", f"--log-error={log}", "--user=root",
            "--bind-address=127.0.0.1", f"--port={layout.port_base + MYSQL_PORT}", "--skip-name-resolve",
-           "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M"]
+           "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M", "--innodb-lock-wait-timeout=900"]
     with open(log, "a") as out:
         subprocess.run(cmd, env=daemon_env(layout), stdin=subprocess.DEVNULL, stdout=out,
                        stderr=subprocess.STDOUT, check=False)
@@ -135,8 +135,13 @@ def start_slurmdbd(layout: Layout) -> int:
     pid = _start_self_daemonizing("slurmdbd", "slurmdbd", [which("slurmdbd") or "slurmdbd"], layout,
                                   layout.pid_file("slurmdbd"), layout.log("slurmdbd"))
     sacctmgr = which("sacctmgr") or "sacctmgr"
-    if not _wait(lambda: _run([sacctmgr, "-n", "show", "cluster"], layout, timeout=20).returncode == 0, 60, 1):
-        raise _fail("slurmdbd", layout.log("slurmdbd"), "sacctmgr could not reach it within 60s")
+    def answers() -> bool:
+        if not procs.is_ours(pid, "slurmdbd"):
+            raise _fail("slurmdbd", layout.log("slurmdbd"), "it exited after starting")
+        return _run([sacctmgr, "-n", "show", "cluster"], layout, timeout=20).returncode == 0
+
+    if not _wait(answers, 30, 0.5):
+        raise _fail("slurmdbd", layout.log("slurmdbd"), "sacctmgr could not reach it within 30s")
     # Register the cluster before slurmctld starts, and an account for root's jobs.
     for args in (["add", "cluster", CLUSTER_NAME],
                  ["add", "account", "sandbox", f"Cluster={CLUSTER_NAME}", "Description=sandbox",
