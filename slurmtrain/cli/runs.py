@@ -163,6 +163,9 @@ def _print_status(st) -> None:
     row("elapsed", format_duration(st.elapsed_s))
     row("exit code", "-" if st.exit_code is None else st.exit_code
         if not st.signal else f"{st.exit_code} (signal {st.signal})")
+    if st.program_exit_code is not None and st.program_exit_code != st.exit_code:
+        row("program", f"exited {st.program_exit_code} (from the launcher's report in the node log; "
+                       "torchrun itself exits 1 when a worker fails)")
     row("requeues", "-" if st.restarts is None else st.restarts)
     row("submitted", _short_time(st.submitted))
     if st.events:
@@ -212,6 +215,6 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
         run = rundir.resolve(ref, runs_dir)
         if run.job_id is None:
             raise UsageError(f"run {run.name} has no job id to cancel (state: {run.manifest().get('state')})")
-        jobs.job(run.path, run.job_id).cancel()
         events.append(run.path, "cancel_requested", job_id=run.job_id)
+        jobs.job(run.path, run.job_id).cancel()
         click.echo(f"cancelled job {run.job_id} ({run.name})")

@@ -59,7 +59,8 @@ class Watcher(SlurmInfoWatcher):
 
 
 class TrackedJob(submitit.SlurmJob):
-    """A ``SlurmJob`` that reads states without accounting and cancels with a timeout."""
+    """A ``SlurmJob`` that reads states without accounting, and whose cancel sticks
+    (see :func:`slurmquery.cancel`) and has a timeout."""
 
     watcher = Watcher(delay_s=60)
 
@@ -70,7 +71,7 @@ class TrackedJob(submitit.SlurmJob):
 
     def cancel(self, check: bool = True) -> None:
         try:
-            slurmquery.scancel(self.job_id)
+            slurmquery.cancel(self.job_id)
         except SlurmError:
             if check:
                 raise

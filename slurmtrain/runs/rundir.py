@@ -133,7 +133,7 @@ def list_runs(runs_dir: str | os.PathLike) -> list[RunDir]:
 
 def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
     """RUN as the user typed it: a run directory path, a run name under ``runs_dir``,
-    a unique prefix of one, or a job id recorded in one of their manifests."""
+    a job id recorded in a manifest, a job name (its latest run), or a unique prefix."""
     path = Path(ref).expanduser()
     if is_run_dir(path):
         return RunDir(path.absolute())
@@ -145,6 +145,9 @@ def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
         by_job = [r for r in runs if ref in r.job_ids]
         if by_job:
             return RunDir(by_job[-1].path.absolute())
+    by_name = [r for r in runs if r.manifest().get("job_name") == ref]
+    if by_name:
+        return RunDir(by_name[-1].path.absolute())  # the latest run of that name
     by_prefix = [r for r in runs if r.name.startswith(ref)]
     if len(by_prefix) == 1:
         return RunDir(by_prefix[0].path.absolute())

@@ -64,6 +64,9 @@ def one_line(text: str) -> str:
 
 
 def _fail(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
+    if "Could not establish a configuration source" in proc.stderr:
+        return SlurmError(f"{argv[0]}: Slurm's configuration was not found: set SLURM_CONF "
+                          '(for the sandbox: eval "$(slurmtrain sandbox env)")')
     return SlurmError(f"{argv[0]} failed (exit {proc.returncode}): {one_line(proc.stderr or proc.stdout)}")
 
 
@@ -247,7 +250,16 @@ def accounting_enabled() -> bool | None:
     return _accounting.get(_conf_key())
 
 
-def scancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
+def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
+    """End a job as CANCELLED, for good.
+
+    A plain ``scancel`` sends SIGTERM to the batch script, which cannot tell a user's
+    cancel from a preemption and requeues the job after its stop handling (see
+    templates/finish.j2), so the job would come back PENDING. Marking it not
+    requeueable first makes that ``scontrol requeue`` fail ("presently disabled"), and
+    the job stays CANCELLED. The mark fails harmlessly for a job that already ended.
+    """
+    run_slurm(["scontrol", "update", f"JobId={job_id}", "Requeue=0"], timeout=timeout)
     argv = ["scancel", str(job_id)]
     proc = run_slurm(argv, timeout=timeout)
     if proc.returncode != 0:

@@ -23,6 +23,7 @@ _FINAL_EVENTS = {
     "requeue_limit": JobState.FAILED,
     "watchdog_timeout": JobState.FAILED,
     "submit_refused": JobState.REFUSED,
+    "cancel_requested": JobState.CANCELLED,
 }
 _EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4}
 
@@ -43,6 +44,7 @@ class RunStatus:
     restarts: int | None = None
     submitted: str | None = None
     reason: str | None = None
+    program_exit_code: int | None = None  # what the program itself returned, from the node logs
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -63,7 +65,11 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
                    for t in targets if (t if isinstance(t, str) else t.job_id)]
         jobs.refresh(tracked)
         infos = {j.job_id: i for j in tracked if (i := j.info(mode="cache")) is not None}
-    return [_status(t, infos, with_events) for t in targets]
+    out = [_status(t, infos, with_events) for t in targets]
+    for t, st in zip(targets, out):
+        if with_events and isinstance(t, RunDir) and st.state is JobState.FAILED:
+            st.program_exit_code = program_exit_code(t, st.job_id)
+    return out
 
 
 def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_events: bool) -> RunStatus:
@@ -109,6 +115,9 @@ def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
         st.nodelist = started[-1].get("nodes")
         st.restarts = max(int(e.get("restart", 0)) for e in mine)
     last_final = next((e for e in reversed(mine) if e.get("event") in _FINAL_EVENTS), None)
+    if last_final is not None and last_final["event"] == "cancel_requested" \
+            and any(e.get("event") == "started" and e["time"] > last_final["time"] for e in mine):
+        last_final = None  # cancelled, yet it started again: the cancel did not take
     if last_final is None:
         st.note = (f"Slurm no longer knows job {st.job_id} and events.jsonl records no end: "
                    "it was cancelled, killed, or never started")
@@ -122,6 +131,22 @@ def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
 
 
 # ---- logs ------------------------------------------------------------------------------
+
+# torchrun reports any failed worker as its own exit status 1; the program's status is in
+# its "Root Cause" summary. DeepSpeed's launcher logs "... exits with return code = N".
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?exitcode\s*:\s*(-?\d+)", re.S)
+_DEEPSPEED_RC = re.compile(r"exits with return code = (-?\d+)")
+
+
+def program_exit_code(run: RunDir, job_id: str | None = None) -> int | None:
+    """The exit status the program itself gave, where the launcher logged it."""
+    for lines in failing_node_logs(run, job_id, lines=200).values():
+        text = "\n".join(lines)
+        m = _ROOT_CAUSE.search(text) or _DEEPSPEED_RC.search(text)
+        if m:
+            return int(m.group(1))
+    return None
+
 
 _SRUN_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task \d+: (Exited with exit code \d+|Killed|Terminated)")
 

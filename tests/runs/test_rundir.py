@@ -23,7 +23,7 @@ def test_manifest_update_merges(tmp_path):
 
 def _run(tmp_path, name, job_id, when):
     run = rundir.create(tmp_path, name)
-    run.update_manifest(name=run.name, job_ids=[job_id], submitted_at=when, state="submitted")
+    run.update_manifest(name=run.name, job_name=name, job_ids=[job_id], submitted_at=when, state="submitted")
     return run
 
 
@@ -35,11 +35,13 @@ def test_resolve(tmp_path, monkeypatch):
     assert rundir.resolve(a.name, tmp_path).path == a.path
     assert rundir.resolve("alpha", tmp_path).path == a.path          # unique prefix
     assert rundir.resolve("12", tmp_path).path == b.path             # job id
+    assert rundir.resolve("beta", tmp_path).path == b2.path           # job name: the latest run
+    assert [r.name for r in rundir.list_runs(tmp_path)] == [a.name, b.name, b2.name]
+    _run(tmp_path, "betamax", "14", "2025-01-01T00:00:04")
     with pytest.raises(UsageError, match="ambiguous"):
-        rundir.resolve("beta", tmp_path)
+        rundir.resolve("bet", tmp_path)
     with pytest.raises(UsageError, match="no such run"):
         rundir.resolve("gamma", tmp_path)
-    assert [r.name for r in rundir.list_runs(tmp_path)] == [a.name, b.name, b2.name]
 
 
 def test_node_logs(tmp_path):

@@ -103,3 +103,14 @@ def test_unreachable_controller(monkeypatch):
     with pytest.raises(SlurmError) as err:
         slurmquery.scontrol_jobs()
     assert "\n" not in str(err.value) and "Unable to contact slurm controller" in str(err.value)
+
+
+def test_parse_scontrol_recorded_from_the_sandbox():
+    """Real `scontrol -o show job` output of Slurm 22.05 (the sandbox), ten jobs."""
+    jobs = slurmquery.parse_scontrol((RECORDED / "scontrol_sandbox_22.05.txt").read_text())
+    assert len(jobs) == 10
+    assert (jobs["1"].state, jobs["1"].exit_code, jobs["1"].nodes, jobs["1"].nodelist) == (
+        JobState.COMPLETED, 0, 2, "stnode[1-2]")
+    assert (jobs["5"].state, jobs["5"].exit_code) == (JobState.FAILED, 1)
+    assert jobs["10"].state is JobState.CANCELLED and jobs["10"].restarts == 0
+    assert jobs["7"].restarts == 1  # cancelled by a plain scancel, requeued by its script, cancelled again

@@ -52,6 +52,19 @@ def test_forgotten_jobs_take_their_state_from_events(tmp_path, fake_slurm):
     assert (b.state, b.exit_code, b.restarts) == (JobState.FAILED, 3, 1)
     assert "no longer knows job 22" in b.note
     assert c.state is JobState.UNKNOWN and "records no end" in c.note
+    gone = _run(tmp_path, "gone", "24", [("started", {"job_id": "24", "restart": 0}),
+                                         ("cancel_requested", {"job_id": "24"}),
+                                         ("signal", {"job_id": "24", "restart": 0, "signal": "TERM"})])
+    assert track.statuses([gone])[0].state is JobState.CANCELLED
+
+
+def test_program_exit_code_from_torchrun_summary(tmp_path, fake_slurm):
+    fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    run = _run(tmp_path, "fail", "12")
+    (run.logs / "job-12.out").write_text("srun: error: stnode1: task 0: Exited with exit code 1\n")
+    (run.logs / "12-stnode1.out").write_text((RECORDED / "torchrun_failure.txt").read_text())
+    (st,) = track.statuses([run])
+    assert (st.exit_code, st.program_exit_code) == (3, 3)
 
 
 def test_slurm_wins_over_events(tmp_path, fake_slurm):
@@ -100,7 +113,9 @@ def test_logs_and_cancel(tmp_path, fake_slurm):
     result = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), "l", "--node", "stnode9"])
     assert result.exit_code == 2 and "stnode1" in result.output
     result = CliRunner().invoke(main, ["cancel", "--runs-dir", str(tmp_path), "l"])
-    assert result.exit_code == 0 and fake.calls[-1] == ["scancel", "31"]
+    assert result.exit_code == 0
+    # not requeueable first, so the script's stop handling cannot bring the job back
+    assert fake.calls[-2:] == [["scontrol", "update", "JobId=31", "Requeue=0"], ["scancel", "31"]]
     assert events.read(run.path)[-1]["event"] == "cancel_requested"
 
 
