@@ -1,7 +1,7 @@
 """Test program for the end-to-end tests: every rank joins one gloo process group,
 all-reduces its rank + 1 and appends one JSON line to ``$SLURMTRAIN_RUN_DIR/ranks.jsonl``.
 
-Accepts ``--local_rank=N`` (DeepSpeed's launcher passes it) and echoes every other
+``--exit-code N`` makes every rank exit with N after the all-reduce. Accepts ``--local_rank=N`` (DeepSpeed's launcher passes it) and echoes every other
 argument back in ``args``, so a test can check that arguments arrive unchanged.
 """
 
@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith(("--local_rank=", "--local-rank="))]
+    exit_code = int(args[args.index("--exit-code") + 1]) if "--exit-code" in args else 0
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     total = torch.tensor([float(rank + 1)])
@@ -34,6 +35,9 @@ def main() -> None:
     os.close(fd)
     print(f"rank {rank}/{world} on {record['node']}: all-reduce sum {record['sum']}", flush=True)
     dist.destroy_process_group()
+    if exit_code:
+        print(f"rank {rank}: exiting with status {exit_code} as asked", flush=True)
+        sys.exit(exit_code)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from slurmtrain.runs import slurmquery
 from slurmtrain.runs.slurmquery import format_duration, parse_duration, parse_key_values
 from slurmtrain.runs.states import JobState
 
-from conftest import RECORDED
+from runs_fakes import RECORDED
 
 
 def test_parse_scontrol_recorded():

@@ -9,7 +9,7 @@ from slurmtrain.cli import main
 from slurmtrain.runs import rundir, track
 from slurmtrain.runs.states import JobState
 
-from conftest import RECORDED
+from runs_fakes import RECORDED
 
 
 def _run(root, name, job_id, evs=()):

@@ -1,0 +1,180 @@
+"""End to end on the sandbox: `slurmtrain submit` -> real Slurm -> `slurmtrain status`.
+
+One batch of jobs is submitted at once (they share the sandbox's two nodes) and
+followed with one `slurmtrain status` query per poll; the tests then read the
+results. The accounting test comes last: it restarts the sandbox with slurmdbd.
+
+Each job gets its own rendezvous port (--set launch.rdzv_port): the local profile's
+fixed port would collide between jobs sharing a node, which every sandbox job does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from e2e_util import PROGRAM, cli, ranks, statuses, submit, wait_final
+
+pytestmark = pytest.mark.slurm
+
+LAUNCHERS = ("torchrun", "srun-loop", "deepspeed")
+# Arguments a shell would act on: they must reach the program unchanged.
+TRICKY = ["a b", "$(touch {marker})", "it's \"quoted\"", "`touch {marker}`; echo"]
+
+
+def _tricky(marker) -> list[str]:
+    return [a.format(marker=marker) for a in TRICKY]
+
+
+@pytest.fixture(scope="module")
+def batch(_sandbox_session, tmp_path_factory):
+    """Submit every job of this module at once (without accounting) and follow them to the end."""
+    from slurmtrain import sandbox
+
+    if sandbox.status().settings.accounting:  # the states below are scontrol's: no accounting
+        sandbox.down(progress=print)
+        sandbox.up(accounting=False, progress=print)
+    cwd = tmp_path_factory.mktemp("e2e")
+    marker = cwd / "INJECTED"
+    names = {}
+    for port, launcher in enumerate(LAUNCHERS, start=29710):
+        names[launcher] = submit(cwd, "--profile", "local", "--launcher", launcher, "--name", f"ar-{launcher}",
+                                 "--set", f"launch.rdzv_port={port}", "--", "python", str(PROGRAM),
+                                 *_tricky(marker))
+    for port, launcher in ((29720, "deepspeed"), (29721, "torchrun")):
+        names[f"exit3-{launcher}"] = submit(cwd, "--launcher", launcher, "--name", f"exit3-{launcher}",
+                                            "--set", f"launch.rdzv_port={port}", "--",
+                                            "python", str(PROGRAM), "--exit-code", "3")
+    names["cancel"] = submit(cwd, "--name", "to-cancel", "--set", "launch.rdzv_port=29722", "--", "sleep", "600")
+    cancelled = []
+
+    def cancel_when_running(got):
+        if not cancelled and got[names["cancel"]]["state"] == "RUNNING":
+            proc = cli(cwd, "cancel", names["cancel"])
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            cancelled.append(proc.stdout)
+
+    started = time.monotonic()
+    final = wait_final(cwd, list(names.values()), on_poll=cancel_when_running)
+    print(f"e2e batch: {len(names)} jobs final after {time.monotonic() - started:.0f} s")
+    return {"cwd": cwd, "marker": marker, "names": names, "final": final, "cancel_output": cancelled}
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_two_nodes_one_process_group(batch, launcher):
+    name = batch["names"][launcher]
+    st = batch["final"][name]
+    logs = cli(batch["cwd"], "logs", name).stdout
+    assert (st["state"], st["exit_code"]) == ("COMPLETED", 0), logs[-4000:]
+    got = ranks(batch["cwd"], name)
+    assert sorted(r["rank"] for r in got) == [0, 1, 2, 3], got
+    assert {r["world_size"] for r in got} == {4}
+    assert {r["sum"] for r in got} == {10.0}  # 1 + 2 + 3 + 4: one all-reduce over every rank
+    # node names as Slurm assigned them, two processes on each
+    assert sorted(r["node"] for r in got) == ["stnode1", "stnode1", "stnode2", "stnode2"]
+    assert sorted((r["node"], r["local_rank"]) for r in got) == [
+        ("stnode1", 0), ("stnode1", 1), ("stnode2", 0), ("stnode2", 1)]
+    assert st["nodes"] == 2 and st["nodelist"] == "stnode[1-2]" and st["source"] == "scontrol"
+    assert [e["event"] for e in st["events"]][:2] == ["submitted", "started"]
+    assert st["events"][-1]["event"] == "finished"
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_arguments_arrive_literally(batch, launcher):
+    got = ranks(batch["cwd"], batch["names"][launcher])
+    assert got and all(r["args"] == _tricky(batch["marker"]) for r in got)
+    assert not batch["marker"].exists()
+
+
+def test_exit_3_fails_with_exit_code_3(batch):
+    name = batch["names"]["exit3-deepspeed"]
+    st = batch["final"][name]
+    assert (st["state"], st["exit_code"]) == ("FAILED", 3)
+    assert st["events"][-1]["event"] == "failed" and st["events"][-1]["exit_code"] == 3
+    logs = cli(batch["cwd"], "logs", name)
+    assert logs.returncode == 0 and "exiting with status 3 as asked" in logs.stdout
+    text = cli(batch["cwd"], "status", name).stdout
+    assert "FAILED" in text and "exit code  3" in text and "last lines of" in text
+
+
+def test_exit_3_under_torchrun(batch):
+    """torchrun exits 1 whenever a worker fails, so Slurm records 1; status digs the
+    program's own 3 out of torchrun's failure summary."""
+    st = batch["final"][batch["names"]["exit3-torchrun"]]
+    assert (st["state"], st["exit_code"], st["program_exit_code"]) == ("FAILED", 1, 3)
+
+
+def test_cancel_ends_cancelled_and_stays(batch):
+    name = batch["names"]["cancel"]
+    assert batch["cancel_output"], "the job never reached RUNNING"
+    assert batch["final"][name]["state"] == "CANCELLED"
+    time.sleep(3)  # the batch script's stop handling must not have requeued it
+    st = statuses(batch["cwd"], [name])[name]
+    assert (st["state"], st["restarts"]) == ("CANCELLED", 0)
+    assert "cancel_requested" in [e["event"] for e in st["events"]]
+
+
+def test_runs_table_lists_every_run(batch):
+    proc = cli(batch["cwd"], "runs")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["RUN", "JOB", "ID", "STATE", "NODES", "ELAPSED", "SUBMITTED"]
+    for name, st in batch["final"].items():
+        row = next(line for line in lines if line.startswith(name + " "))
+        assert st["state"] in row and st["job_id"] in row
+
+
+def test_run_directory_contents(batch):
+    name = batch["names"]["torchrun"]
+    run = batch["cwd"] / "runs" / name
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["state"] == "submitted" and manifest["job_ids"] == [batch["final"][name]["job_id"]]
+    job_id = manifest["job_ids"][0]
+    assert (run / "logs" / f"job-{job_id}.out").exists()
+    assert list((run / "logs").glob(f"{job_id}-*.out")), "no per-node log"
+    gen = cli(batch["cwd"], "gen", "--profile", "local", "--launcher", "torchrun", "--name", "ar-torchrun",
+              "--set", "launch.rdzv_port=29710", "--", "python", str(PROGRAM), *_tricky(batch["marker"]))
+    # The submitted script is gen's, with the run directory filled in.
+    submitted = (run / "job.sbatch").read_text()
+    differing = [(a, b) for a, b in zip(gen.stdout.splitlines(), submitted.splitlines()) if a != b]
+    assert len(gen.stdout.splitlines()) == len(submitted.splitlines())
+    assert all(str(run) in b for _, b in differing) and len(differing) == 2, differing
+
+
+def test_same_states_with_accounting(batch, sandbox_accounting):
+    """With slurmdbd, status answers from sacct; the states and exit codes match the
+    ones scontrol gave without accounting, for the same kinds of jobs."""
+    cwd = batch["cwd"]
+    names = {
+        "ok": submit(cwd, "--name", "acct-ok", "--set", "launch.rdzv_port=29730", "--", "python", str(PROGRAM)),
+        "fail": submit(cwd, "--launcher", "deepspeed", "--name", "acct-fail", "--set", "launch.rdzv_port=29731",
+                       "--", "python", str(PROGRAM), "--exit-code", "3"),
+        "cancel": submit(cwd, "--name", "acct-cancel", "--set", "launch.rdzv_port=29732", "--", "sleep", "600"),
+    }
+    done = []
+
+    def cancel_when_running(got):
+        if not done and got[names["cancel"]]["state"] == "RUNNING":
+            assert cli(cwd, "cancel", names["cancel"]).returncode == 0
+            done.append(True)
+
+    final = wait_final(cwd, list(names.values()), on_poll=cancel_when_running)
+    time.sleep(2)  # slurmdbd records the end a moment after the controller
+    final = statuses(cwd, list(names.values()))
+    without = {"ok": batch["final"][batch["names"]["torchrun"]],
+               "fail": batch["final"][batch["names"]["exit3-deepspeed"]],
+               "cancel": batch["final"][batch["names"]["cancel"]]}
+    for kind, name in names.items():
+        st = final[name]
+        assert st["source"] == "sacct", st
+        assert (st["state"], st["exit_code"]) == (without[kind]["state"], without[kind]["exit_code"]), kind
+
+    from slurmtrain.runs import slurmquery
+
+    job_ids = [final[n]["job_id"] for n in names.values()]
+    by_sacct = slurmquery.sacct_jobs(job_ids)
+    by_scontrol = slurmquery.scontrol_jobs()
+    for j in job_ids:
+        assert (by_sacct[j].state, by_sacct[j].exit_code) == (by_scontrol[j].state, by_scontrol[j].exit_code)

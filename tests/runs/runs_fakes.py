@@ -1,0 +1,40 @@
+"""Slurm faked at the subprocess boundary for the unit tests of slurmtrain.runs."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurmtrain.runs import slurmquery
+
+RECORDED = Path(__file__).parent / "recorded"
+
+
+class FakeSlurm:
+    """Stands in for subprocess.run in slurmquery: answers scontrol/sacct/scancel from
+    recorded text and counts the calls."""
+
+    def __init__(self, scontrol: str = "", sacct: str | None = None):
+        self.scontrol = scontrol
+        self.sacct = sacct            # None: accounting storage is disabled
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append(list(argv))
+        assert kwargs.get("timeout"), "every Slurm call needs a timeout"
+        tool = argv[0]
+        if tool == "scontrol":
+            return subprocess.CompletedProcess(argv, 0, self.scontrol, "")
+        if tool == "sacct":
+            if self.sacct is None:
+                return subprocess.CompletedProcess(
+                    argv, 1, "", "sacct: error: Slurm accounting storage is disabled\n")
+            return subprocess.CompletedProcess(argv, 0, self.sacct, "")
+        if tool == "scancel":
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        raise AssertionError(f"unexpected command {argv}")
+
+    def count(self, tool: str) -> int:
+        return sum(1 for c in self.calls if c[0] == tool)
