@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
             sets.append((key, value, f"--{opt.replace('_', '-')}"))
     recipe = load_recipe(args.recipe, sets)
     source = str(recipe_path(args.recipe))
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.recipe)
+    run_dir = (Path(args.run_dir) if args.run_dir else default_run_dir(args.recipe)).absolute()
 
     from .. import events
     from . import trainer

@@ -17,6 +17,7 @@ import random
 import shutil
 import signal
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -255,5 +256,7 @@ def load_consolidated(run_dir: str | os.PathLike):
     md = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     state = {k: torch.empty(v.size, dtype=v.properties.dtype)
              for k, v in md.items() if k.startswith("model.") and hasattr(v, "size")}
-    dcp.load(state, checkpoint_id=str(path), no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": yes
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(path), no_dist=True)
     return args, {k[len("model."):]: v for k, v in state.items()}

@@ -1,0 +1,112 @@
+"""Reading a run's ``metrics.jsonl``: progress lines and plots. Torch-free, like presets.py:
+``slurmtrain watch`` and ``slurmtrain plot`` run on a login node.
+
+The file is appended across requeues, so after a resume some steps appear twice (the
+steps between the last checkpoint and the preemption were trained again). The latest
+record of a step wins.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import events
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_metrics(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(train records, eval records), one per step (the latest wins), in step order."""
+    train: dict[int, dict[str, Any]] = {}
+    evals: dict[int, dict[str, Any]] = {}
+    path = Path(run_dir) / METRICS_FILE
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a killed job
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                continue
+            (evals if "eval_loss" in rec else train)[rec["step"]] = rec
+    return [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    step: int | None
+    total: int | None
+    loss: float | None
+    eval_loss: float | None
+    tokens_per_s: float | None
+    eta_s: float | None
+    finished: bool
+
+
+def snapshot(run_dir: Path) -> Snapshot:
+    train, evals = read_metrics(run_dir)
+    finished = any(e.get("event") == "finished" for e in events.read(run_dir))
+    last = train[-1] if train else {}
+    step, total = last.get("step"), last.get("total_steps")
+    eta = None
+    if step is not None and total and last.get("step_time") is not None:
+        eta = max(total - step, 0) * last["step_time"]
+    return Snapshot(step=step, total=total, loss=last.get("loss"),
+                    eval_loss=evals[-1]["eval_loss"] if evals else None,
+                    tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=finished)
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def progress_line(snap: Snapshot) -> str:
+    if snap.step is None:
+        return "no metrics yet"
+    parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total else "")]
+    if snap.total:
+        parts[0] += f" ({100 * snap.step / snap.total:.0f}%)"
+    if snap.loss is not None:
+        parts.append(f"loss {snap.loss:.4f}")
+    if snap.eval_loss is not None:
+        parts.append(f"eval {snap.eval_loss:.4f}")
+    if snap.tokens_per_s is not None:
+        parts.append(f"{snap.tokens_per_s:,.0f} tok/s")
+    if snap.finished:
+        parts.append("finished")
+    elif snap.eta_s is not None:
+        parts.append(f"ETA {_duration(snap.eta_s)}")
+    return " | ".join(parts)
+
+
+def plot(run_dir: Path, out: Path) -> None:
+    """Loss (train and eval), learning rate and throughput against step, as one PNG."""
+    import matplotlib
+    matplotlib.use("Agg")  # no display on a login node
+    import matplotlib.pyplot as plt
+
+    train, evals = read_metrics(run_dir)
+    steps = [r["step"] for r in train]
+    fig, (ax_loss, ax_lr, ax_tp) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    ax_loss.plot(steps, [r.get("loss") for r in train], label="train")
+    if evals:
+        ax_loss.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="eval")
+    ax_loss.set_ylabel("loss")
+    ax_loss.legend()
+    ax_lr.plot(steps, [r.get("lr") for r in train])
+    ax_lr.set_ylabel("learning rate")
+    ax_tp.plot(steps, [r.get("tokens_per_s") for r in train])
+    ax_tp.set_ylabel("tokens/s")
+    ax_tp.set_xlabel("step")
+    for ax in (ax_loss, ax_lr, ax_tp):
+        ax.grid(alpha=0.3)
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,122 @@
+"""The trainer end to end on CPU: two ranks under torchrun (gloo), the same FSDP2 and DCP
+code as on GPUs. Each run takes a few seconds, most of it starting Python and torch."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer_util import events, losses, rank_exit_codes, records, setup_run, show, train
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """20 steps on two ranks without interruption: the reference run."""
+    work = tmp_path_factory.mktemp("straight")
+    recipe = setup_run(work, steps=20)
+    proc = train(["--recipe", str(recipe), "--run-dir", "run"], work, nproc=2)
+    assert proc.returncode == 0, show(proc)
+    return work / "run", proc
+
+
+def test_loss_falls_on_a_learnable_corpus(straight):
+    run_dir, proc = straight
+    loss = losses(run_dir)
+    assert sorted(loss) == list(range(1, 21))
+    assert loss[20] < loss[1] - 2.0, loss
+    evals = {r["step"]: r["eval_loss"] for r in records(run_dir) if "eval_loss" in r}
+    assert set(evals) == {10, 20} and evals[20] < evals[10]
+    first = next(r for r in records(run_dir) if "loss" in r)
+    assert {"lr", "grad_norm", "tokens_per_s", "samples_per_s", "step_time", "mfu",
+            "peak_mem"} <= set(first) and first["mfu"] is None  # CPU: no MFU
+    # The first log line says how big the model is; only rank 0 logs.
+    assert "parameters" in proc.stdout.splitlines()[0]
+    assert "[rank1]" not in proc.stdout
+    assert events(run_dir)[-2:] == [("checkpoint_saved", 20), ("finished", 20)]
+
+
+def test_resume_is_exact(straight, tmp_path):
+    """Stopped at step 10 and started again: the same loss at every step and bitwise the
+    same final weights as the uninterrupted run."""
+    from slurmtrain.train.checkpoint import load_consolidated
+    ref_dir, _ = straight
+    recipe = setup_run(tmp_path, steps=20)
+    args = ["--recipe", str(recipe), "--run-dir", "run"]
+    first = train(args + ["--set", "debug.stop_at_step=10"], tmp_path, nproc=2)
+    # Each rank exits 75 ("stopped after checkpoint"); torchrun terminates those still
+    # tearing down when the first one leaves, so some may show SIGTERM instead.
+    assert 75 in rank_exit_codes(first) <= {75, -15}, show(first)
+    assert events(tmp_path / "run")[-2:] == [("checkpoint_saved", 10), ("stopped", 10)]
+    second = train(args, tmp_path, nproc=2)
+    assert second.returncode == 0, show(second)
+    assert ("resumed", 10) in events(tmp_path / "run")
+    assert losses(tmp_path / "run") == losses(ref_dir)
+    ref_args, ref = load_consolidated(ref_dir)
+    args2, got = load_consolidated(tmp_path / "run")
+    assert args2 == ref_args and sorted(got) == sorted(ref)
+    for name in ref:
+        assert torch.equal(got[name], ref[name]), name
+
+
+def test_killed_during_save_resumes_from_the_checkpoint_before(tmp_path):
+    recipe = setup_run(tmp_path, steps=12, save_steps=4)
+    args = ["--recipe", str(recipe), "--run-dir", "run"]
+    killed = train(args + ["--set", "debug.kill_in_save_at_step=8"], tmp_path, nproc=2)
+    assert killed.returncode != 0, show(killed)
+    step8 = tmp_path / "run" / "checkpoints" / "step_8"
+    assert step8.is_dir() and not (step8 / "COMPLETE").exists()
+    assert any(p.suffix == ".distcp" for p in step8.iterdir())  # shards were written
+    again = train(args, tmp_path, nproc=2)
+    assert again.returncode == 0, show(again)
+    assert f"skipping checkpoint {step8}: incomplete" in again.stdout
+    assert [e for e in events(tmp_path / "run") if e[0] in ("resumed", "finished")] == [
+        ("resumed", 4), ("finished", 12)]
+    assert (step8 / "COMPLETE").exists()  # saved again, whole this time
+
+
+def test_stop_file_saves_and_exits_75(tmp_path):
+    recipe = setup_run(tmp_path, steps=50)
+    stop = tmp_path / "stop-requested"
+    stop.touch()
+    proc = train(["--recipe", str(recipe), "--run-dir", "run"], tmp_path,
+                 SLURMTRAIN_STOP_FILE=str(stop))
+    assert proc.returncode == 75, show(proc)
+    assert (tmp_path / "run" / "checkpoints" / "step_1" / "COMPLETE").exists()
+    assert events(tmp_path / "run") == [("checkpoint_saved", 1), ("stopped", 1)]
+
+
+def test_stop_signal_saves_and_exits_75(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from trainer_util import command, env
+    recipe = setup_run(tmp_path, steps=100000)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(command(["--recipe", str(recipe), "--run-dir", "run"]),
+                            cwd=tmp_path, env=env(SLURMTRAIN_STOP_SIGNAL="USR1"), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 60
+        while not records(run_dir) and time.time() < deadline:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGUSR1)  # the signal named in $SLURMTRAIN_STOP_SIGNAL
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, out
+    name, step = events(run_dir)[-1]
+    assert name == "stopped" and (run_dir / "checkpoints" / f"step_{step}" / "COMPLETE").exists()
+
+
+def test_failure_is_an_event_and_not_75(tmp_path):
+    recipe = setup_run(tmp_path, steps=10)
+    proc = train(["--recipe", str(recipe), "--run-dir", "run", "--set", "debug.fail_at_step=3"],
+                 tmp_path)
+    assert proc.returncode == 1, show(proc)
+    assert "RuntimeError: debug.fail_at_step = 3" in proc.stderr
+    from slurmtrain import events as ev
+    last = ev.read(tmp_path / "run")[-1]
+    assert last["event"] == "train_error" and last["step"] == 3 and "fail_at_step" in last["error"]

@@ -1,0 +1,100 @@
+"""Helpers for the trainer's end-to-end tests: a learnable corpus, a small recipe, and
+``python -m slurmtrain.train`` in a subprocess (under torchrun for two ranks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = "the quick brown fox jumps over the lazy dog while a cat sleeps on a warm mat".split()
+
+RECIPE = """\
+[model]
+preset = "tiny"
+
+[data]
+path = "corpus.jsonl"
+max_seq_len = 64
+val_fraction = 0.05
+
+[train]
+steps = {steps}
+global_batch_size = 8
+micro_batch_size = 2
+lr = 3e-3
+warmup_steps = 3
+min_lr = 3e-4
+weight_decay = 0.01
+log_steps = 1
+eval_steps = 10
+eval_batches = 2
+save_steps = {save_steps}
+"""
+
+
+def write_corpus(path: Path, n_docs: int = 200) -> Path:
+    """Word cycles: easy to learn, so the loss falls within a few dozen steps."""
+    with path.open("w") as fh:
+        for i in range(n_docs):
+            text = " ".join(WORDS[(i + j) % len(WORDS)] for j in range(40))
+            fh.write(json.dumps({"text": text}) + "\n")
+    return path
+
+
+def setup_run(tmp: Path, steps: int = 20, save_steps: int = 0) -> Path:
+    """A work dir holding corpus.jsonl and recipe.toml; returns the recipe's path."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    write_corpus(tmp / "corpus.jsonl")
+    recipe = tmp / "recipe.toml"
+    recipe.write_text(RECIPE.format(steps=steps, save_steps=save_steps))
+    return recipe
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("SLURMTRAIN_")}
+    out.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **extra)
+    return out
+
+
+def command(args: list[str], nproc: int = 1) -> list[str]:
+    if nproc == 1:
+        return [sys.executable, "-m", "slurmtrain.train", *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", "-m", "slurmtrain.train", *args]
+
+
+def train(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 180,
+          **extra_env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command(args, nproc), cwd=cwd, env=env(**extra_env), text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records(run_dir) if "loss" in r}
+
+
+def events(run_dir: Path) -> list[tuple[str, int | None]]:
+    from slurmtrain import events as ev
+    return [(e["event"], e.get("step")) for e in ev.read(run_dir)]
+
+
+def show(proc: subprocess.CompletedProcess) -> str:
+    """For assertion messages: what the run printed."""
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-12000:]}"
+
+
+def rank_exit_codes(proc: subprocess.CompletedProcess) -> set[int]:
+    """The trainer processes' exit codes: torchrun itself exits 1 whenever a rank exits
+    non-zero, and lists each failed rank's own code in its report."""
+    import re
+    codes = {int(c) for c in re.findall(r"exitcode\s*:\s*(-?\d+)", proc.stderr)}
+    return codes or {proc.returncode}
