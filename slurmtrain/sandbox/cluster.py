@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,6 +200,31 @@ def _has_env_key(pid: int, key: str) -> bool:
     return any(e.startswith(key.encode() + b"=") for e in data.split(b"\0"))
 
 
+def _cancel_jobs(layout: Layout, progress: Progress) -> None:
+    """Cancel every job first, so slurmctld saves no half-finished job and the next
+    `up` starts with idle nodes. Bounded: whatever is left is killed below anyway."""
+    if not procs.is_ours(procs.read_pid(layout.pid_file("slurmctld")), "slurmctld"):
+        return
+    env = daemons.daemon_env(layout)
+    try:
+        jobs = subprocess.run([install.which("squeue") or "squeue", "-h", "-o", "%i"], env=env,
+                              capture_output=True, text=True, timeout=20).stdout.split()
+        if not jobs:
+            return
+        progress(f"cancelling {len(jobs)} job(s)")
+        subprocess.run([install.which("scancel") or "scancel", *jobs], env=env,
+                       capture_output=True, timeout=20)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = subprocess.run([install.which("squeue") or "squeue", "-h", "-o", "%i"], env=env,
+                                  capture_output=True, text=True, timeout=20).stdout.split()
+            if not left:
+                return
+            time.sleep(0.5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def down(progress: Progress = print) -> list[str]:
     """Stop every daemon the sandbox started (and their job processes); returns their names."""
     layout = Layout.current()
@@ -209,6 +235,7 @@ def down(progress: Progress = print) -> list[str]:
         order += sorted(p.stem for p in layout.run_dir.glob("slurmd-*.pid"))
     order += ["slurmdbd", "mariadb", "munged"]
     programs = {"slurmctld": "slurmctld", "slurmdbd": "slurmdbd", "mariadb": "mariadbd", "munged": "munged"}
+    _cancel_jobs(layout, progress)
     stopped = []
     for name in order:
         pid = procs.read_pid(layout.pid_file(name))

@@ -109,6 +109,7 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         "TaskPlugin=task/none",
         "SwitchType=switch/none",
         "MpiDefault=none",
+        "MailProg=/bin/true",
         "PropagateResourceLimits=NONE",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU",

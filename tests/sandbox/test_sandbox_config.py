@@ -1,0 +1,85 @@
+"""The sandbox's pure parts, no Slurm needed: config text, /etc/hosts block, settings, CLI help."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.errors import UsageError
+from slurmtrain.sandbox import config, hosts
+from slurmtrain.sandbox.layout import DEFAULT_STATE_DIR, Layout
+
+
+def _conf(**kw) -> dict[str, str]:
+    text = config.slurm_conf(config.Settings(**kw), Layout(Path("/s")))
+    out = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith(("#", "NodeName", "PartitionName")):
+            key, value = line.split("=", 1)
+            out[key] = value
+    return out
+
+
+def test_conf_has_the_settings_that_make_it_work_in_a_container():
+    conf = _conf()
+    assert conf["ProctrackType"] == "proctrack/linuxproc"
+    assert conf["TaskPlugin"] == "task/none"
+    assert conf["SlurmdParameters"] == "config_overrides"
+    assert conf["PreemptType"] == "preempt/partition_prio"
+    assert conf["PreemptMode"] == "REQUEUE"
+    assert conf["JobRequeue"] == "1" and conf["ReturnToService"] == "2"
+    assert conf["AccountingStorageType"] == "accounting_storage/none"
+    assert conf["AuthInfo"] == "socket=/s/munge/munge.socket"
+
+
+def test_accounting_switches_storage_to_slurmdbd():
+    conf = _conf(accounting=True)
+    assert conf["AccountingStorageType"] == "accounting_storage/slurmdbd"
+    assert conf["JobAcctGatherType"] == "jobacct_gather/linux"
+
+
+def test_nodes_and_partitions():
+    text = config.slurm_conf(config.Settings(nodes=3, cpus_per_node=8), Layout(Path(DEFAULT_STATE_DIR)))
+    assert "NodeName=stnode3 NodeHostname=stnode3 NodeAddr=127.0.0.13 Port=16823 CPUs=8" in text
+    parts = [ln for ln in text.splitlines() if ln.startswith("PartitionName=")]
+    assert [p.split()[0] for p in parts] == ["PartitionName=debug", "PartitionName=low", "PartitionName=high"]
+    assert "Default=YES" in parts[0] and "GraceTime=60" in parts[1] and "PreemptMode=REQUEUE" in parts[1]
+
+
+def test_other_state_dirs_get_other_ports():
+    assert Layout(Path(DEFAULT_STATE_DIR)).port_base == 16800
+    assert Layout(Path("/tmp/elsewhere")).port_base != 16800
+
+
+@pytest.mark.parametrize("kw", [{"nodes": 0}, {"nodes": 65}, {"cpus_per_node": 0}])
+def test_bad_settings_are_usage_errors(kw):
+    with pytest.raises(UsageError, match="sandbox: --"):
+        config.Settings(**kw)
+
+
+def test_hosts_block_is_idempotent_and_keeps_other_lines(tmp_path):
+    f = tmp_path / "hosts"
+    f.write_text("127.0.0.1 localhost\n")
+    assert hosts.ensure(["127.0.0.11 stnode1", "127.0.0.12 stnode2"], f)
+    first = f.read_text()
+    assert not hosts.ensure(["127.0.0.11 stnode1", "127.0.0.12 stnode2"], f)
+    assert f.read_text() == first
+    assert hosts.ensure(["127.0.0.11 stnode1"], f) is False  # a smaller sandbox keeps stnode2
+    assert first.startswith("127.0.0.1 localhost\n") and first.count("stnode1") == 1
+
+
+def test_every_sandbox_command_has_help():
+    runner = CliRunner()
+    for cmd in ("up", "down", "status", "env"):
+        result = runner.invoke(main, ["sandbox", cmd, "--help"])
+        assert result.exit_code == 0, result.output
+        assert len(result.output.split("\n\n")[1].strip()) > 20
+
+
+def test_env_prints_an_export_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("SLURMTRAIN_SANDBOX_DIR", str(tmp_path / "a b"))
+    result = CliRunner().invoke(main, ["sandbox", "env"])
+    assert result.output == f"export SLURM_CONF='{tmp_path}/a b/slurm.conf'\n"
