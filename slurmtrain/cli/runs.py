@@ -1,4 +1,4 @@
-"""Commands: submit, runs, status, logs, cancel.
+"""Commands: submit, runs, status, logs, cancel, resubmit.
 
 submitit is imported by the library modules these commands call, inside the commands.
 """
@@ -164,8 +164,8 @@ def _print_status(st) -> None:
     row("exit code", "-" if st.exit_code is None else st.exit_code
         if not st.signal else f"{st.exit_code} (signal {st.signal})")
     if st.program_exit_code is not None and st.program_exit_code != st.exit_code:
-        row("program", f"exited {st.program_exit_code} (from the launcher's report in the node log; "
-                       "torchrun itself exits 1 when a worker fails)")
+        row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
+                       "exit code is the launcher's: torchrun exits 1 when a worker fails)")
     row("requeues", "-" if st.restarts is None else st.restarts)
     row("submitted", _short_time(st.submitted))
     if st.events:
@@ -218,3 +218,21 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
         events.append(run.path, "cancel_requested", job_id=run.job_id)
         jobs.job(run.path, run.job_id).cancel()
         click.echo(f"cancelled job {run.job_id} ({run.name})")
+
+
+@main.command()
+@click.argument("ref", metavar="RUN")
+@runs_dir_option
+def resubmit(ref: str, runs_dir: str) -> None:
+    """Submit a run's job.sbatch again, as a new job in the same run directory.
+
+    For a run that stopped and could not requeue itself: the trainer resumes from the
+    run's latest checkpoint. The new job id is added to manifest.json.
+    """
+    from ..runs import rundir
+    from ..runs.submit import submit_run
+
+    run = rundir.resolve(ref, runs_dir)
+    done = submit_run(run)
+    click.echo(f"submitted job {done.job_id}")
+    click.echo(f"run directory: {done.run.path}")
