@@ -1,4 +1,4 @@
-"""Commands: submit, runs, status, logs, cancel, resubmit.
+"""Commands: submit, runs, status, logs, cancel.
 
 submitit is imported by the library modules these commands call, inside the commands.
 """
@@ -219,20 +219,3 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
         jobs.job(run.path, run.job_id).cancel()
         click.echo(f"cancelled job {run.job_id} ({run.name})")
 
-
-@main.command()
-@click.argument("ref", metavar="RUN")
-@runs_dir_option
-def resubmit(ref: str, runs_dir: str) -> None:
-    """Submit a run's job.sbatch again, as a new job in the same run directory.
-
-    For a run that stopped and could not requeue itself: the trainer resumes from the
-    run's latest checkpoint. The new job id is added to manifest.json.
-    """
-    from ..runs import rundir
-    from ..runs.submit import submit_run
-
-    run = rundir.resolve(ref, runs_dir)
-    done = submit_run(run)
-    click.echo(f"submitted job {done.job_id}")
-    click.echo(f"run directory: {done.run.path}")
