@@ -67,13 +67,33 @@ def _start_self_daemonizing(name: str, program: str, cmd: list[str], layout: Lay
     if procs.is_ours(pid, program):
         return pid
     pid_file.unlink(missing_ok=True)
+    log_start = log.stat().st_size if log.exists() else 0
     proc = _run(cmd, layout, timeout=60, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         msg = (proc.stderr or proc.stdout).strip().splitlines()
         raise _fail(name, log, f"`{' '.join(cmd)}` exited {proc.returncode}: {msg[-1] if msg else ''}")
-    if not _wait(lambda: procs.is_ours(procs.read_pid(pid_file), program), 15):
+
+    def started() -> bool:
+        if procs.is_ours(procs.read_pid(pid_file), program):
+            return True
+        if _fatal_since(log, log_start):  # don't sit out the timeout on a daemon that gave up
+            raise _fail(name, log, "it exited right after starting")
+        return False
+
+    if not _wait(started, 15):
         raise _fail(name, log, "it exited right after starting")
     return procs.read_pid(pid_file)
+
+
+def _fatal_since(log: Path, offset: int) -> bool:
+    """The daemon wrote a fatal error to ``log`` after ``offset``."""
+    try:
+        with open(log, errors="replace") as f:
+            f.seek(offset)
+            text = f.read()
+    except OSError:
+        return False
+    return "fatal:" in text or "Unable to bind" in text
 
 
 # --- munge -------------------------------------------------------------------
