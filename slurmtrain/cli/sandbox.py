@@ -64,7 +64,7 @@ def down() -> None:
 
 @sandbox.command()
 def status() -> None:
-    """Show the sandbox's nodes, partitions, daemons and log files."""
+    """Show the sandbox's nodes, partitions, daemons and log files (exit 3 if not running)."""
     from .. import sandbox as lib
 
     info = lib.status()

@@ -130,19 +130,22 @@ def up(nodes: int = 2, cpus_per_node: int = 4, accounting: bool = False,
     # Written before the daemons start, so a half-started sandbox can still be taken down.
     _write_if_changed(layout.settings, settings.to_json())
 
-    progress("starting munged")
-    daemons.start_munged(layout)
+    running = _running(layout, settings)
+
+    def start(name: str, fn: Callable[[], int]) -> None:
+        if name in running:
+            progress(f"{name} already running (pid {running[name]})")
+        else:
+            progress(f"starting {name}")
+            fn()
+
+    start("munged", lambda: daemons.start_munged(layout))
     if accounting:
-        progress("starting MariaDB")
-        daemons.start_mariadb(layout, progress)
-        progress("starting slurmdbd")
-        daemons.start_slurmdbd(layout)
-    progress("starting slurmctld")
-    daemons.start_slurmctld(layout)
-    names = config.node_names(settings)
-    progress(f"starting {len(names)} slurmd: {', '.join(names)}")
-    for node in names:
-        daemons.start_slurmd(layout, node)
+        start("mariadb", lambda: daemons.start_mariadb(layout, progress))
+        start("slurmdbd", lambda: daemons.start_slurmdbd(layout))
+    start("slurmctld", lambda: daemons.start_slurmctld(layout))
+    for node in config.node_names(settings):
+        start(daemons.slurmd_name(node), lambda node=node: daemons.start_slurmd(layout, node))
     _wait_nodes_ready(layout, settings, progress)
     progress(f"sandbox up in {time.monotonic() - started:.1f}s; "
              f"use it with: eval \"$(slurmtrain sandbox env)\"")
