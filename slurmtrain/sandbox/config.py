@@ -44,7 +44,8 @@ class Settings:
         if not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
             raise UsageError(f"sandbox: --nodes must be between 1 and {MAX_NODES}, got {self.nodes!r}")
         if not isinstance(self.cpus_per_node, int) or not 1 <= self.cpus_per_node <= 256:
-            raise UsageError(f"sandbox: --cpus-per-node must be between 1 and 256, got {self.cpus_per_node!r}")
+            raise UsageError(
+                f"sandbox: --cpus-per-node must be between 1 and 256, got {self.cpus_per_node!r}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True) + "\n"
