@@ -70,23 +70,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .recipe import load_recipe, parse_sets, recipe_path
+    from .recipe import load_recipe_sources, parse_sets
     sets = parse_sets(args.sets)
     for opt, key in OVERRIDES.items():
         value = getattr(args, opt)
         if value is not None:
             sets.append((key, value, f"--{opt.replace('_', '-')}"))
-    recipe = load_recipe(args.recipe, sets)
-    source = str(recipe_path(args.recipe))
+    recipe, sources = load_recipe_sources(args.recipe, sets)
     run_dir = (Path(args.run_dir) if args.run_dir else default_run_dir(args.recipe)).absolute()
 
     from .. import events
     from . import trainer
-    from .distributed import close_world, init_world
+    from .distributed import close_world, env_world_size, init_world
+    trainer.preflight(recipe, sources, env_world_size())
     world = init_world()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        t = trainer.build(recipe, source, world, run_dir, args.init_ckpt)
+        t = trainer.build(recipe, sources, world, run_dir, args.init_ckpt)
         try:
             return t.train()
         except Exception as err:

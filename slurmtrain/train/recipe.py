@@ -127,6 +127,12 @@ def recipe_path(name_or_path: str) -> Path:
 def load_recipe(name_or_path: str, sets: Sequence[tuple[str, Any, str]] = ()) -> Recipe:
     """Load and check a recipe. ``sets`` holds (dotted key, value, origin) triples
     (``--set``, ``--train-steps``...), applied on top of the file."""
+    return load_recipe_sources(name_or_path, sets)[0]
+
+
+def load_recipe_sources(name_or_path: str, sets: Sequence[tuple[str, Any, str]] = ()
+                        ) -> tuple[Recipe, Sources]:
+    """:func:`load_recipe`, also returning where each key came from (for later messages)."""
     path = recipe_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text())
@@ -138,7 +144,7 @@ def load_recipe(name_or_path: str, sets: Sequence[tuple[str, Any, str]] = ()) ->
         apply_set(data, key, value, sources, origin)
     recipe = build(Recipe, data, sources)
     _check_preset(recipe, sources)
-    return recipe
+    return recipe, sources
 
 
 def parse_sets(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:

@@ -28,9 +28,10 @@ from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .model import Transformer, count_parameters
 from .parallelize import parallelize
 from .presets import flops_per_token, human_count
+from ..schema import Sources
 from .recipe import Recipe, model_args, recipe_to_dict, resolve_data_path
 from .stop import STOP_EXIT_CODE, StopRequest
-from .tokenizer import load_tokenizer
+from .tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("slurmtrain.train")
 
@@ -193,17 +194,30 @@ class Trainer:
         log.info("step %d | eval loss %.4f", step, eval_loss)
 
 
-def build(recipe: Recipe, source: str, world: World, run_dir: Path,
-          init_ckpt: str | None) -> Trainer:
-    """Check the inputs, then compose the run. ``source`` names the recipe for messages."""
+def preflight(recipe: Recipe, sources: Sources, world_size: int) -> tuple[int, Tokenizer]:
+    """The checks that need no process group (so they run before one exists, and a refused
+    start tears nothing down): batch sizes, tokenizer, data path. Returns the gradient
+    accumulation steps and the tokenizer."""
     cfg = recipe.train
-    accum = check_batch(cfg.global_batch_size, cfg.micro_batch_size, world.size, source)
-    args = model_args(recipe)
+    accum = check_batch(cfg.global_batch_size, cfg.micro_batch_size, world_size,
+                        sources.of("train.global_batch_size"))
     tok = load_tokenizer(recipe.data.tokenizer)
-    if tok.vocab_size > args.vocab_size:
-        raise ConfigError(source, "model.vocab_size",
-                          f"{args.vocab_size} is smaller than the tokenizer's {tok.vocab_size} "
+    vocab = model_args(recipe).vocab_size
+    if tok.vocab_size > vocab:
+        raise ConfigError(sources.of("model.vocab_size"), "model.vocab_size",
+                          f"{vocab} is smaller than the tokenizer's {tok.vocab_size} "
                           f"({tok.name}); set model.vocab_size")
+    data_mod.corpus_files(resolve_data_path(recipe.data.path), sources.of("data.path"))
+    return accum, tok
+
+
+def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
+          init_ckpt: str | None) -> Trainer:
+    """Check the inputs, then compose the run. ``sources`` says where each recipe value
+    came from (file, ``--set``, ``--data-path``), for messages."""
+    cfg = recipe.train
+    accum, tok = preflight(recipe, sources, world.size)
+    args = model_args(recipe)
 
     with torch.device("meta"):
         model = Transformer(args)
@@ -213,7 +227,8 @@ def build(recipe: Recipe, source: str, world: World, run_dir: Path,
              world.size, world.device.type)
 
     corpus = data_mod.load_corpus(resolve_data_path(recipe.data.path), tok, recipe.data.max_seq_len,
-                                  recipe.data.val_fraction, recipe.data.seed, source)
+                                  recipe.data.val_fraction, recipe.data.seed,
+                                  sources.of("data.path"))
     log.info("data: %s, %d documents, %s tokens (%s): %d training and %d held-out sequences of %d",
              recipe.data.path, corpus.n_docs, f"{corpus.n_tokens:,}", tok.name, len(corpus.train),
              len(corpus.val), recipe.data.max_seq_len)
@@ -234,7 +249,7 @@ def build(recipe: Recipe, source: str, world: World, run_dir: Path,
                               fused=world.device.type == "cuda")
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optim, WarmupCosine(cfg.warmup_steps, cfg.steps, cfg.min_lr / cfg.lr))
-    meta = {"recipe": recipe_to_dict(recipe), "recipe_source": source,
+    meta = {"recipe": recipe_to_dict(recipe), "recipe_source": sources.default,
             "model_args": asdict(args), "tokenizer": tok.name, "world_size": world.size}
     ckpt = Checkpointer(run_dir, model, optim, scheduler, stream, meta, keep_last=cfg.keep_last,
                         async_save=cfg.async_save, kill_at_step=recipe.debug.kill_in_save_at_step)

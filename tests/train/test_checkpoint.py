@@ -1,0 +1,80 @@
+"""Checkpoint folders: which ones can be resumed from, and async saves, in one process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+from slurmtrain.train import checkpoint as ck  # noqa: E402
+
+
+def test_incomplete_and_corrupt_checkpoints_are_skipped(tmp_path, caplog):
+    root = tmp_path / "checkpoints"
+    good = root / "step_5"
+    good.mkdir(parents=True)
+    torch.distributed.checkpoint.save({"x": torch.ones(3)}, checkpoint_id=str(good), no_dist=True)
+    (good / ck.META).write_text(json.dumps({"step": 5}))
+    (good / ck.MARKER).write_text("{}")
+    broken = root / "step_10"
+    broken.mkdir()
+    for name in (".metadata", ck.META, ck.MARKER):
+        (broken / name).write_text((good / name).read_text() if name != ".metadata" else "")
+    (root / "step_15").mkdir()  # killed before anything was marked
+    (root / "step_x").mkdir()  # not ours
+    with caplog.at_level("WARNING"):
+        assert ck.newest_complete(tmp_path) == (5, good)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings[0] == f"skipping checkpoint {root / 'step_15'}: incomplete (no COMPLETE marker: the save was interrupted)"
+    assert warnings[1].startswith(f"skipping checkpoint {broken}: corrupt")
+    (good / "__0_0.distcp").write_bytes(b"short")
+    assert "truncated" in ck.problem_with(good)
+
+
+def test_async_save_then_load_consolidated(tmp_path, monkeypatch):
+    """One process, gloo: the background save's marker is written when it has finished."""
+    import torch.distributed as dist
+
+    from slurmtrain.train.distributed import close_world, init_world
+    from slurmtrain.train.model import Transformer
+    from slurmtrain.train.parallelize import parallelize
+    from slurmtrain.train.presets import get_preset
+
+    for k in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    world = init_world()
+    try:
+        args = get_preset("tiny")
+        with torch.device("meta"):
+            model = Transformer(args)
+        parallelize(model, world.mesh, param_dtype=None, activation_checkpointing=True,
+                    compile=False)
+        model.to_empty(device="cpu")
+        model.init_weights(seed=0)
+        optim = torch.optim.AdamW(model.parameters())
+        sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 1.0)
+
+        class Data:
+            def state_dict(self):
+                return {"consumed": 7}
+
+        saver = ck.Checkpointer(tmp_path, model, optim, sched, Data(),
+                                {"model_args": ck.model_args_dict(args)}, keep_last=1,
+                                async_save=True)
+        saver.save(1)
+        saver.save(2)  # finishes and marks step 1 first, then prunes it (keep_last=1)
+        saver.wait()
+        assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_2"]
+        expected = {k: v.full_tensor() for k, v in model.state_dict().items()}
+    finally:
+        close_world()
+    assert not dist.is_initialized()
+    got_args, state = ck.load_consolidated(tmp_path)
+    assert got_args == args
+    # Activation checkpointing wraps blocks; the saved names are the plain ones.
+    assert set(state) == {k.replace("_checkpoint_wrapped_module.", "") for k in expected}
+    assert all(torch.equal(state[k.replace("_checkpoint_wrapped_module.", "")], v)
+               for k, v in expected.items())

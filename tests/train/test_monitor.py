@@ -1,0 +1,59 @@
+"""watch, plot and demo-corpus through the CLI, on a metrics file shaped like the trainer's."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from slurmtrain import events
+from slurmtrain.cli import main
+
+
+def fake_run(tmp_path, steps=30, total=100):
+    run = tmp_path / "run"
+    run.mkdir()
+    with (run / "metrics.jsonl").open("w") as fh:
+        for s in range(1, steps + 1):
+            fh.write(json.dumps({"step": s, "total_steps": total, "loss": 5 - s / 10,
+                                 "lr": 1e-3, "tokens_per_s": 1000.0, "step_time": 2.0}) + "\n")
+            if s % 10 == 0:
+                fh.write(json.dumps({"step": s, "eval_loss": 5.2 - s / 10}) + "\n")
+        fh.write('{"step": 31, "loss"')  # a line cut short by a killed job
+    return run
+
+
+def test_watch_once(tmp_path):
+    run = fake_run(tmp_path)
+    result = CliRunner().invoke(main, ["watch", str(run), "--once"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == ("step 30/100 (30%) | loss 2.0000 | eval 2.2000 | "
+                                     "1,000 tok/s | ETA 2m20s")
+
+
+def test_watch_stops_when_the_run_finished(tmp_path):
+    run = fake_run(tmp_path)
+    events.append(run, "finished", step=30)
+    result = CliRunner().invoke(main, ["watch", str(run), "--interval", "0.1"])
+    assert result.exit_code == 0 and result.output.strip().endswith("finished")
+
+
+def test_watch_missing_run(tmp_path):
+    result = CliRunner().invoke(main, ["watch", str(tmp_path / "nope"), "--once"])
+    assert result.exit_code == 2 and "no such run directory" in result.output
+
+
+def test_plot_writes_a_png(tmp_path):
+    run = fake_run(tmp_path)
+    out = tmp_path / "m.png"
+    result = CliRunner().invoke(main, ["plot", str(run), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+
+
+def test_demo_corpus(tmp_path):
+    out = tmp_path / "demo" / "corpus.jsonl"
+    result = CliRunner().invoke(main, ["demo-corpus", str(out), "--max-mb", "0.2"])
+    assert result.exit_code == 0, result.output
+    docs = [json.loads(line)["text"] for line in out.read_text().splitlines()]
+    assert len(docs) > 10 and sum(map(len, docs)) > 150_000
