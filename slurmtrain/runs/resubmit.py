@@ -1,0 +1,105 @@
+"""Continue a run in a new job, for clusters where Slurm does not requeue.
+
+The run directory's ``job.sbatch`` has the run directory baked in, so sbatch-ing it
+again starts a job that writes to the same ``events.jsonl`` and ``checkpoints/`` and
+resumes from the newest complete checkpoint (the trainer does that by itself; a
+program of your own does it by reading its own state). The new job id is appended to
+``manifest.json``'s ``job_ids`` and recorded as a ``resubmitted`` event.
+
+``watch`` follows a run and resubmits after each stop that is not the program's fault
+(preemption, time limit, node failure) until it completes, fails, or ``max_resubmits``
+is used up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import events
+from ..errors import UsageError
+from . import classify, slurmquery
+from .rundir import RunDir
+from .submit import Submitted, submit_run
+
+# Outcomes after which the run should go on in a new job.
+RESUMABLE = frozenset({classify.PREEMPTED, classify.TIME_LIMIT, classify.NODE_FAILURE})
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    job_id: str
+    state: str | None        # Slurm's word, None when Slurm no longer knows the job
+    exit_code: int | None
+    active: bool             # queued or running (or requeued and waiting)
+
+
+def job_end(run: RunDir) -> JobEnd | None:
+    """Where the run's latest job stands, from one Slurm query; None if never submitted."""
+    job_id = run.job_id
+    if job_id is None:
+        return None
+    info = slurmquery.query([job_id]).get(job_id)
+    if info is None:
+        return JobEnd(job_id, None, None, active=False)
+    return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=info.state.is_active)
+
+
+def resubmit(run: RunDir, force: bool = False) -> Submitted:
+    """sbatch the run's ``job.sbatch`` again as a new job continuing the same run.
+
+    Refused while the run's job is still queued or running, and (unless ``force``)
+    after it completed or failed by itself: resubmitting cannot fix a program's error.
+    """
+    if not run.script.is_file():
+        raise UsageError(f"run {run.name}: no {run.script.name} to resubmit ({run.path})")
+    end = job_end(run)
+    if end is not None and end.active:
+        raise UsageError(f"run {run.name}: job {end.job_id} is still {end.state}; resubmit after it ends "
+                         f"(or cancel it with `slurmtrain cancel {run.name}`)")
+    outcome = classify.classify(run.path, end.state if end else None, end.exit_code if end else None)
+    if not force and outcome.kind not in RESUMABLE | {classify.REQUEUE_LIMIT, classify.UNKNOWN,
+                                                       classify.RUNNING, classify.CANCELLED}:
+        raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
+                         "nothing to continue (use --force to submit it again anyway)")
+    previous = run.job_id
+    done = submit_run(run)
+    events.append(run.path, "resubmitted", job_id=done.job_id, previous_job_id=previous or "")
+    return done
+
+
+def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
+          say: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> classify.Outcome:
+    """Follow ``run``; after each resumable end (preempted, time limit, node failure)
+    submit it again, at most ``max_resubmits`` times. Returns the final outcome."""
+    resubmits = 0
+    seen_job = None
+    while True:
+        end = job_end(run)
+        if end is None:
+            raise UsageError(f"run {run.name} was never submitted (no job id in manifest.json)")
+        if end.job_id != seen_job:
+            say(f"following job {end.job_id} of run {run.name}")
+            seen_job = end.job_id
+        if end.active:
+            sleep(poll_s)
+            continue
+        outcome = classify.classify(run.path, end.state, end.exit_code)
+        if outcome.kind == classify.RUNNING:
+            # Slurm forgot the job or has not written the last event yet: ask again shortly.
+            sleep(poll_s)
+            if job_end(run) == end and classify.classify(run.path, end.state, end.exit_code) == outcome:
+                say(f"job {end.job_id} ended ({end.state or 'unknown to Slurm'}) without an end event; stopping")
+                return outcome
+            continue
+        say(f"job {end.job_id} ended: {outcome.kind}: {outcome.detail}")
+        if outcome.kind not in RESUMABLE:
+            return outcome
+        if resubmits >= max_resubmits:
+            say(f"not resubmitting: --max-resubmits {max_resubmits} reached")
+            return classify.Outcome(classify.REQUEUE_LIMIT, f"{outcome.detail}; {resubmits} resubmissions, "
+                                    f"max_resubmits={max_resubmits} reached", True, outcome.step)
+        done = resubmit(run)
+        resubmits += 1
+        say(f"resubmitted as job {done.job_id} ({resubmits}/{max_resubmits})")
