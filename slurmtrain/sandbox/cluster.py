@@ -12,7 +12,7 @@ from typing import Callable
 from . import config, daemons, hosts, install, procs
 from .config import Settings
 from .errors import DaemonFailed, SandboxError
-from .layout import Layout, STATE_DIR_ENV
+from .layout import Layout
 from ..errors import UsageError
 
 Progress = Callable[[str], None]
@@ -181,14 +181,13 @@ def _wait_nodes_ready(layout: Layout, settings: Settings, progress: Progress) ->
 
 def _strays(layout: Layout) -> list[int]:
     """slurmstepd and job processes of this sandbox that outlive their slurmd."""
-    marker = f"{STATE_DIR_ENV}={layout.root}"
     conf = f"SLURM_CONF={layout.slurm_conf}"
     mine = {os.getpid(), os.getppid()}
     out = []
     for pid in procs.all_pids():
         if pid in mine or not procs.alive(pid):
             continue
-        if procs.runs(pid, "slurmstepd") and procs.environ_has(pid, marker):
+        if procs.runs(pid, "slurmstepd") and procs.uses_dir(pid, layout.root):
             out.append(pid)
         elif procs.environ_has(pid, conf) and _has_env_key(pid, "SLURM_JOB_ID"):
             out.append(pid)

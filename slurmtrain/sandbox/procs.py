@@ -66,6 +66,20 @@ def environ_has(pid: int, entry: str) -> bool:
     return entry.encode() in data.split(b"\0")
 
 
+def uses_dir(pid: int, root: Path) -> bool:
+    """``pid`` works in, or has a file open under, ``root``.
+
+    How a slurmstepd is told apart from another sandbox's: slurmd clears its
+    environment, but it runs in the slurmd's log directory and holds its log open."""
+    prefix = str(root).rstrip("/") + "/"
+    try:
+        targets = [os.readlink(f"/proc/{pid}/cwd")]
+        targets += [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return False
+    return any((t + "/").startswith(prefix) for t in targets)
+
+
 def all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 

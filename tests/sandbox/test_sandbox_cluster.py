@@ -159,8 +159,8 @@ def test_down_leaves_no_daemon_then_up_again(sandbox):
     assert not lib.is_up() and lib.status() is None
     still = {name: pid for name, pid in pids.items() if procs.alive(pid)}
     assert still == {}
-    strays = [p for p in procs.all_pids() if procs.runs(p, "slurmstepd")
-              and procs.environ_has(p, f"{lib.STATE_DIR_ENV}={info.state_dir}")]
+    strays = [p for p in procs.all_pids() if procs.alive(p) and procs.runs(p, "slurmstepd")
+              and procs.uses_dir(p, info.state_dir)]
     assert strays == []
     started = time.monotonic()
     again = lib.up(nodes=s.nodes, cpus_per_node=s.cpus_per_node, accounting=s.accounting,
