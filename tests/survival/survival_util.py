@@ -1,0 +1,113 @@
+"""Helpers for the survival tests: submit through the real CLI to the sandbox, wait on
+events.jsonl, take nodes away with jobs on the `high` partition, release requeued jobs.
+
+Every wait is bounded and fails with the run's events and the tail of its batch log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+# Small and fast: one process per node (2 ranks on 2 nodes), the trainer's global
+# batch of 16 as 2 x micro-batch 8, no evaluation.
+TRAIN = ["python3", "-m", "slurmtrain.train", "--recipe", "tiny-demo", "--eval-steps", "0",
+         "--log-steps", "10"]
+PROFILE_SETS = ["--set", "launch.procs_per_node=1", "--set", "resilience.rendezvous_timeout=60"]
+
+
+def run_cli(args: list[str], cwd: Path, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "slurmtrain", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"slurmtrain {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def submit(runs_dir: Path, cwd: Path, options: list[str], command: list[str]) -> tuple[Path, str]:
+    """`slurmtrain submit` -> (run directory, job id)."""
+    out = run_cli(["submit", "--runs-dir", str(runs_dir), *PROFILE_SETS, *options, "--", *command], cwd=cwd).stdout
+    job_id = re.search(r"submitted job (\d+)", out)[1]
+    run = Path(re.search(r"run directory: (\S+)", out)[1])
+    return run, job_id
+
+
+def slurm(*argv: str, check: bool = True) -> str:
+    proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def job_field(job_id: str, key: str) -> str | None:
+    out = slurm("scontrol", "-o", "show", "job", str(job_id), check=False)
+    m = re.search(rf"\b{key}=(\S*)", out)
+    return m[1] if m else None
+
+
+def cancel(job_id: str) -> None:
+    """Cancel for good (not requeueable first: the script requeues on SIGTERM)."""
+    slurm("scontrol", "update", f"JobId={job_id}", "Requeue=0", check=False)
+    slurm("scancel", str(job_id), check=False)
+
+
+def events(run: Path) -> list[dict]:
+    path = run / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def named(run: Path, name: str) -> list[dict]:
+    return [e for e in events(run) if e.get("event") == name]
+
+
+def release_requeued(job_id: str) -> None:
+    """Slurm holds a requeued batch job for about two minutes (BeginTime); start it now."""
+    if job_field(job_id, "JobState") == "PENDING" and job_field(job_id, "Reason") == "BeginTime":
+        slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now", check=False)
+
+
+def describe(run: Path) -> str:
+    log = sorted((run / "logs").glob("job-*.out"))
+    tail = "\n".join(log[-1].read_text(errors="replace").splitlines()[-30:]) if log else "(no batch log)"
+    evs = "\n".join(json.dumps(e) for e in events(run))
+    return f"events.jsonl of {run}:\n{evs}\nbatch log tail:\n{tail}"
+
+
+def wait_until(run: Path, what: str, pred, timeout: float, job_id: str | None = None, poll: float = 1.0):
+    """Poll ``pred()`` until it is truthy; release the requeued job on the way."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{describe(run)}")
+        if job_id:
+            release_requeued(job_id)
+        time.sleep(poll)
+
+
+def wait_job_gone(job_id: str, run: Path, timeout: float) -> str:
+    """Wait until the job has ended for good (not PENDING/RUNNING/requeued); its state."""
+    def ended():
+        state = job_field(job_id, "JobState")
+        return state if state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED",
+                                      "SUSPENDED", "PREEMPTED") else None
+    return wait_until(run, f"job {job_id} to end", ended, timeout, job_id=job_id)
+
+
+def take_all_nodes(seconds: int) -> str:
+    """A job on the `high` partition that needs every CPU of both nodes: it preempts `low`."""
+    out = slurm("sbatch", "--parsable", "-p", "high", "-N", "2", "--ntasks-per-node=4", "-J", "preemptor",
+                "-o", "/dev/null", "--wrap", f"sleep {seconds}")
+    return out.strip().split(";")[0]

@@ -1,0 +1,188 @@
+"""Survival on a real Slurm (the sandbox): preemption, time limit, node failure, user
+error, requeue limit, a program of the user's own, and the start-up watchdog.
+
+Jobs go through `slurmtrain submit` exactly as a user's would; the tests read the run's
+events.jsonl, Slurm's own record of the job, and the checkpoints. Slurm holds a requeued
+job for about two minutes before it may start again; the helpers release it at once
+(`scontrol update StartTime=now`) so that each test takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from slurmtrain.runs import classify
+
+from survival_util import (HERE, TRAIN, cancel, describe, events, job_field, named, run_cli, submit,
+                      take_all_nodes, wait_job_gone, wait_until)
+
+pytestmark = pytest.mark.slurm
+
+
+def resumes_where_it_stopped(run) -> list[tuple[int, int]]:
+    """(last step reached before each stop, step resumed from after it)."""
+    pairs, last = [], None
+    for e in events(run):
+        if e["event"] in ("stopped", "checkpoint_saved"):
+            last = e["step"]
+        elif e["event"] == "resumed":
+            pairs.append((last, e["step"]))
+    return pairs
+
+
+def assert_nothing_lost(run) -> None:
+    for reached, resumed in resumes_where_it_stopped(run):
+        # The step in flight when the stop came is finished and saved: nothing is lost.
+        assert resumed == reached, f"resumed at {resumed} after reaching step {reached}\n{describe(run)}"
+
+
+def test_preemption_twice_resumes_bitwise(workdir, runs_dir):
+    steps = 160
+    train = TRAIN + ["--train-steps", str(steps), "--save-steps", "20"]
+    # The same recipe, never interrupted, with the same world size (2 ranks), beside it.
+    ref_dir = runs_dir / "uninterrupted"
+    ref = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                            *train[1:], "--run-dir", str(ref_dir)], cwd=workdir,
+                           env={**os.environ, "OMP_NUM_THREADS": "1"},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run, job = submit(runs_dir, workdir, ["--partition", "low", "--name", "preempt"], train)
+
+    for k in (1, 2):
+        # Preempt while it trains: after a checkpoint of this start (and after it resumed).
+        wait_until(run, f"training progress before preemption {k}",
+                   lambda: len(named(run, "started")) == k and named(run, "checkpoint_saved")
+                   and events(run)[-1]["event"] == "checkpoint_saved"
+                   and (k == 1 or named(run, "resumed")), 240, job)
+        take_all_nodes(5)
+        wait_until(run, f"requeue after preemption {k}", lambda: len(named(run, "requeue")) >= k, 120, job)
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+
+    kinds = [o.kind for o in classify.ends(run)]
+    assert kinds == [classify.PREEMPTED, classify.PREEMPTED, classify.COMPLETED], describe(run)
+    assert job_field(job, "Restarts") == "2"
+    assert len(named(run, "stopped")) == 2, describe(run)
+    assert_nothing_lost(run)
+    assert named(run, "finished")[0]["step"] == steps
+
+    _, err = ref.communicate(timeout=300)
+    assert ref.returncode == 0, err[-3000:]
+    from slurmtrain.train.checkpoint import load_consolidated
+    _, got = load_consolidated(run)
+    _, want = load_consolidated(ref_dir)
+    assert got.keys() == want.keys()
+    different = [k for k in want if not (got[k].dtype == want[k].dtype and got[k].equal(want[k]))]
+    assert not different, f"parameters differ from the uninterrupted run: {different}"
+
+
+def test_time_limit_checkpoints_requeues_and_completes(workdir, runs_dir):
+    # A 1-minute job with the warning 40 s before its end. Slurm sends it on its
+    # 30-second tick, so it comes anywhere from ~5 to ~35 s after the start; 600 steps
+    # need more than one job's minute on this machine.
+    run, job = submit(runs_dir, workdir, ["--time", "1", "--set", "resilience.signal_seconds=40",
+                                          "--name", "timelimit"],
+                      TRAIN + ["--train-steps", "600", "--save-steps", "100"])
+    assert wait_job_gone(job, run, 420) == "COMPLETED", describe(run)
+    ends = classify.ends(run)
+    assert ends[-1].kind == classify.COMPLETED, describe(run)
+    assert {o.kind for o in ends[:-1]} == {classify.TIME_LIMIT}, describe(run)
+    assert len(ends) >= 2 and named(run, "stopped"), describe(run)
+    assert all(e["signal"] == "USR2" for e in named(run, "signal")), describe(run)
+    assert_nothing_lost(run)
+    assert named(run, "finished")[0]["step"] == 600
+
+
+def test_user_error_fails_without_requeue(workdir, runs_dir):
+    run, job = submit(runs_dir, workdir, ["--name", "usererror"],
+                      TRAIN + ["--train-steps", "50", "--set", "debug.fail_at_step=5"])
+    assert wait_job_gone(job, run, 180) == "FAILED", describe(run)
+    assert job_field(job, "Restarts") == "0"
+    assert not named(run, "requeue")
+    outcome = classify.classify(run, "FAILED", int(job_field(job, "ExitCode").split(":")[0]))
+    assert outcome.kind == classify.USER_ERROR, outcome
+    assert "debug.fail_at_step = 5" in outcome.detail and "not requeued" in outcome.detail, outcome
+    status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
+    assert "FAILED" in status, status
+
+
+def test_node_failure_requeues_and_resumes_from_checkpoint(workdir, runs_dir):
+    run, job = submit(runs_dir, workdir, ["--name", "nodefail"],
+                      TRAIN + ["--train-steps", "200", "--save-steps", "20"])
+    wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved"), 180, job)
+    saved = named(run, "checkpoint_saved")[-1]["step"]
+    down = "stnode2"
+    subprocess.run(["scontrol", "update", f"nodename={down}", "state=down", "reason=survival-test"], check=True)
+    try:
+        wait_until(run, "Slurm's requeue", lambda: len(named(run, "started")) >= 2
+                   or job_field(job, "Restarts") == "1", 120, job)
+    finally:  # the sandbox's ReturnToService=2 may have done it already
+        subprocess.run(["scontrol", "update", f"nodename={down}", "state=resume"], capture_output=True)
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+    assert job_field(job, "Restarts") == "1"
+    ends = classify.ends(run)
+    assert [o.kind for o in ends] == [classify.NODE_FAILURE, classify.COMPLETED], describe(run)
+    resumed = named(run, "resumed")
+    assert resumed and resumed[0]["step"] >= saved, describe(run)
+    assert named(run, "finished")[0]["step"] == 200
+
+
+def test_requeue_limit_stops_with_a_status_that_says_so(workdir, runs_dir):
+    run, job = submit(runs_dir, workdir, ["--partition", "low", "--max-requeues", "1", "--name", "limit"],
+                      TRAIN + ["--train-steps", "2000", "--save-steps", "20"])
+    for k in (1, 2):
+        wait_until(run, f"progress before preemption {k}",
+                   lambda: len(named(run, "started")) == k and named(run, "checkpoint_saved")
+                   and events(run)[-1]["event"] == "checkpoint_saved", 240, job)
+        take_all_nodes(5)
+    assert wait_job_gone(job, run, 180) == "FAILED", describe(run)
+    assert job_field(job, "ExitCode").startswith("3:"), describe(run)
+    outcome = classify.classify(run, "FAILED", 3)
+    assert outcome.kind == classify.REQUEUE_LIMIT and "max_requeues=1" in outcome.detail, outcome
+    assert named(run, "requeue_limit"), describe(run)
+    assert any("requeue limit reached" in line for line in classify.history(run))
+
+
+def test_foreign_command_checkpoints_and_continues_across_preemption(workdir, runs_dir):
+    steps = 60
+    run, job = submit(runs_dir, workdir, ["--partition", "low", "--name", "foreign"],
+                      ["python3", str(HERE / "foreign_train.py"), "--steps", str(steps)])
+    state = run / "foreign_state.json"
+    wait_until(run, "the program to start stepping",
+               lambda: named(run, "started") and (run / "logs").exists() and
+               job_field(job, "JobState") == "RUNNING", 120, job)
+    wait_until(run, "a few steps", lambda: _seconds_running(job) >= 8, 120, job)
+    take_all_nodes(5)
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+    stopped, resumed = named(run, "stopped"), named(run, "resumed")
+    assert stopped and resumed and resumed[0]["step"] == stopped[0]["step"], describe(run)
+    finished = [e for e in named(run, "finished") if "sum" in e]
+    assert finished and finished[0]["sum"] == steps * (steps + 1) // 2, describe(run)
+    assert state.exists()
+    assert [o.kind for o in classify.ends(run)] == [classify.PREEMPTED, classify.COMPLETED], describe(run)
+
+
+def _seconds_running(job: str) -> int:
+    text = job_field(job, "RunTime") or "0:0:0"
+    h, m, s = (int(x) for x in text.split("-")[-1].split(":"))
+    return h * 3600 + m * 60 + s
+
+
+def test_watchdog_names_the_node_that_never_joined(workdir, runs_dir):
+    hang = '[ "$SLURMD_NODENAME" != stnode2 ] || sleep 1000'
+    run, job = submit(runs_dir, workdir, ["--name", "watchdog", "--set", "resilience.rendezvous_timeout=20",
+                                          "--set", f"launch.setup=['{hang}']"],
+                      TRAIN + ["--train-steps", "50"])
+    try:
+        state = wait_job_gone(job, run, 120)
+    finally:
+        cancel(job)
+    assert state == "FAILED" and job_field(job, "ExitCode").startswith("4:"), describe(run)
+    assert [e["missing"] for e in named(run, "watchdog_timeout")] == ["stnode2"], describe(run)
+    log = (run / "logs" / f"job-{job}.out").read_text()
+    assert "node(s) stnode2 did not join within 20 s" in log, log
+    started = named(run, "started")[0]["time"]
+    assert named(run, "watchdog_timeout")[0]["time"] - started < 60, describe(run)
+    assert classify.classify(run, "FAILED", 4).kind == classify.WATCHDOG
