@@ -1,0 +1,78 @@
+"""classify/history on event sequences as the sandbox wrote them (no Slurm needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurmtrain.runs import classify
+
+
+def write(tmp_path, *evs):
+    t = 1000.0
+    with open(tmp_path / "events.jsonl", "w") as f:
+        for e in evs:
+            name, fields = (e, {}) if isinstance(e, str) else e
+            t += 1
+            f.write(json.dumps({"time": t, "event": name, "job_id": "7", **fields}) + "\n")
+    return tmp_path
+
+
+START = ("started", {"restart": 0, "nodes": "stnode1 stnode2"})
+RESTART = ("started", {"restart": 1, "nodes": "stnode1 stnode2"})
+
+
+def test_preempted_then_completed(tmp_path):
+    run = write(tmp_path, "submitted", START, ("checkpoint_saved", {"step": 50}), ("stopped", {"step": 72}),
+                ("preempted", {"exit_code": 143}), ("requeue", {"exit_code": 143}), RESTART,
+                ("resumed", {"step": 72}), ("finished", {"step": 100}), ("finished", {"exit_code": 0}))
+    first, last = classify.ends(run)
+    assert (first.kind, first.final, first.step) == (classify.PREEMPTED, False, 72)
+    assert last.kind == classify.COMPLETED and classify.classify(run, "COMPLETED", 0) == last
+    lines = classify.history(run)
+    assert any("stopped after step 72" in x for x in lines)
+    assert any("resumed from the checkpoint of step 72" in x for x in lines)
+
+
+def test_time_limit_requeue_refused_points_to_resubmit(tmp_path):
+    run = write(tmp_path, START, ("signal", {"signal": "USR2"}), ("stopped", {"step": 208}),
+                ("requeue", {"exit_code": 143}),
+                ("requeue_failed", {"message": "Requested operation is presently disabled for job 7"}))
+    out = classify.classify(run, "COMPLETED", 0)
+    assert out.kind == classify.TIME_LIMIT and out.final
+    assert "slurmtrain resubmit" in out.detail and "step 208" in out.detail
+
+
+def test_node_failure_from_slurms_own_requeue_or_silence(tmp_path):
+    run = write(tmp_path, START, ("signal", {"signal": "TERM"}), ("stopped", {"step": 45}),
+                ("requeue", {"exit_code": 1}), "requeued_by_slurm")
+    assert classify.classify(run).kind == classify.NODE_FAILURE
+    silent = write(tmp_path, START, ("checkpoint_saved", {"step": 20}), RESTART)
+    assert classify.ends(silent)[0].kind == classify.NODE_FAILURE
+    assert classify.classify(silent, "NODE_FAIL").kind == classify.NODE_FAILURE
+
+
+def test_user_error_names_the_error(tmp_path):
+    run = write(tmp_path, START, ("train_error", {"step": 5, "error": "RuntimeError: boom"}),
+                ("failed", {"exit_code": 1}))
+    out = classify.classify(run, "FAILED", 1)
+    assert out.kind == classify.USER_ERROR and "RuntimeError: boom" in out.detail and "step 5" in out.detail
+
+
+@pytest.mark.parametrize("last, kind", [
+    (("requeue_limit", {"max_requeues": 1}), classify.REQUEUE_LIMIT),
+    (("watchdog_timeout", {"missing": "stnode2"}), classify.WATCHDOG),
+    ("cancel_requested", classify.CANCELLED),
+])
+def test_other_ends(tmp_path, last, kind):
+    assert classify.classify(write(tmp_path, START, last)).kind == kind
+
+
+def test_slurm_state_fills_in_when_events_are_silent(tmp_path):
+    run = write(tmp_path, "submitted", START)
+    assert classify.classify(run).kind == classify.RUNNING
+    assert classify.classify(run, "TIMEOUT", 0).kind == classify.TIME_LIMIT
+    assert classify.classify(run, "CANCELLED by 0").kind == classify.CANCELLED
+    assert classify.classify(run, "FAILED", 75).kind == classify.PREEMPTED
+    assert classify.classify(write(tmp_path, "submitted")).detail == "not started yet"
