@@ -8,6 +8,7 @@ exit 75).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import warnings
@@ -79,6 +80,7 @@ class Trainer:
     ckpt: Checkpointer
     accum: int
     flops_per_token: int
+    autocast_dtype: torch.dtype | None = None
     step: int = 0
 
     @property
@@ -87,8 +89,16 @@ class Trainer:
 
     def _micro_loss(self, tokens: torch.Tensor) -> torch.Tensor:
         tokens = tokens.to(self.world.device, non_blocking=True)
-        logits = self.model(tokens[:, :-1])
+        with self._autocast():
+            logits = self.model(tokens[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+
+    def _autocast(self):
+        # Sharded models get bf16 from FSDP2's MixedPrecisionPolicy; an unsharded one
+        # (a single rank) from autocast.
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.world.device.type, dtype=self.autocast_dtype)
 
     def _train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
         total = torch.zeros((), device=self.world.device)
@@ -235,8 +245,10 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     stream = data_mod.TrainStream(corpus.train, recipe.data.seed, world.rank, world.size,
                                   cfg.micro_batch_size)
 
-    parallelize(model, world.mesh, param_dtype=compute_dtype(cfg.dtype, world.device),
-                activation_checkpointing=cfg.activation_checkpointing, compile=cfg.compile)
+    dtype = compute_dtype(cfg.dtype, world.device)
+    sharded = parallelize(model, world.mesh, param_dtype=dtype,
+                          activation_checkpointing=cfg.activation_checkpointing,
+                          compile=cfg.compile)
     model.to_empty(device=world.device)
     with warnings.catch_warnings():
         # Sharded init draws the same numbers as unsharded init on CPU meshes too (the
@@ -258,7 +270,8 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
         load_initial_weights(model, args, init_ckpt, world.rank, f"preset {recipe.model.preset}")
     return Trainer(recipe=recipe, world=world, run_dir=run_dir, model=model, optim=optim,
                    scheduler=scheduler, stream=stream, val=corpus.val, ckpt=ckpt, accum=accum,
-                   flops_per_token=flops_per_token(args, recipe.data.max_seq_len), step=step)
+                   flops_per_token=flops_per_token(args, recipe.data.max_seq_len),
+                   autocast_dtype=None if sharded else dtype, step=step)
 
 
 def load_initial_weights(model: torch.nn.Module, args: Any, ckpt_dir: str, rank: int,
