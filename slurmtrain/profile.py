@@ -85,6 +85,8 @@ class LaunchSection:
     procs_per_node: int | None = field("processes per node (default: gpus_per_node, or 1)", None, check=positive)
     rdzv_port: int = field("rendezvous / master port on the first node", 29500,
                            check=lambda v: None if 1024 <= v <= 65535 else f"expected a port between 1024 and 65535, got {v}")
+    rdzv_port_spread: int = field("add SLURM_JOB_ID modulo this to rdzv_port, so jobs sharing a node do not collide (0: fixed port)",
+                                  0, check=non_negative)
     python: str = field("python interpreter for the built-in trainer and launchers", "python3")
     setup: tuple[str, ...] = field("shell lines run before launching (module load, conda/venv activation); taken as shell", ())
     workdir: str | None = field("directory to cd into before launching (default: the submit directory)", None)

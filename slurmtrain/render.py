@@ -170,8 +170,10 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
                             Raw('--world_info="$WORLD_INFO"'), Raw('--node_rank="$node_rank"'),
                             Raw('--master_addr="$MASTER_ADDR"'), Raw('--master_port="$MASTER_PORT"')]
         words += {"module": ["--module"], "exec": ["--no_python"], "script": []}[kind]
-        if job.recipe and not job.command:
-            words.append("--no_local_rank")  # the built-in trainer reads LOCAL_RANK from the environment
+        if kind != "script" or not job.command:
+            # DeepSpeed appends --local_rank=N to the program's arguments unless told not to:
+            # the built-in trainer and plain executables read LOCAL_RANK from the environment.
+            words.append("--no_local_rank")
     else:
         words = [p.launch.python, "-m", "torch.distributed.run",
                  Raw('--nnodes="$SLURMTRAIN_NNODES"'), Raw('--nproc-per-node="$SLURMTRAIN_PROCS_PER_NODE"')]
@@ -251,6 +253,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "env_exports": _env_exports(p),
         "secrets": list(p.env.secrets),
         "rdzv_port": p.launch.rdzv_port,
+        "rdzv_port_spread": p.launch.rdzv_port_spread,
         "procs_per_node": _procs_per_node(p),
         "setup_lines": _setup_lines(p),
         "task_exec": _task_exec(p, job),
