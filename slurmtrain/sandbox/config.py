@@ -118,6 +118,9 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "JobRequeue=1",
+        # Refuse at submit time what can never run (more nodes than a partition has), as
+        # most production clusters do, instead of leaving it pending forever.
+        "EnforcePartLimits=ALL",
         "MinJobAge=600",
         "KillWait=30",
         "MessageTimeout=10",
