@@ -12,7 +12,7 @@ by each of two causes:
   time is the script's ``signal`` event.
 
 Slurm holds a requeued job for about two minutes before it may start again; this
-script releases it at once (``scontrol update StartTime=now``) and reports the time to
+script releases it after 5 s (``scontrol update StartTime=now``) and reports the time to
 resume without that hold.
 
     eval "$(slurmtrain sandbox env)"   # or: slurmtrain sandbox up
@@ -58,7 +58,10 @@ def wait(what: str, pred, job: str, timeout: float = 300):
     while not (value := pred()):
         if time.monotonic() > deadline:
             sys.exit(f"timed out waiting for {what}")
-        if field(job, "JobState") == "PENDING" and field(job, "Reason") == "BeginTime":
+        # Not at once: a start within seconds of the requeue is refused ("Job credential
+        # revoked") and the job ends FAILED. SubmitTime is the time of the requeue.
+        if field(job, "JobState") == "PENDING" and field(job, "Reason") == "BeginTime" \
+                and time.time() - slurm_time(field(job, "SubmitTime")) >= 5:
             sh("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
         time.sleep(0.5)
     return value

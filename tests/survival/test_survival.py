@@ -3,8 +3,8 @@ error, requeue limit, a program of the user's own, and the start-up watchdog.
 
 Jobs go through `slurmtrain submit` exactly as a user's would; the tests read the run's
 events.jsonl, Slurm's own record of the job, and the checkpoints. Slurm holds a requeued
-job for about two minutes before it may start again; the helpers release it at once
-(`scontrol update StartTime=now`) so that each test takes a minute or two.
+job for about two minutes before it may start again; the helpers release it after
+5 s (`scontrol update StartTime=now`) so that each test takes a minute or two.
 """
 
 from __future__ import annotations
