@@ -120,3 +120,19 @@ def test_failure_is_an_event_and_not_75(tmp_path):
     from slurmtrain import events as ev
     last = ev.read(tmp_path / "run")[-1]
     assert last["event"] == "train_error" and last["step"] == 3 and "fail_at_step" in last["error"]
+
+
+def test_init_from_a_hugging_face_checkpoint(straight, tmp_path):
+    """Export the reference run as HF, start a new run from it: its first loss is the
+    trained model's, far below a fresh start's."""
+    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.hf import export_hf
+    ref_dir, _ = straight
+    args, state = load_consolidated(ref_dir)
+    export_hf(state, args, tmp_path / "hf")
+    recipe = setup_run(tmp_path, steps=1)
+    proc = train(["--recipe", str(recipe), "--run-dir", "run", "--init-ckpt", "hf"], tmp_path)
+    assert proc.returncode == 0, show(proc)
+    assert "initial weights from hf" in proc.stdout
+    ref = losses(ref_dir)
+    assert losses(tmp_path / "run")[1] < (ref[1] + ref[20]) / 2
