@@ -32,20 +32,30 @@ OVERRIDES = {  # command-line option -> recipe key
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m slurmtrain.train",
-                                description=__doc__.split("\n")[0])
+                                description="Train a Llama model from a recipe with FSDP2.", epilog=_recipe_keys(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", required=True, help="built-in recipe name or path to a .toml")
     p.add_argument("--run-dir", "--run_dir", dest="run_dir",
                    help="default: $SLURMTRAIN_RUN_DIR, else ./runs/train-<recipe>")
     p.add_argument("--data-path", "--data_path", dest="data_path", help="sets data.path")
     p.add_argument("--init-ckpt", "--init_ckpt", dest="init_ckpt",
                    help="Hugging Face checkpoint folder to start from (ignored when resuming)")
-    for opt in ("train-steps", "save-steps", "eval-steps", "log-steps"):
-        p.add_argument(f"--{opt}", f"--{opt.replace('-', '_')}", dest=opt.replace("-", "_"),
-                       type=int, help=f"sets train.{opt.split('-')[0]}"
-                       + ("" if opt == "train-steps" else "_steps"))
+    for dest in ("train_steps", "save_steps", "eval_steps", "log_steps"):
+        p.add_argument(f"--{dest.replace('_', '-')}", f"--{dest}", dest=dest, type=int,
+                       metavar="N", help=f"sets {OVERRIDES[dest]}")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override any recipe key, e.g. --set train.lr=1e-4 (repeatable)")
     return p.parse_args(argv)
+
+
+def _recipe_keys() -> str:
+    from ..schema import docs
+    from .recipe import Recipe
+    rows = [f"  {key:<32} {doc}" + (f" (default: {default!r})" if default is not None else "")
+            for key, doc, default in docs(Recipe)]
+    return "recipe keys (TOML sections [model], [data], [train], [debug]; --set KEY=VALUE):\n" \
+        + "\n".join(rows) + "\n\nexit status: 0 finished, 75 stopped after a checkpoint, " \
+        "2 bad input, 1 training failed"
 
 
 def default_run_dir(recipe: str) -> Path:

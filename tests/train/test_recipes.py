@@ -80,3 +80,18 @@ def test_sequence_longer_than_the_model(tmp_path):
 def test_unknown_recipe_name_suggests():
     with pytest.raises(ConfigError, match='no recipe named \'tiny-dmeo\' \\(did you mean "tiny-demo"\\?\\)'):
         load_recipe("tiny-dmeo")
+
+
+def test_trainer_help_lists_recipe_keys_without_importing_torch():
+    import subprocess
+    import sys
+    code = ("import sys, contextlib, io\n"
+            "from slurmtrain.train.__main__ import parse_args\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+            "    parse_args(['--help'])\n"
+            "print(out.getvalue()); print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "train.global_batch_size" in out and "--data_path" in out
+    assert out.strip().endswith("False")
