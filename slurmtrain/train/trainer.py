@@ -160,7 +160,8 @@ class Trainer:
             if stop.agreed() or debug.stop_at_step == step:
                 reason = stop.reason or f"debug.stop_at_step = {step}"
                 log.info("stop requested (%s): saving a checkpoint at step %d", reason, step)
-                self.ckpt.save(step)
+                if self.ckpt.last_saved != step:
+                    self.ckpt.save(step)
                 self.ckpt.wait()
                 if self._rank0:
                     events.append(self.run_dir, "stopped", step=step)
