@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 from slurmtrain.train import checkpoint as ck  # noqa: E402
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 def test_incomplete_and_corrupt_checkpoints_are_skipped(tmp_path, caplog):
     root = tmp_path / "checkpoints"
     good = root / "step_5"

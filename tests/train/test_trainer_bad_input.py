@@ -7,7 +7,7 @@ import pytest
 
 from trainer_util import rank_exit_codes, setup_run, show, train
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 pytest.importorskip("torch")
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from trainer_util import events, losses, rank_exit_codes, records, setup_run, show, train
 
-pytestmark = pytest.mark.torch
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
 torch = pytest.importorskip("torch")
 
 
