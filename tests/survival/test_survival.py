@@ -80,11 +80,11 @@ def test_preemption_twice_resumes_bitwise(workdir, runs_dir):
 
 def test_time_limit_checkpoints_requeues_and_completes(workdir, runs_dir):
     # A 1-minute job with the warning 40 s before its end. Slurm sends it on its
-    # 30-second tick, so it comes anywhere from ~5 to ~35 s after the start; 600 steps
-    # need more than one job's minute on this machine.
+    # 30-second tick, so it comes anywhere from ~5 to ~35 s after the start: 400 steps
+    # (~0.1 s each here, after ~7 s of start-up) take three or so starts, never one.
     run, job = submit(runs_dir, workdir, ["--time", "1", "--set", "resilience.signal_seconds=40",
                                           "--name", "timelimit"],
-                      TRAIN + ["--train-steps", "600", "--save-steps", "100"])
+                      TRAIN + ["--train-steps", "400", "--save-steps", "100"])
     assert wait_job_gone(job, run, 420) == "COMPLETED", describe(run)
     ends = classify.ends(run)
     assert ends[-1].kind == classify.COMPLETED, describe(run)
@@ -92,7 +92,7 @@ def test_time_limit_checkpoints_requeues_and_completes(workdir, runs_dir):
     assert len(ends) >= 2 and named(run, "stopped"), describe(run)
     assert all(e["signal"] == "USR2" for e in named(run, "signal")), describe(run)
     assert_nothing_lost(run)
-    assert named(run, "finished")[0]["step"] == 600
+    assert named(run, "finished")[0]["step"] == 400
 
 
 def test_user_error_fails_without_requeue(workdir, runs_dir):
