@@ -9,6 +9,7 @@ job for about two minutes before it may start again; the helpers release it afte
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,8 +18,8 @@ import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (HERE, TRAIN, cancel, describe, events, job_field, named, run_cli, submit,
-                      take_all_nodes, wait_job_gone, wait_until)
+from survival_util import (HERE, TRAIN, cancel, describe, events, job_field, named, run_cli, slurm,
+                           submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -186,3 +187,28 @@ def test_watchdog_names_the_node_that_never_joined(workdir, runs_dir):
     started = named(run, "started")[0]["time"]
     assert named(run, "watchdog_timeout")[0]["time"] - started < 60, describe(run)
     assert classify.classify(run, "FAILED", 4).kind == classify.WATCHDOG
+
+
+def test_resubmit_watch_continues_a_run_slurm_does_not_requeue(workdir, runs_dir):
+    # Requeue disabled: the stop ends the job (its `scontrol requeue` is refused) and
+    # `slurmtrain resubmit --watch` continues the run in new jobs until it completes.
+    run, job = submit(runs_dir, workdir, ["--set", "resilience.requeue=false", "--name", "resubmit"],
+                      TRAIN + ["--train-steps", "150", "--save-steps", "50"])
+    wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved"), 180)
+    slurm("scancel", "--batch", "--signal=USR2", job)  # what Slurm sends before the time limit
+    wait_until(run, "the refused requeue", lambda: named(run, "requeue_failed"), 120)
+    assert wait_job_gone(job, run, 60) == "COMPLETED", describe(run)
+    assert classify.classify(run).kind == classify.TIME_LIMIT
+
+    watch = run_cli(["resubmit", "--runs-dir", str(runs_dir), "--watch", "--poll", "2", run.name],
+                    cwd=workdir, check=False, timeout=240)
+    assert watch.returncode == 0, f"{watch.stdout}\n{watch.stderr}\n{describe(run)}"
+    assert f"run {run.name}: completed" in watch.stdout, watch.stdout
+    resubmitted = named(run, "resubmitted")
+    assert [e["previous_job_id"] for e in resubmitted][:1] == [job], describe(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["job_ids"] == [job] + [e["job_id"] for e in resubmitted]
+    assert_nothing_lost(run)
+    assert named(run, "finished")[0]["step"] == 150
+    again = run_cli(["resubmit", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False)
+    assert again.returncode == 2 and "nothing to continue" in again.stderr, again.stderr
