@@ -21,8 +21,9 @@ events in the segment                  outcome
 none, and a later segment exists       node failure (the script was killed)
 =====================================  ==========================================
 
-Slurm's own final state wins where it is more precise (NODE_FAIL, TIMEOUT, PREEMPTED,
-CANCELLED, OUT_OF_MEMORY). Pure: reads files only, never asks Slurm.
+Slurm's final state, where given, wins when it is NODE_FAIL, TIMEOUT or OUT_OF_MEMORY,
+and fills in (CANCELLED, PREEMPTED, COMPLETED, FAILED with its exit code) when the
+events record no end. Pure: reads files only, never asks Slurm.
 """
 
 from __future__ import annotations
