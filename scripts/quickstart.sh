@@ -41,24 +41,16 @@ fi
 eval "$(slurmtrain sandbox env)"   # SLURM_CONF for sbatch, squeue, slurmtrain status...
 sinfo
 
-if slurmtrain --help | grep -q '^  demo-corpus'; then
-  step "building the demo corpus"
-  slurmtrain demo-corpus
-fi
+step "building the demo corpus (text already on this machine; nothing is downloaded)"
+slurmtrain demo-corpus
 
-step "submitting a 2-node job"
-if [ -f configs/recipes/tiny-demo.toml ] && "$PYTHON" -c "import slurmtrain.train" 2>/dev/null; then
-  submit_out=$(slurmtrain submit --runs-dir "$RUNS_DIR" --profile local --recipe tiny-demo)
-else
-  # No built-in trainer here: a small all-reduce across both nodes instead.
-  submit_out=$(slurmtrain submit --runs-dir "$RUNS_DIR" --profile local --name quickstart -- \
-    python tests/e2e/allreduce.py)
-fi
+step "submitting a 2-node job: the built-in trainer, recipe tiny-demo, 2 processes per node"
+submit_out=$(slurmtrain submit --runs-dir "$RUNS_DIR" --profile local --recipe tiny-demo)
 echo "$submit_out"
 run=$(basename "$(sed -n 's/^run directory: //p' <<<"$submit_out")")
 
 step "following $run to the end (Ctrl-C stops following, not the job)"
-slurmtrain logs --runs-dir "$RUNS_DIR" -f "$run" || true
+slurmtrain watch "$RUNS_DIR/$run" || true
 
 step "final status"
 slurmtrain status --runs-dir "$RUNS_DIR" "$run"

@@ -33,7 +33,8 @@ def watch(run: Path, once: bool, interval: float) -> None:
     """Follow the training of run directory RUN: step of total, loss, tokens/s, ETA.
 
     Keeps going across requeues (the metrics file is appended) and stops when the
-    trainer writes its `finished` event, or on Ctrl-C.
+    run ends (finished, failed, cancelled, requeue limit, ...), or on Ctrl-C; exits 1
+    when the run ended without finishing.
     """
     from ..train.progress import progress_line, snapshot
     _run_dir(run)
@@ -46,13 +47,15 @@ def watch(run: Path, once: bool, interval: float) -> None:
             snap = snapshot(run)
             line = progress_line(snap)
             click.echo(f"\r\033[K{line}" if tty else line, nl=not tty)
-            if snap.finished:
+            if snap.ended:
                 break
             time.sleep(interval)
     except KeyboardInterrupt:
-        pass
+        snap = None
     if tty:
         click.echo()
+    if snap is not None and snap.ended and not snap.finished:
+        sys.exit(1)
 
 
 @main.command()

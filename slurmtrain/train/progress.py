@@ -44,11 +44,25 @@ class Snapshot:
     tokens_per_s: float | None
     eta_s: float | None
     finished: bool
+    ended: str | None = None   # the event that ended the run for good, if any
+
+
+# Events after which no more training comes without a person acting (a requeue is not one).
+_ENDINGS = frozenset({"finished", "failed", "requeue_limit", "watchdog_timeout", "cancelled",
+                      "submit_refused", "requeue_failed"})
 
 
 def snapshot(run_dir: Path) -> Snapshot:
     train, evals = read_metrics(run_dir)
-    finished = any(e.get("event") == "finished" for e in events.read(run_dir))
+    history = events.read(run_dir)
+    finished = any(e.get("event") == "finished" for e in history)
+    ended = None
+    for e in reversed(history):  # the newest ending counts, unless a later start carries on
+        if e.get("event") in ("started", "resubmitted"):
+            break
+        if e.get("event") in _ENDINGS:
+            ended = e["event"]
+            break
     last = train[-1] if train else {}
     step, total = last.get("step"), last.get("total_steps")
     eta = None
@@ -56,7 +70,8 @@ def snapshot(run_dir: Path) -> Snapshot:
         eta = max(total - step, 0) * last["step_time"]
     return Snapshot(step=step, total=total, loss=last.get("loss"),
                     eval_loss=evals[-1]["eval_loss"] if evals else None,
-                    tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=finished)
+                    tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=finished,
+                    ended="finished" if finished else ended)
 
 
 def _duration(seconds: float) -> str:
@@ -68,7 +83,7 @@ def _duration(seconds: float) -> str:
 
 def progress_line(snap: Snapshot) -> str:
     if snap.step is None:
-        return "no metrics yet"
+        return f"no metrics; ended: {snap.ended.replace('_', ' ')}" if snap.ended else "no metrics yet"
     parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total else "")]
     if snap.total:
         parts[0] += f" ({100 * snap.step / snap.total:.0f}%)"
@@ -80,6 +95,8 @@ def progress_line(snap: Snapshot) -> str:
         parts.append(f"{snap.tokens_per_s:,.0f} tok/s")
     if snap.finished:
         parts.append("finished")
+    elif snap.ended:
+        parts.append(f"ended: {snap.ended.replace('_', ' ')} (see `slurmtrain status`)")
     elif snap.eta_s is not None:
         parts.append(f"ETA {_duration(snap.eta_s)}")
     return " | ".join(parts)

@@ -57,3 +57,18 @@ def test_demo_corpus(tmp_path):
     assert result.exit_code == 0, result.output
     docs = [json.loads(line)["text"] for line in out.read_text().splitlines()]
     assert len(docs) > 10 and sum(map(len, docs)) > 150_000
+
+
+def test_watch_stops_and_fails_when_the_run_ends_without_finishing(tmp_path):
+    from click.testing import CliRunner
+
+    from slurmtrain import events
+    from slurmtrain.cli import main
+    (tmp_path / "metrics.jsonl").write_text('{"step": 4, "total_steps": 10, "loss": 3.0, "step_time": 0.1}\n')
+    events.append(tmp_path, "started")
+    events.append(tmp_path, "failed", exit_code=1)
+    result = CliRunner().invoke(main, ["watch", str(tmp_path), "--interval", "0.1"])
+    assert result.exit_code == 1 and "ended: failed" in result.output
+    events.append(tmp_path, "resubmitted", job_id="7")  # a later start carries on: not ended
+    result = CliRunner().invoke(main, ["watch", str(tmp_path), "--once"])
+    assert result.exit_code == 0 and "ETA" in result.output
