@@ -76,10 +76,11 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         for st in rows:
             click.echo(json.dumps(st.to_json()))
         return
-    table = [("RUN", "JOB ID", "STATE", "NODES", "ELAPSED", "SUBMITTED")]
+    table = [("RUN", "JOB ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "SUBMITTED")]
     for st in rows:
         state = st.state.value + ("*" if st.source == "events.jsonl" else "")
-        table.append((st.name, st.job_id or "-", state, str(st.nodes or "-"),
+        outcome = st.outcome if st.outcome and st.outcome != "running" else "-"
+        table.append((st.name, st.job_id or "-", state, outcome, str(st.nodes or "-"),
                       format_duration(st.elapsed_s), _short_time(st.submitted)))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
@@ -124,7 +125,7 @@ def _targets(refs: tuple[str, ...], runs_dir: str):
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run (state, exit code, events...).")
 @click.option("--lines", "-n", default=20, show_default=True, help="Log lines shown for a failed run.")
 def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> None:
-    """State, nodes, elapsed time, exit code, requeues and event history of runs.
+    """State, how it ended (outcome), nodes, elapsed time, exit code, requeues and history of runs.
 
     RUN is a run directory or a run name under --runs-dir (default: the latest run).
     For a failed run, the last lines of the failing node's log follow.
@@ -157,6 +158,8 @@ def _print_status(st) -> None:
     row("run", f"{st.name}" + (f"  ({st.run})" if st.run else ""))
     row("job", st.job_id or "-")
     row("state", f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else ""))
+    if st.outcome and st.outcome != "running":
+        row("outcome", f"{st.outcome}: {st.outcome_detail}")
     if st.note:
         row("note", st.note)
     row("nodes", f"{st.nodes or '-'}" + (f"  {st.nodelist}" if st.nodelist else ""))
@@ -168,12 +171,12 @@ def _print_status(st) -> None:
                        "exit code is the launcher's: torchrun exits 1 when a worker fails)")
     row("requeues", "-" if st.restarts is None else st.restarts)
     row("submitted", _short_time(st.submitted))
-    if st.events:
-        click.echo("events")
-        for e in st.events:
-            when = datetime.fromtimestamp(float(e.get("time", 0))).strftime("%H:%M:%S")
-            extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
-            click.echo(f"  {when}  {e.get('event', '?'):<16} {extra}".rstrip())
+    if st.events and st.run:  # the raw events stay in --json
+        from ..runs import classify
+
+        click.echo("history")
+        for line in classify.history(st.run):
+            click.echo(f"  {line}")
 
 
 @main.command()

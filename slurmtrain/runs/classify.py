@@ -14,6 +14,7 @@ events in the segment                  outcome
 ``requeue_limit``                      requeue limit (with the cause of the stop)
 ``failed`` (+ ``train_error``)         user error (the command failed by itself)
 ``cancel_requested`` (before the end)  cancelled
+``cancelled`` (scancel)                cancelled
 ``requeue`` after ``preempted``        preempted (Slurm signals the tasks only)
 ``requeue`` after ``signal USR2``      time limit (the warning signal)
 ``requeued_by_slurm``                  node failure (Slurm had requeued the job)
@@ -121,6 +122,9 @@ def classify_segment(seg: list[dict[str, Any]], later: bool) -> Outcome:
                        True, step)
     if _last(seg, "cancel_requested") is not None:
         return Outcome(CANCELLED, _with_step("cancelled by `slurmtrain cancel`", step), True, step)
+    if _last(seg, "cancelled") is not None:  # the script got SIGTERM outside a time limit: scancel
+        return Outcome(CANCELLED, _with_step("cancelled (scancel: the batch script got SIGTERM)", step),
+                       True, step)
     if (e := _last(seg, "failed")) is not None:
         err = _last(seg, "train_error")
         code = e.get("exit_code")
@@ -224,6 +228,10 @@ def _describe(e: dict[str, Any]) -> str | None:
         return f"start-up watchdog: node(s) {e.get('missing')} did not join"
     if name == "cancel_requested":
         return f"cancel requested for job {job}"
+    if name == "cancelled":
+        return f"job {job} cancelled (the batch script got SIGTERM: scancel)"
+    if name == "stop_timeout":
+        return f"the tasks were still running {e.get('seconds')} s after the stop request: ended them"
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
     return f"{name} {extra}".rstrip()
 

@@ -12,20 +12,12 @@ from typing import Any, Callable, Iterable, TextIO
 
 from .. import events as events_mod
 from ..errors import UsageError
-from . import slurmquery
+from . import classify, slurmquery
 from .rundir import RunDir
 from .states import JobState
 
-# Events the batch script writes when it ends, and the state each means.
-_FINAL_EVENTS = {
-    "finished": JobState.COMPLETED,
-    "failed": JobState.FAILED,
-    "requeue_limit": JobState.FAILED,
-    "watchdog_timeout": JobState.FAILED,
-    "submit_refused": JobState.REFUSED,
-    "cancel_requested": JobState.CANCELLED,
-}
-_EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4}
+# The batch script's exit status after each of its ending events that does not record one.
+_EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4, "requeue_failed": 0}
 
 
 @dataclass
@@ -45,6 +37,8 @@ class RunStatus:
     submitted: str | None = None
     reason: str | None = None
     program_exit_code: int | None = None  # what the program itself returned, from the node logs
+    outcome: str | None = None            # classify's kind: completed, preempted, user error, ...
+    outcome_detail: str | None = None     # classify's one line for people
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -69,7 +63,21 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
     for t, st in zip(targets, out):
         if with_events and isinstance(t, RunDir) and st.state is JobState.FAILED:
             st.program_exit_code = program_exit_code(t, st.job_id)
+    for t, st in zip(targets, out):
+        if isinstance(t, RunDir):
+            _classify(t, st)
     return out
+
+
+def _classify(run: RunDir, st: RunStatus) -> None:
+    """How the run's latest start ended (classify), in ``st.outcome``/``st.outcome_detail``."""
+    o = classify.classify(run.path, None if st.state is JobState.UNKNOWN else st.state.value, st.exit_code)
+    if st.state.is_active and o.final:
+        # The job is queued or running again (a resubmission that has not started yet):
+        # the end the events record is an earlier job's.
+        o = classify.Outcome(classify.RUNNING, f"job {st.job_id} is {st.state.value}; the job before "
+                                               f"ended: {o.kind} ({o.detail})", False, o.step)
+    st.outcome, st.outcome_detail = o.kind, o.detail
 
 
 def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_events: bool) -> RunStatus:
@@ -106,23 +114,62 @@ def _from_info(st: RunStatus, info: slurmquery.JobInfo) -> RunStatus:
     return st
 
 
+def _job_events(evs: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
+    """The events of job ``job_id``: those naming it, and those naming no job (the
+    trainer's), from its ``submitted``/``resubmitted`` event on where the run has one."""
+    born = next((i for i, e in enumerate(evs) if e.get("event") in ("submitted", "resubmitted")
+                 and str(e.get("job_id")) == job_id), 0)
+    return [e for e in evs[born:] if str(e.get("job_id", job_id)) == job_id]
+
+
+def _end_event(tail: list[dict[str, Any]]) -> tuple[JobState, dict[str, Any]] | None:
+    """The event that says how a job ended, among the events since its latest start
+    (or all of them when it never started), and the state it means; None if none does.
+    Checked in classify's order: the script's own end, then a cancel, then a failure."""
+    def last(*names: str) -> dict[str, Any] | None:
+        return next((e for e in reversed(tail) if e.get("event") in names), None)
+
+    failed = last("failed")
+    if (e := last("finished")) is not None and failed is None:
+        return JobState.COMPLETED, e
+    for name, state in (("watchdog_timeout", JobState.FAILED), ("requeue_limit", JobState.FAILED),
+                        ("submit_refused", JobState.REFUSED)):
+        if (e := last(name)) is not None:
+            return state, e
+    if (e := last("cancelled", "cancel_requested")) is not None:
+        return JobState.CANCELLED, e
+    if failed is not None:
+        return JobState.FAILED, failed
+    # A stop whose requeue Slurm refused: the script exits 0 and Slurm records COMPLETED,
+    # though the run goes on only with `slurmtrain resubmit`.
+    if (e := last("requeue_failed")) is not None and last("requeue") is not None:
+        return JobState.COMPLETED, e
+    return None
+
+
 def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
     """Slurm has forgotten the job: its own events say how it ended, if they can."""
-    mine = [e for e in evs if str(e.get("job_id", st.job_id)) == st.job_id]
+    mine = _job_events(evs, st.job_id)
     st.source = "events.jsonl"
     started = [e for e in mine if e.get("event") == "started"]
     if started:
         st.nodelist = started[-1].get("nodes")
         st.restarts = max(int(e.get("restart", 0)) for e in mine)
-    last_final = next((e for e in reversed(mine) if e.get("event") in _FINAL_EVENTS), None)
-    if last_final is not None and last_final["event"] == "cancel_requested" \
-            and any(e.get("event") == "started" and e["time"] > last_final["time"] for e in mine):
-        last_final = None  # cancelled, yet it started again: the cancel did not take
-    if last_final is None:
-        st.note = (f"Slurm no longer knows job {st.job_id} and events.jsonl records no end: "
-                   "it was cancelled, killed, or never started")
+    # The latest start's events; a cancel before it did not take, an end before it was
+    # an earlier start's (a requeue, a requeue limit written before `started` counts).
+    since = started[-1]["time"] if started else float("-inf")
+    tail = [e for e in mine if e.get("time", 0) >= since]
+    end = _end_event(tail)
+    if end is None:
+        requeued = next((e for e in reversed(tail) if e.get("event") in ("requeue", "requeued_by_slurm")), None)
+        if requeued is not None:
+            st.note = (f"Slurm no longer knows job {st.job_id} and events.jsonl records no end: it was "
+                       f"requeued (`{requeued['event']}`) and never started again (cancelled while waiting?)")
+        else:
+            st.note = (f"Slurm no longer knows job {st.job_id} and events.jsonl records no end: "
+                       "it was cancelled, killed, or never started")
         return st
-    st.state = _FINAL_EVENTS[last_final["event"]]
+    st.state, last_final = end
     st.exit_code = last_final.get("exit_code", _EXIT_OF_EVENT.get(last_final["event"]))
     if started:
         st.elapsed_s = int(last_final["time"] - started[-1]["time"])

@@ -3,7 +3,7 @@
 ``build(recipe, ...)`` checks what the user gave (batch sizes, data, tokenizer) before
 any expensive work, then composes model, parallelism, data, optimizer and checkpointer;
 ``Trainer.train()`` runs until the last step (exit 0) or a stop request (checkpoint,
-exit 75).
+exit 75); a stop request agreed after the last step finishes (exit 0).
 """
 
 from __future__ import annotations
@@ -159,6 +159,11 @@ class Trainer:
                 meter.reset()
             if stop.agreed() or debug.stop_at_step == step:
                 reason = stop.reason or f"debug.stop_at_step = {step}"
+                if step == cfg.steps:
+                    # Nothing is left to train: finish (exit 0) rather than stop (exit 75),
+                    # which would cost a requeue that only finds the run done.
+                    log.info("stop requested (%s) after the last step: finishing", reason)
+                    break
                 log.info("stop requested (%s): saving a checkpoint at step %d", reason, step)
                 if self.ckpt.last_saved != step:
                     self.ckpt.save(step)

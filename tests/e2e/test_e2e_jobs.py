@@ -120,16 +120,18 @@ def test_cancel_ends_cancelled_and_stays(batch):
     st = statuses(batch["cwd"], [name])[name]
     assert (st["state"], st["restarts"]) == ("CANCELLED", 0)
     assert "cancel_requested" in [e["event"] for e in st["events"]]
+    assert st["outcome"] == "cancelled", st
 
 
 def test_runs_table_lists_every_run(batch):
     proc = cli(batch["cwd"], "runs")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["RUN", "JOB", "ID", "STATE", "NODES", "ELAPSED", "SUBMITTED"]
+    assert lines[0].split() == ["RUN", "JOB", "ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "SUBMITTED"]
     for name, st in batch["final"].items():
         row = next(line for line in lines if line.startswith(name + " "))
         assert st["state"] in row and st["job_id"] in row
+        assert st["outcome"] in row or st["outcome"] == "running", (st, row)
 
 
 def test_run_directory_contents(batch):

@@ -87,6 +87,25 @@ def test_stop_file_saves_and_exits_75(tmp_path):
     assert events(tmp_path / "run") == [("checkpoint_saved", 1), ("stopped", 1)]
 
 
+@pytest.mark.parametrize("how", ["stop_at_step", "stop_file"])
+def test_stop_after_the_last_step_finishes(tmp_path, how):
+    """A stop agreed after the last step finishes the run (exit 0, `finished`) instead of
+    stopping it (exit 75), which would cost a requeue that only finds the run done."""
+    recipe = setup_run(tmp_path, steps=3)
+    args = ["--recipe", str(recipe), "--run-dir", "run"]
+    if how == "stop_at_step":
+        proc = train(args + ["--set", "debug.stop_at_step=3"], tmp_path)
+    else:  # the file exists from the start: every step boundary sees it, the last one too
+        stop = tmp_path / "stop-requested"
+        stop.touch()
+        proc = train(args + ["--train-steps", "1"], tmp_path, SLURMTRAIN_STOP_FILE=str(stop))
+    last = 3 if how == "stop_at_step" else 1
+    assert proc.returncode == 0, show(proc)
+    assert events(tmp_path / "run") == [("checkpoint_saved", last), ("finished", last)]
+    assert (tmp_path / "run" / "checkpoints" / f"step_{last}" / "COMPLETE").exists()
+    assert "after the last step: finishing" in proc.stdout + proc.stderr
+
+
 def test_stop_signal_saves_and_exits_75(tmp_path):
     import signal
     import subprocess

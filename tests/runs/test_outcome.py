@@ -1,0 +1,183 @@
+"""`slurmtrain status` and `runs` say how each run ended (classify), from recorded events.
+
+``recorded/events/*.jsonl``: user_error, preempted_then_completed, requeue_limit and
+watchdog are events.jsonl files the sandbox wrote (tests/survival); cancel_requested,
+scancel and requeue_refused are written by hand in the same format (cancel_requested:
+`slurmtrain cancel` with the script's stop handling trying a requeue afterwards; scancel:
+the script's ``cancelled`` event, written on a SIGTERM that is not a time limit).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.runs import classify, rundir, track
+from slurmtrain.runs.states import JobState
+
+from runs_fakes import RECORDED
+
+EVENTS = RECORDED / "events"
+
+
+def recorded_run(root, case: str):
+    """A run directory holding the recorded events of ``case`` (job id from its events)."""
+    src = EVENTS / f"{case}.jsonl"
+    job_id = next(json.loads(line)["job_id"] for line in src.read_text().splitlines() if '"job_id"' in line)
+    run = rundir.create(root, case.replace("_", "-"))
+    run.update_manifest(name=run.name, job_ids=[job_id], state="submitted", nodes=2,
+                        submitted_at="2026-11-21T13:02:23")
+    shutil.copy(src, run.path / "events.jsonl")
+    return run, job_id
+
+
+def scontrol(job_id: str, state: str, exit_code: int, restarts: int = 0) -> str:
+    return (f"JobId={job_id} JobName=x JobState={state} Reason=None Requeue=1 Restarts={restarts} "
+            f"ExitCode={exit_code}:0 RunTime=00:00:07 NodeList=stnode[1-2] NumNodes=2 Power=")
+
+
+def slurm_forgets(fake_slurm) -> None:
+    """Slurm no longer knows any job (and submitit's watcher forgets what it cached)."""
+    from slurmtrain.runs import jobs
+
+    fake_slurm(scontrol="", sacct=None)
+    jobs.TrackedJob.watcher = jobs.Watcher()
+
+
+def status(root, name: str) -> str:
+    result = CliRunner().invoke(main, ["status", "--runs-dir", str(root), name])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_user_error_shows_exit_code_and_outcome(tmp_path, fake_slurm):
+    run, job = recorded_run(tmp_path, "user_error")
+    fake_slurm(scontrol=scontrol(job, "FAILED", 1), sacct=None)
+    out = status(tmp_path, run.name)
+    assert "exit code  1" in out, out
+    outcome = next(line for line in out.splitlines() if line.startswith("outcome"))
+    assert "user error: the command failed with exit status 1" in outcome, out
+    assert "RuntimeError: debug.fail_at_step = 5" in outcome and "at step 5" in outcome, out
+    assert "training error at step 5" in out  # the history, in words
+    # Slurm has forgotten the job: the same, from events.jsonl
+    slurm_forgets(fake_slurm)
+    (st,) = track.statuses([run])
+    assert (st.state, st.exit_code, st.source, st.outcome) == (JobState.FAILED, 1, "events.jsonl",
+                                                               classify.USER_ERROR)
+
+
+def test_preempted_then_completed_history(tmp_path, fake_slurm):
+    run, job = recorded_run(tmp_path, "preempted_then_completed")
+    fake_slurm(scontrol=scontrol(job, "COMPLETED", 0, restarts=1), sacct=None)
+    out = status(tmp_path, run.name)
+    history = out[out.index("\nhistory\n"):].splitlines()[2:]
+    said = [line.split("  ", 2)[-1].strip() for line in history]
+    assert said == [
+        "submitted as job 121",
+        "job 121 started on stnode1 stnode2",
+        "stopped after step 16 (checkpoint saved)",
+        "preempted by Slurm (the tasks got SIGTERM)",
+        "requeueing; the tasks ended with exit status 1",
+        "job 121 started on stnode1 stnode2 (restart 1)",
+        "resumed from the checkpoint of step 16",
+        "finished at step 60",
+        "the job finished (exit 0)",
+    ], out
+    assert "outcome    completed: the command finished (exit 0)" in out, out
+    assert [o.kind for o in classify.ends(run.path)] == [classify.PREEMPTED, classify.COMPLETED]
+    result = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), "--json", run.name])
+    got = json.loads(result.output)
+    assert got["outcome"] == classify.COMPLETED and len(got["events"]) == 10  # raw events kept
+
+
+def test_requeue_limit(tmp_path, fake_slurm):
+    run, job = recorded_run(tmp_path, "requeue_limit")
+    fake_slurm(scontrol="", sacct=None)  # forgotten: from the events alone
+    (st,) = track.statuses([run])
+    assert (st.state, st.exit_code, st.restarts) == (JobState.FAILED, 3, 1)
+    assert st.outcome == classify.REQUEUE_LIMIT and "max_requeues=1" in st.outcome_detail
+    out = status(tmp_path, run.name)
+    assert "outcome    requeue limit: requeue limit reached (max_requeues=1" in out, out
+    assert "requeue limit reached (max_requeues=1): not requeued" in out  # history
+
+
+def test_watchdog_names_the_node(tmp_path, fake_slurm):
+    run, job = recorded_run(tmp_path, "watchdog")
+    fake_slurm(scontrol=scontrol(job, "FAILED", 4), sacct=None)
+    out = status(tmp_path, run.name)
+    assert "outcome    watchdog: start-up watchdog: node(s) stnode2 did not join" in out, out
+    slurm_forgets(fake_slurm)
+    (st,) = track.statuses([run])
+    assert (st.state, st.exit_code, st.outcome) == (JobState.FAILED, 4, classify.WATCHDOG)
+    assert "stnode2" in st.outcome_detail
+
+
+@pytest.mark.parametrize("case, words", [
+    ("cancel_requested", "cancelled by `slurmtrain cancel`"),
+    ("scancel", "cancelled (scancel"),
+])
+def test_cancelled(tmp_path, fake_slurm, case, words):
+    """Cancelled, even where the script's stop handling then tried a requeue."""
+    run, job = recorded_run(tmp_path, case)
+    fake_slurm(scontrol=scontrol(job, "CANCELLED", 0), sacct=None)
+    out = status(tmp_path, run.name)
+    assert "CANCELLED" in out and f"outcome    cancelled: {words}" in out, out
+    slurm_forgets(fake_slurm)
+    (st,) = track.statuses([run])
+    assert (st.state, st.source, st.outcome) == (JobState.CANCELLED, "events.jsonl", classify.CANCELLED)
+
+
+def test_refused_requeue_is_an_end_once_slurm_forgets(tmp_path, fake_slurm):
+    """requeue + requeue_failed: the script exited 0 (Slurm said COMPLETED); the outcome
+    says the run stopped at the time limit and how to go on."""
+    run, job = recorded_run(tmp_path, "requeue_refused")
+    fake_slurm(scontrol="", sacct=None)
+    (st,) = track.statuses([run])
+    assert (st.state, st.exit_code, st.source) == (JobState.COMPLETED, 0, "events.jsonl")
+    assert "records no end" not in st.note and "requeue_failed" in st.note
+    assert st.outcome == classify.TIME_LIMIT
+    assert "slurmtrain resubmit" in st.outcome_detail and "step 208" in st.outcome_detail
+
+
+def test_requeued_job_slurm_forgot_says_so(tmp_path, fake_slurm):
+    run, job = recorded_run(tmp_path, "requeue_refused")
+    lines = (run.path / "events.jsonl").read_text().splitlines()[:-1]  # the requeue worked
+    (run.path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    fake_slurm(scontrol="", sacct=None)
+    (st,) = track.statuses([run])
+    assert st.state is JobState.UNKNOWN and "requeued (`requeue`)" in st.note
+    assert st.outcome == classify.TIME_LIMIT and "requeued" in st.outcome_detail
+
+
+def test_resubmitted_job_waiting_is_running_not_the_old_end(tmp_path, fake_slurm):
+    run, _ = recorded_run(tmp_path, "requeue_refused")
+    from slurmtrain import events
+    events.append(run.path, "resubmitted", job_id="140", previous_job_id="131")
+    run.update_manifest(job_ids=["131", "140"])
+    fake_slurm(scontrol=scontrol("140", "PENDING", 0), sacct=None)
+    (st,) = track.statuses([run])
+    assert st.state is JobState.PENDING and st.outcome == classify.RUNNING
+    assert "the job before ended: time limit" in st.outcome_detail
+    out = status(tmp_path, run.name)
+    assert "outcome " not in out and "resubmitted as job 140 (after job 131)" in out, out
+    # Slurm forgot the new job before it started: its state is not the old job's end
+    slurm_forgets(fake_slurm)
+    (st,) = track.statuses([run])
+    assert st.state is JobState.UNKNOWN and "never started" in st.note
+
+
+def test_runs_table_has_an_outcome_column(tmp_path, fake_slurm):
+    fake_slurm(scontrol="", sacct=None)
+    for case in ("user_error", "watchdog", "scancel"):
+        recorded_run(tmp_path, case)
+    result = CliRunner().invoke(main, ["runs", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    header, *rows = result.output.splitlines()
+    assert header.split()[:5] == ["RUN", "JOB", "ID", "STATE", "OUTCOME"]
+    got = {r.split()[0].rsplit("-", 2)[0]: r for r in rows if not r.startswith("*")}
+    assert "FAILED*" in got["user-error"] and "user error" in got["user-error"]
+    assert "watchdog" in got["watchdog"] and "cancelled" in got["scancel"]
