@@ -134,7 +134,10 @@ def _srun_options(p: Profile) -> str:
     c = p.container
     if c.runtime != "pyxis":
         return ""
-    opts = [f"--container-image={c.image}"]
+    # Inside a pyxis container the task cannot be relied on to see the run directory, so
+    # srun writes each node's log (%N: the node's host name).
+    opts: list[str] = [Raw('--output="$RUN_DIR/logs/%j-%N.out"'), Raw("--open-mode=append"),
+                       f"--container-image={c.image}"]
     if c.binds:
         opts.append("--container-mounts=" + ",".join(c.binds))
     if c.workdir:
@@ -258,6 +261,8 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "setup_lines": _setup_lines(p),
         "task_exec": _task_exec(p, job),
         "srun_options": _srun_options(p),
+        "task_log_redirect": p.container.runtime != "pyxis",
+        "stop_timeout": p.resilience.stop_timeout,
         "launcher": p.launch.launcher,
     }
 

@@ -28,7 +28,7 @@ def test_sbatch_test_only_accepts_gen_output(tmp_path, launcher, job):
 
 @pytest.mark.parametrize("args, slurm_says", [
     (["--partition", "nope"], "invalid partition"),
-    (["--nodes", "5"], "node"),
+    (["--nodes", "5"], "more processors requested than permitted"),  # EnforcePartLimits=ALL
 ])
 def test_refusal(tmp_path, args, slurm_says):
     proc = cli(tmp_path, "submit", *args, "--name", "refused", "--", "python", "x.py")
