@@ -186,52 +186,45 @@ def ends(run_dir: str | Path) -> list[Outcome]:
 
 # ---- history -----------------------------------------------------------------------
 
+# How each event reads in `slurmtrain status`; {field} is the event's field ("?" if absent).
+_PHRASES = {
+    "submitted": "submitted as job {job_id}",
+    "resubmitted": "resubmitted as job {job_id} (after job {previous_job_id})",
+    "submit_refused": "sbatch refused the job: {message}",
+    "signal": "got SIG{signal}: asking every task to checkpoint and stop",
+    "preempted": "preempted by Slurm (the tasks got SIGTERM)",
+    "checkpoint_saved": "checkpoint saved at step {step}",
+    "resumed": "resumed from the checkpoint of step {step}",
+    "stopped": "stopped after step {step} (checkpoint saved)",
+    "requeue": "requeueing; the tasks ended with exit status {exit_code}",
+    "requeued_by_slurm": "Slurm had requeued the job itself (a node of the job failed)",
+    "requeue_failed": "could not requeue: {message} (continue with `slurmtrain resubmit`)",
+    "requeue_limit": "requeue limit reached (max_requeues={max_requeues}): not requeued",
+    "failed": "failed with exit status {exit_code}: not requeued",
+    "train_error": "training error at step {step}: {error}",
+    "watchdog_timeout": "start-up watchdog: node(s) {missing} did not join",
+    "cancel_requested": "cancel requested for job {job_id}",
+    "cancelled": "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
+    "stop_timeout": "the tasks were still running {seconds} s after the stop request: ended them",
+}
+
+
+class _Fields(dict):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
 def _describe(e: dict[str, Any]) -> str | None:
     name = e.get("event")
-    job = e.get("job_id")
-    if name == "submitted":
-        return f"submitted as job {job}"
-    if name == "resubmitted":
-        return f"resubmitted as job {job} (after job {e.get('previous_job_id', '?')})"
-    if name == "submit_refused":
-        return f"sbatch refused the job: {e.get('message')}"
-    if name == "started":
-        again = f" (restart {e['restart']})" if e.get("restart") else ""
-        return f"job {job} started on {e.get('nodes', '?')}{again}"
     if name == "restarted":
         return None  # said by "started ... (restart N)"
-    if name == "signal":
-        return f"got SIG{e.get('signal')}: asking every task to checkpoint and stop"
-    if name == "preempted":
-        return "preempted by Slurm (the tasks got SIGTERM)"
-    if name == "checkpoint_saved":
-        return f"checkpoint saved at step {e.get('step')}"
-    if name == "resumed":
-        return f"resumed from the checkpoint of step {e.get('step')}"
-    if name == "stopped":
-        return f"stopped after step {e.get('step')} (checkpoint saved)"
-    if name == "requeue":
-        return f"requeueing; the tasks ended with exit status {e.get('exit_code')}"
-    if name == "requeued_by_slurm":
-        return "Slurm had requeued the job itself (a node of the job failed)"
-    if name == "requeue_failed":
-        return f"could not requeue: {e.get('message')} (continue with `slurmtrain resubmit`)"
-    if name == "requeue_limit":
-        return f"requeue limit reached (max_requeues={e.get('max_requeues')}): not requeued"
+    if name == "started":
+        again = f" (restart {e['restart']})" if e.get("restart") else ""
+        return f"job {e.get('job_id')} started on {e.get('nodes', '?')}{again}"
     if name == "finished":
         return f"finished at step {e['step']}" if "step" in e else "the job finished (exit 0)"
-    if name == "failed":
-        return f"failed with exit status {e.get('exit_code')}: not requeued"
-    if name == "train_error":
-        return f"training error at step {e.get('step')}: {e.get('error')}"
-    if name == "watchdog_timeout":
-        return f"start-up watchdog: node(s) {e.get('missing')} did not join"
-    if name == "cancel_requested":
-        return f"cancel requested for job {job}"
-    if name == "cancelled":
-        return f"job {job} cancelled (the batch script got SIGTERM: scancel)"
-    if name == "stop_timeout":
-        return f"the tasks were still running {e.get('seconds')} s after the stop request: ended them"
+    if name in _PHRASES:
+        return _PHRASES[name].format_map(_Fields(e))
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
     return f"{name} {extra}".rstrip()
 
