@@ -56,6 +56,9 @@ def close_world() -> None:
     run that is noise, not news (the run's outcome is decided), so it is not reported."""
     if dist.is_initialized():
         try:
+            # Leave together: a rank that tears gloo down while a peer still finishes
+            # its last write (rank 0's checkpoint marker) can abort that peer.
+            dist.barrier()
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001
             pass
