@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..errors import SlurmtrainError
 from ..profile import available, load_profile
 from ..render import render
 from .base import main
@@ -38,7 +39,7 @@ def profiles_list() -> None:
     for name, path in found.items():
         try:
             desc = load_profile(str(path)).profile.description
-        except Exception as err:  # a broken user profile must not hide the others
+        except SlurmtrainError as err:  # a broken user profile must not hide the others
             desc = f"(invalid: {err})"
         click.echo(f"{name:<{width}}  {desc}  [{path}]")
 

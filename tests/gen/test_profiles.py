@@ -152,3 +152,11 @@ def test_profiles_list_names_all_builtins():
     result = CliRunner().invoke(main, ["profiles", "list"])
     for name in ("aws-p4d", "aws-p5", "aws-g5", "hpc-apptainer", "lambda-a6000", "local"):
         assert name in result.output
+
+
+def test_profiles_list_shows_a_broken_profile_without_hiding_others(user_dir):
+    write(user_dir, "broken", "[slurm]\nnodez = 1\n")
+    result = CliRunner().invoke(main, ["profiles", "list"])
+    assert result.exit_code == 0
+    assert "broken" in result.output and "(invalid:" in result.output and "slurm.nodez" in result.output
+    assert "aws-p4d" in result.output
