@@ -20,6 +20,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 from ..errors import SlurmtrainError
@@ -76,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     except SlurmtrainError as err:
         if rank0:  # every rank finds the same problem; one line is enough
             print(f"slurmtrain: error: {err}", file=sys.stderr, flush=True)
+        else:
+            # torchrun ends every rank as soon as one exits: let rank 0 be that one, so its
+            # message is printed once rather than cut off (torchrun stops this rank right
+            # after). Still here later: rank 0 did not share the problem, so say it here.
+            time.sleep(10)
+            print(f"slurmtrain: error: rank {env_rank()}: {err}", file=sys.stderr, flush=True)
         return err.exit_code
 
 
