@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-import tomllib
 import types
 import typing
 from typing import Any, Callable, Literal, Mapping
 
+from ._toml import tomllib
 from .errors import ConfigError
 
 Check = Callable[[Any], "str | None"]  # returns an error text, or None when fine

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
+from .._toml import tomllib
 from ..errors import ConfigError
 from ..resources import recipes_dir
 from ..schema import Sources, apply_set, build, field, non_negative, parse_set, positive
