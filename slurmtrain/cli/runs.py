@@ -214,11 +214,14 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
     from ..runs import jobs, rundir
     from ..errors import UsageError
 
-    for ref in refs:
-        run = rundir.resolve(ref, runs_dir)
+    runs = [rundir.resolve(ref, runs_dir) for ref in refs]  # every name checked before any cancel
+    for run in runs:
         if run.job_id is None:
             raise UsageError(f"run {run.name} has no job id to cancel (state: {run.manifest().get('state')})")
-        events.append(run.path, "cancel_requested", job_id=run.job_id)
+    for run in runs:
         jobs.job(run.path, run.job_id).cancel()
+        # Only a cancel that happened is recorded: the event makes status report the run
+        # as cancelled by the user.
+        events.append(run.path, "cancel_requested", job_id=run.job_id)
         click.echo(f"cancelled job {run.job_id} ({run.name})")
 

@@ -251,16 +251,61 @@ def accounting_enabled() -> bool | None:
 
 
 def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
-    """End a job as CANCELLED, for good.
+    """End a job as CANCELLED, for good; or change nothing and raise :class:`SlurmError`.
 
     A plain ``scancel`` sends SIGTERM to the batch script, which cannot tell a user's
     cancel from a preemption and requeues the job after its stop handling (see
     templates/finish.j2), so the job would come back PENDING. Marking it not
     requeueable first makes that ``scontrol requeue`` fail ("presently disabled"), and
-    the job stays CANCELLED. The mark fails harmlessly for a job that already ended.
+    the job stays CANCELLED.
+
+    All or nothing: a job that already ended is left alone, a mark that fails stops
+    here, and a failed ``scancel`` takes the mark back, so the job stays requeueable
+    (after a preemption, it would otherwise not come back).
     """
-    run_slurm(["scontrol", "update", f"JobId={job_id}", "Requeue=0"], timeout=timeout)
-    argv = ["scancel", str(job_id)]
+    job_id = str(job_id)
+    fields = _show_job(job_id, timeout)
+    state = parse_state(fields.get("JobState"))
+    if state.is_final:
+        raise SlurmError(f"job {job_id} already ended ({fields.get('JobState')}); nothing to cancel")
+    marked = fields.get("Requeue") == "1"  # a job submitted with --no-requeue has nothing to mark
+    if marked:
+        _set_requeue(job_id, 0, timeout)
+    argv = ["scancel", job_id]
+    try:
+        proc = run_slurm(argv, timeout=timeout)
+        if proc.returncode != 0:
+            raise _fail(argv, proc)
+    except SlurmError as err:
+        if marked:
+            _undo_mark(job_id, err, timeout)
+        raise
+
+
+def _show_job(job_id: str, timeout: float) -> dict[str, str]:
+    argv = ["scontrol", "--oneliner", "show", "job", job_id]
+    proc = run_slurm(argv, timeout=timeout)
+    if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
+        raise _fail(argv, proc)
+    for line in proc.stdout.splitlines():
+        fields = parse_key_values(line)
+        if fields.get("JobId") == job_id:
+            return fields
+    raise SlurmError(f"Slurm does not know job {job_id} (it ended more than MinJobAge ago, "
+                     "or never existed)")
+
+
+def _set_requeue(job_id: str, value: int, timeout: float) -> None:
+    argv = ["scontrol", "update", f"JobId={job_id}", f"Requeue={value}"]
     proc = run_slurm(argv, timeout=timeout)
     if proc.returncode != 0:
         raise _fail(argv, proc)
+
+
+def _undo_mark(job_id: str, err: SlurmError, timeout: float) -> None:
+    """After a failed scancel: make the job requeueable again, or say that it is not."""
+    try:
+        _set_requeue(job_id, 1, timeout)
+    except SlurmError as undo:
+        raise SlurmError(f"{err}; restoring Requeue=1 failed too, so job {job_id} will not be "
+                         f"requeued after a preemption: {undo}") from None

@@ -102,7 +102,7 @@ def test_status_cli_shows_failing_node_log(tmp_path, fake_slurm):
 
 
 def test_logs_and_cancel(tmp_path, fake_slurm):
-    fake = fake_slurm(scontrol="", sacct=None)
+    fake = fake_slurm(scontrol="JobId=31 JobState=RUNNING Requeue=1 Restarts=0", sacct=None)
     run = _run(tmp_path, "l", "31")
     (run.logs / "job-31.out").write_text("batch says hi\n")
     (run.logs / "31-stnode1.out").write_text("node one\n")
