@@ -15,6 +15,10 @@ Tracking. ``SlurmJob.watcher`` asks only ``sacct``, which without accounting sto
 answers nothing, so every job reads UNKNOWN (submitit issue 1720); it also swallows
 errors. :class:`Watcher` keeps submitit's design (every registered job refreshed by one
 query) but asks :func:`slurmquery.query`.
+
+These are submitit's private names, so setup.cfg pins submitit to the releases that
+tests/runs/test_submitit_contract.py passed on; that test names whichever hook or
+watcher attribute a new release renamed or reshaped.
 """
 
 from __future__ import annotations
