@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,46 @@ def append(run_dir: str | os.PathLike, event: str, **fields: Any) -> None:
         os.close(fd)
 
 
+class EventLogWarning(UserWarning):
+    """A line of ``events.jsonl`` that is not an event; it is skipped, and said so."""
+
+
+# warnings.warn_explicit's "once per location" memory: each bad line is reported once per
+# process, not on every read (`slurmtrain watch` reads the file every few seconds).
+_REPORTED: dict[Any, Any] = {}
+
+
+def _report(path: Path, lineno: int, text: str, why: str) -> None:
+    shown = text if len(text) <= 120 else text[:117] + "..."
+    warnings.warn_explicit(f"{path}:{lineno}: {why}; line skipped: {shown}", EventLogWarning,
+                           str(path), lineno, registry=_REPORTED)
+
+
 def read(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The events in file order. A line that is not a JSON object with an ``event`` is
+    skipped with an :class:`EventLogWarning` naming the file and line; bytes that are not
+    UTF-8 read as U+FFFD instead of losing the line."""
     path = Path(run_dir) / EVENTS_FILE
-    if not path.exists():
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return []
+    lines = data.split(b"\n")
     out = []
-    for line in path.read_text().splitlines():
+    for lineno, raw in enumerate(lines, start=1):
+        text = raw.decode(errors="replace").strip()
+        if not text:
+            continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a killed writer; the rest stay readable
+            record = json.loads(text)
+        except json.JSONDecodeError as err:
+            if lineno == len(lines):  # no newline yet: a writer was killed in the middle of it
+                _report(path, lineno, text, "the last line is cut short (a writer was killed while writing it)")
+            else:
+                _report(path, lineno, text, f"not valid JSON ({err.msg} at column {err.colno})")
+            continue
+        if not isinstance(record, dict) or not isinstance(record.get("event"), str):
+            _report(path, lineno, text, 'not an event (a JSON object with an "event" name)')
+            continue
+        out.append(record)
     return out
