@@ -138,7 +138,7 @@ class Trainer:
     def train(self) -> int:
         """Train to the last step; returns the process exit status (0, or 75 when stopped)."""
         cfg, debug = self.recipe.train, self.recipe.debug
-        stop = StopRequest(self.world.device)
+        stop = StopRequest()
         metrics = MetricsLog(self.run_dir, self._rank0)
         peak = peak_flops(self.world.device)
         seq_len = self.recipe.data.max_seq_len

@@ -1,0 +1,114 @@
+"""The stop check of the built-in trainer (slurmtrain.train.stop): ranks agree through a
+CPU (gloo) group, so the check never waits for the device; only rank 0 looks at the stop
+file; every rank stops after the same step, the step at which the request was seen."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from slurmtrain.train import stop as stop_mod  # noqa: E402
+from slurmtrain.train.stop import StopRequest  # noqa: E402
+
+
+def first_agreed_step(stop: StopRequest, steps: int, before=lambda step: None) -> int | None:
+    """The step after which ``stop.agreed()`` first says stop; ``before(step)`` runs first."""
+    for step in range(1, steps + 1):
+        before(step)
+        if stop.agreed():
+            return step
+    return None
+
+
+def _worker(rank: int, world: int, store: str, out: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    devices: list[str] = []
+    real_all_reduce = dist.all_reduce
+
+    def spy(tensor, *args, **kwargs):  # every tensor the stop check sends
+        devices.append(tensor.device.type)
+        return real_all_reduce(tensor, *args, **kwargs)
+    stop_mod.dist.all_reduce = spy
+    torch.set_default_device("meta")  # a tensor made without saying where would land here
+    result: dict = {}
+    try:
+        # One rank asked (a signal reaches one node first): both stop after that step.
+        stop = StopRequest()
+        result["asked"] = first_agreed_step(
+            stop, 10, lambda step: stop.request("test") if rank == 1 and step == 3 else None)
+        result["asked_reason"] = stop.reason
+
+        # The stop file: each rank is given its own path, and only rank 1's exists. Rank 1
+        # must not look at it, so nothing stops until rank 0's file appears at step 4.
+        base = Path(out).parent
+        os.environ["SLURMTRAIN_STOP_FILE"] = str(base / f"stop-{rank}")
+        if rank == 1:
+            (base / "stop-1").touch()
+        dist.barrier()
+        stop = StopRequest()
+
+        def touch_rank0_file(step: int) -> None:
+            if rank == 0 and step == 4:
+                (base / "stop-0").touch()
+        result["file"] = first_agreed_step(stop, 10, touch_rank0_file)
+        result["file_reason"] = stop.reason
+        result["devices"] = sorted(set(devices))
+    finally:
+        torch.set_default_device(None)
+        dist.destroy_process_group()
+    Path(out).write_text(json.dumps(result))
+
+
+@pytest.mark.slow
+def test_two_ranks_stop_after_the_same_step(tmp_path):
+    import torch.multiprocessing as mp
+
+    outs = [tmp_path / f"rank{r}.json" for r in range(2)]
+    ctx = mp.start_processes(_spawned, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2,
+                             join=False, start_method="spawn")
+    while not ctx.join(timeout=120):
+        pass
+    r0, r1 = (json.loads(p.read_text()) for p in outs)
+    assert r0["asked"] == r1["asked"] == 3
+    assert r0["asked_reason"] == "another rank was asked to stop" and r1["asked_reason"] == "test"
+    assert r0["file"] == r1["file"] == 4
+    assert r0["file_reason"].startswith("stop file ") and r1["file_reason"] == "another rank was asked to stop"
+    assert r0["devices"] == r1["devices"] == ["cpu"]
+
+
+def _spawned(rank: int, world: int, store: str, out_dir: str) -> None:
+    _worker(rank, world, store, str(Path(out_dir) / f"rank{rank}.json"))
+
+
+def test_single_process_needs_no_device(monkeypatch, tmp_path):
+    """Without a group, and with tensors defaulting to a device that cannot be read back
+    (meta), the check still works: it never builds a device tensor or calls .item() on one."""
+    monkeypatch.setenv("SLURMTRAIN_STOP_FILE", str(tmp_path / "stop"))
+    torch.set_default_device("meta")
+    try:
+        stop = StopRequest()
+        assert not stop.agreed()
+        (tmp_path / "stop").touch()
+        assert stop.agreed() and stop.reason == f"stop file {tmp_path / 'stop'}"
+    finally:
+        torch.set_default_device(None)
+
+
+def test_nccl_default_group_gets_a_gloo_group_for_the_flag(monkeypatch):
+    """With NCCL as the only backend (CUDA tensors only), the flag needs a gloo group of
+    its own; a default group that has gloo for CPU tensors is used as it is."""
+    made = []
+    monkeypatch.setattr(stop_mod.dist, "new_group", lambda **kw: made.append(kw) or "gloo-group")
+    monkeypatch.setattr(stop_mod.dist, "get_backend_config", lambda group=None: "cuda:nccl")
+    assert stop_mod.cpu_group() == "gloo-group" and made == [{"backend": "gloo"}]
+    for config in ("cpu:gloo,cuda:gloo", "cpu:gloo,cuda:nccl"):  # "gloo", the trainer's GPU setting
+        monkeypatch.setattr(stop_mod.dist, "get_backend_config", lambda group=None, c=config: c)
+        assert stop_mod.cpu_group() is None
+    assert len(made) == 1
