@@ -1,0 +1,80 @@
+"""slurmtrain.stop.checkpoints: the newest complete checkpoint, without any framework."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from slurmtrain.stop import checkpoints
+from slurmtrain.stop.checkpoints import MARKER
+
+
+def _hf(root: Path, step: int, marker: bool, state: bool = True) -> Path:
+    d = root / f"checkpoint-{step}"
+    d.mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(b"weights")
+    if state:
+        (d / "trainer_state.json").write_text("{}")
+    if marker:
+        checkpoints.mark_complete(d)
+    return d
+
+
+def test_hf_skips_a_half_written_newer_checkpoint(tmp_path):
+    _hf(tmp_path, 10, marker=True)
+    good = _hf(tmp_path, 20, marker=True)
+    _hf(tmp_path, 30, marker=False)  # killed before the marker; trainer_state.json may be there
+    _hf(tmp_path, 40, marker=False, state=False)
+    (tmp_path / "checkpoint-50.tmp").mkdir()  # not a checkpoint name
+    assert checkpoints.newest_hf(tmp_path) == good
+    assert [(s, c) for s, _, c in checkpoints.hf_checkpoints(tmp_path)] == [
+        (40, False), (30, False), (20, True), (10, True)]
+
+
+def test_hf_checkpoints_from_before_the_callback_count_when_they_have_trainer_state(tmp_path):
+    old = _hf(tmp_path, 100, marker=False)
+    _hf(tmp_path, 200, marker=False, state=False)  # the Trainer writes trainer_state.json last
+    assert checkpoints.newest_hf(tmp_path) == old
+    new = _hf(tmp_path, 300, marker=True)  # the callback is in use from here on
+    assert checkpoints.newest_hf(tmp_path) == new
+
+
+def test_hf_none_when_nothing_is_complete_or_no_folder(tmp_path):
+    assert checkpoints.newest_hf(tmp_path / "missing") is None
+    _hf(tmp_path, 5, marker=False, state=False)
+    assert checkpoints.newest_hf(tmp_path) is None
+
+
+def test_hf_resume_from_skips_a_half_written_checkpoint(tmp_path):
+    hf = pytest.importorskip("slurmtrain.stop.hf")  # imports transformers
+    good = _hf(tmp_path, 2, marker=True)
+    _hf(tmp_path, 4, marker=False)
+    assert hf.resume_from(tmp_path) == str(good)
+    assert hf.resume_from(tmp_path / "missing") is None
+
+
+def _zip(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:  # torch.save's format
+        z.writestr("archive/data.pkl", b"x" * 1000)
+    return path
+
+
+def test_lightning_newest_complete_file_or_marked_folder(tmp_path, monkeypatch):
+    import os
+
+    older = _zip(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=2.ckpt")
+    newer = _zip(tmp_path / "checkpoints" / "slurmtrain-stop-step=3.ckpt")
+    cut = tmp_path / "checkpoints" / "epoch=0-step=4.ckpt"
+    cut.write_bytes(newer.read_bytes()[:-30])  # a copy cut short: no central directory
+    sharded = tmp_path / "checkpoints" / "sharded.ckpt"
+    sharded.mkdir()
+    for i, p in enumerate([older, newer, cut, sharded]):
+        os.utime(p, (1000 + i, 1000 + i))
+    assert checkpoints.newest_lightning(tmp_path) == newer  # cut and the unmarked folder are skipped
+    checkpoints.mark_complete(sharded)
+    os.utime(sharded / MARKER, (2000, 2000))
+    assert checkpoints.newest_lightning(tmp_path) == sharded
+    assert checkpoints.newest_lightning(tmp_path / "missing") is None

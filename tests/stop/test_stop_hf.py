@@ -1,0 +1,70 @@
+"""slurmtrain.stop.hf with a real transformers Trainer on the CPU (tests/stop/hf_train.py in
+a subprocess, so its exit status can be seen): a stop signal at step 3 saves checkpoint-3,
+marks and reports it and exits 75; started again, the script continues from step 3."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmtrain import events
+from slurmtrain.stop.checkpoints import MARKER
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+pytestmark = pytest.mark.torch
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parent / "hf_train.py"
+STOP_AT = 3
+
+
+def _run(run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               SLURMTRAIN_RUN_DIR=str(run_dir), SLURMTRAIN_STOP_FILE=str(run_dir / ".stop-1"),
+               SLURMTRAIN_STOP_SIGNAL="USR2")
+    return subprocess.run([sys.executable, str(SCRIPT), "--output-dir", str(run_dir / "out"),
+                           "--max-steps", "8", "--save-steps", "2", *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("hf")
+    return run_dir, _run(run_dir, "--signal-at", str(STOP_AT))
+
+
+def test_hf_stop_signal_saves_marks_reports_and_exits_75(stopped_run):
+    run_dir, proc = stopped_run
+    assert proc.returncode == 75, proc.stderr[-3000:]
+    out = run_dir / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", f"checkpoint-{STOP_AT}"]
+    for ckpt in out.iterdir():
+        assert (ckpt / MARKER).is_file() and (ckpt / "trainer_state.json").is_file()
+    got = [(e["event"], e["step"], e.get("path")) for e in events.read(run_dir)]
+    assert got == [("checkpoint_saved", 2, str(out / "checkpoint-2")),  # the periodic save
+                   ("checkpoint_saved", STOP_AT, str(out / f"checkpoint-{STOP_AT}")),
+                   ("stopped", STOP_AT, None)]
+
+
+def test_hf_resumes_from_the_newest_complete_checkpoint(stopped_run, tmp_path):
+    run_dir, proc = stopped_run
+    assert proc.returncode == 75, proc.stderr[-3000:]
+    shutil.copytree(run_dir, tmp_path, dirs_exist_ok=True)
+    half = tmp_path / "out" / "checkpoint-7"  # newer, cut short by a kill: no marker
+    half.mkdir()
+    (half / "model.safetensors").write_bytes(b"partial")
+
+    proc = _run(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"first_step": STOP_AT + 1, "global_step": 8}
+    assert "skipping" in proc.stderr and "checkpoint-7" in proc.stderr
+    got = [(e["event"], e["step"]) for e in events.read(tmp_path)][3:]
+    assert got == [("resumed", STOP_AT), ("checkpoint_saved", 4), ("checkpoint_saved", 6), ("checkpoint_saved", 8)]
