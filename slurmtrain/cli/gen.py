@@ -22,7 +22,10 @@ def gen(**opts) -> None:
       slurmtrain gen --profile aws-p4d --nodes 4 -- python train.py --lr 3e-4 > job.sbatch
       slurmtrain gen --profile local --recipe tiny-demo
     """
+    from ..train.jobcheck import check_job  # torch-free
+
     loaded, job = build_job("gen", regen_args=sys.argv[2:], **opts)
+    check_job(loaded, job)
     click.echo(render(loaded, job), nl=False)
 
 

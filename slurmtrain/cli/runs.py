@@ -50,8 +50,10 @@ def submit(runs_dir: str, **opts) -> None:
       slurmtrain submit -p aws-p4d -N 4 --name llama8b -- python train.py --lr 3e-4
     """
     from ..runs.submit import submit as submit_job
+    from ..train.jobcheck import check_job  # torch-free
 
     loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)
+    check_job(loaded, job)  # before the run directory exists and anything is queued
     done = submit_job(loaded, job, runs_dir)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
     click.echo(f"submitted job {done.job_id}")

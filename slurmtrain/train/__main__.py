@@ -32,6 +32,11 @@ OVERRIDES = {  # command-line option -> recipe key
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's command line; torch-free (``gen`` reads a trainer command with it)."""
     p = argparse.ArgumentParser(prog="python -m slurmtrain.train",
                                 description="Train a Llama model from a recipe with FSDP2.", epilog=_recipe_keys(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,7 +51,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        metavar="N", help=f"sets {OVERRIDES[dest]}")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override any recipe key, e.g. --set train.lr=1e-4 (repeatable)")
-    return p.parse_args(argv)
+    return p
+
+
+def recipe_sets(args: argparse.Namespace) -> list[tuple[str, object, str]]:
+    """--set and the options that set one recipe key, as (key, value, origin) triples."""
+    from .recipe import parse_sets
+    sets = parse_sets(args.sets)
+    for opt, key in OVERRIDES.items():
+        value = getattr(args, opt)
+        if value is not None:
+            sets.append((key, value, f"--{opt.replace('_', '-')}"))
+    return sets
 
 
 def _recipe_keys() -> str:
@@ -87,13 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .recipe import load_recipe_sources, parse_sets
-    sets = parse_sets(args.sets)
-    for opt, key in OVERRIDES.items():
-        value = getattr(args, opt)
-        if value is not None:
-            sets.append((key, value, f"--{opt.replace('_', '-')}"))
-    recipe, sources = load_recipe_sources(args.recipe, sets)
+    from .recipe import load_recipe_sources
+    recipe, sources = load_recipe_sources(args.recipe, recipe_sets(args))
     run_dir = (Path(args.run_dir) if args.run_dir else default_run_dir(args.recipe)).absolute()
 
     from .. import events

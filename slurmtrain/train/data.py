@@ -23,9 +23,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .inputs import corpus_files
 from .tokenizer import Tokenizer
-
-SUFFIXES = (".jsonl", ".txt")
 
 
 @dataclass
@@ -34,17 +33,6 @@ class PackedCorpus:
     val: np.ndarray  # [n_val, seq_len + 1] int32
     n_docs: int
     n_tokens: int
-
-
-def corpus_files(path: Path, source: str) -> list[Path]:
-    if not path.exists():
-        raise ConfigError(source, "data.path", f"no such file or folder: {path}")
-    if path.is_file():
-        return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
-    if not files:
-        raise ConfigError(source, "data.path", f"{path} holds no .jsonl or .txt files")
-    return files
 
 
 def read_documents(files: list[Path]) -> Iterator[str]:

@@ -12,6 +12,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from .inputs import tokenizer_file
 
 
 class Tokenizer(Protocol):
@@ -69,10 +70,4 @@ class HFTokenizer:
 def load_tokenizer(path: str | None) -> Tokenizer:
     if not path:
         return ByteTokenizer()
-    p = Path(path).expanduser()
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if not p.is_file():
-        raise ConfigError(str(path), "data.tokenizer", "no such tokenizer file (expected a "
-                          "tokenizer.json or a folder holding one)")
-    return HFTokenizer(p)
+    return HFTokenizer(tokenizer_file(path))

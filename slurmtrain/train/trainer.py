@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from . import data as data_mod
 from .checkpoint import Checkpointer
 from .distributed import World
+from .inputs import check_batch, corpus_files
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .model import Transformer, count_parameters
 from .parallelize import parallelize
@@ -49,15 +50,6 @@ class WarmupCosine:
             return (done + 1) / self.warmup
         progress = min(1.0, (done - self.warmup) / max(1, self.steps - self.warmup))
         return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def check_batch(global_batch: int, micro: int, world: int, source: str) -> int:
-    """Gradient-accumulation steps, or a ConfigError naming the numbers."""
-    if global_batch % (micro * world):
-        raise ConfigError(source, "train.global_batch_size",
-                          f"{global_batch} is not divisible by micro_batch_size x world size = "
-                          f"{micro} x {world} = {micro * world}")
-    return global_batch // (micro * world)
 
 
 def compute_dtype(name: str, device: torch.device) -> torch.dtype | None:
@@ -223,7 +215,7 @@ def preflight(recipe: Recipe, sources: Sources, world_size: int) -> tuple[int, T
         raise ConfigError(sources.of("model.vocab_size"), "model.vocab_size",
                           f"{vocab} is smaller than the tokenizer's {tok.vocab_size} "
                           f"({tok.name}); set model.vocab_size")
-    data_mod.corpus_files(resolve_data_path(recipe.data.path), sources.of("data.path"))
+    corpus_files(resolve_data_path(recipe.data.path), sources.of("data.path"), recipe.data.path)
     return accum, tok
 
 

@@ -1,0 +1,100 @@
+"""What a recipe asks of the world it runs in: a batch that divides over the ranks, a
+corpus and a tokenizer file that exist. Torch-free, so the same checks run twice: in the
+trainer before its process group starts, and in ``gen``/``submit`` before a job is queued.
+
+Relative paths are taken against ``base``: the directory the trainer starts in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import ConfigError
+from ..schema import Sources
+from .recipe import DEMO_CORPUS, Recipe
+
+SUFFIXES = (".jsonl", ".txt")  # corpus files read from a folder
+_VAR = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+
+
+def check_batch(global_batch: int, micro: int, world: int, source: str, world_note: str = "") -> int:
+    """Gradient-accumulation steps, or a ConfigError naming the numbers (and, in
+    ``world_note``, where the world size comes from)."""
+    if global_batch % (micro * world):
+        note = f" ({world_note})" if world_note else ""
+        raise ConfigError(source, "train.global_batch_size",
+                          f"{global_batch} is not divisible by micro_batch_size x world size = "
+                          f"{micro} x {world}{note} = {micro * world}")
+    return global_batch // (micro * world)
+
+
+def _expanded(path: str, env: Mapping[str, str] | None) -> str:
+    env = os.environ if env is None else env
+    return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), os.path.expanduser(path))
+
+
+def expand(path: str, base: Path | None = None, env: Mapping[str, str] | None = None) -> Path:
+    """``~`` and ``$VARS`` (from ``env``, default: this process's environment) expanded, an
+    unknown variable left as written; a relative path taken against ``base`` (default:
+    the current directory)."""
+    p = Path(_expanded(path, env))
+    return p if p.is_absolute() else (base or Path.cwd()) / p
+
+
+def is_relative(path: str, env: Mapping[str, str] | None = None) -> bool:
+    return not Path(_expanded(path, env)).is_absolute()
+
+
+def knowable(path: str, env: Mapping[str, str] | None = None) -> bool:
+    """Whether every variable in ``path`` is known here (else only the job can tell)."""
+    env = os.environ if env is None else env
+    return all((m.group(1) or m.group(2)) in env for m in _VAR.finditer(path))
+
+
+def corpus_files(path: Path, source: str, given: str | None = None, where: str = "") -> list[Path]:
+    """The corpus's files: ``path`` itself, or the .jsonl/.txt files under it.
+
+    ``given`` is the path as the recipe wrote it (the demo corpus gets a hint how to make
+    it); ``where`` says which directory a relative path was taken against."""
+    if not path.exists():
+        hint = f" ({where})" if where else ""
+        if given == DEMO_CORPUS:
+            hint += f"; build it with `slurmtrain demo-corpus` in {path.parent.parent}"
+        raise ConfigError(source, "data.path", f"no such file or folder: {path}{hint}")
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+    if not files:
+        raise ConfigError(source, "data.path", f"{path} holds no .jsonl or .txt files")
+    return files
+
+
+def tokenizer_file(path: str, base: Path | None = None, where: str = "",
+                   env: Mapping[str, str] | None = None) -> Path:
+    """The tokenizer.json a ``data.tokenizer`` value names (a file, or a folder holding one)."""
+    p = expand(path, base, env)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    if not p.is_file():
+        hint = f" ({where})" if where else ""
+        raise ConfigError(str(path), "data.tokenizer", f"no such tokenizer file: {p}{hint} (expected "
+                          "a tokenizer.json or a folder holding one)")
+    return p
+
+
+def check_files(recipe: Recipe, sources: Sources, base: Path, where: str = "",
+                env: Mapping[str, str] | None = None) -> None:
+    """The corpus and the tokenizer exist, seen from ``base`` (``where`` says what that
+    directory is). A path naming a variable unknown here is left to the job."""
+    tok, data = recipe.data.tokenizer, recipe.data.path
+    if tok and knowable(tok, env):
+        try:
+            tokenizer_file(tok, base, where if is_relative(tok, env) else "", env)
+        except ConfigError as err:  # name the recipe (or --set) that gave the value
+            raise ConfigError(sources.of("data.tokenizer"), "data.tokenizer", err.message) from None
+    if knowable(data, env):
+        corpus_files(expand(data, base, env), sources.of("data.path"), data,
+                     where if is_relative(data, env) else "")

@@ -1,0 +1,98 @@
+"""Check a job of the built-in trainer before it is queued (``gen`` and ``submit``).
+
+A job that cannot start (an unknown preset or key, a global batch that does not divide
+over the profile's ranks, a corpus, tokenizer or ``--init-ckpt`` missing where the job
+will start) would otherwise wait for an allocation and then fail on its nodes. These are
+the trainer's own checks (:mod:`.recipe`, :mod:`.inputs`), made with what the profile
+says about the job: its world size and the directory it starts in. Torch-free.
+
+Paths are not checked for a job that runs in a container (the program sees the
+container's filesystem) or that names a variable only the job's environment defines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..errors import ConfigError, UsageError
+from ..profile import LoadedProfile
+from ..render import JobSpec
+from .inputs import check_batch, check_files, expand, is_relative, knowable
+from .recipe import load_recipe_sources
+
+TRAINER = "slurmtrain.train"
+
+
+def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = None) -> None:
+    """Raise ConfigError/UsageError (exit 2) if ``job`` runs the built-in trainer and would
+    fail at its start; do nothing for any other program."""
+    args = trainer_args(job)
+    if args is None:
+        return
+    p = loaded.profile
+    start, where = start_dir(loaded, (submit_dir or Path.cwd()).absolute())
+    env = {**os.environ, **p.env.vars}
+    ref = args.recipe
+    if _is_path(ref) and is_relative(ref, env):
+        if start is None:
+            return  # a recipe file inside the container: only the job can read it
+        ref = str(expand(ref, start, env))
+    from .__main__ import recipe_sets
+    recipe, sources = load_recipe_sources(ref, recipe_sets(args))
+
+    from ..render import _procs_per_node  # the one definition of the job's processes per node
+    procs = _procs_per_node(p)
+    check_batch(recipe.train.global_batch_size, recipe.train.micro_batch_size, p.slurm.nodes * procs,
+                sources.of("train.global_batch_size"),
+                f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
+    if start is None:
+        return
+    check_files(recipe, sources, start, where, env)
+    if args.init_ckpt and knowable(args.init_ckpt, env):
+        ckpt = expand(args.init_ckpt, start, env)
+        if not ckpt.is_dir():
+            hint = f" ({where})" if is_relative(args.init_ckpt, env) else ""
+            raise ConfigError("--init-ckpt", "", f"no such folder: {ckpt}{hint}")
+
+
+def trainer_args(job: JobSpec) -> argparse.Namespace | None:
+    """The trainer's options when ``job`` runs it (``--recipe``, or a command with
+    ``-m slurmtrain.train``); None for any other program."""
+    if not job.command:
+        argv = ["--recipe", job.recipe] if job.recipe else None
+    else:
+        words = list(job.command)
+        argv = next((words[i + 2:] for i in range(len(words) - 1)
+                     if words[i] in ("-m", "--module") and words[i + 1] == TRAINER), None)
+    if argv is None:
+        return None
+    from .__main__ import build_parser
+    parser = build_parser()
+
+    def refuse(message: str):  # argparse would print its usage and exit
+        raise UsageError(f"{TRAINER} in the command: {message} (see python -m {TRAINER} --help)")
+    parser.error = refuse
+    return parser.parse_args(argv)
+
+
+def start_dir(loaded: LoadedProfile, submit_dir: Path) -> tuple[Path | None, str]:
+    """Where the job starts, as seen from here, and words saying so; None where this
+    machine cannot see it (a container, a variable only the job defines)."""
+    p = loaded.profile
+    if p.container.runtime != "none":
+        return None, ""
+    workdir = p.launch.workdir
+    if not workdir:
+        return submit_dir, f"relative to {submit_dir}, the submit directory, where the job starts"
+    env = {**os.environ, **p.env.vars}
+    if not knowable(workdir, env):
+        return None, ""
+    path = expand(workdir, submit_dir, env)
+    return path, f"relative to {path}, where the job starts: launch.workdir of profile {loaded.name}"
+
+
+def _is_path(ref: str) -> bool:
+    """As :func:`.recipe.recipe_path` tells a recipe file from a built-in recipe's name."""
+    return ref.endswith(".toml") or os.sep in ref

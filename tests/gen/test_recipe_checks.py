@@ -1,0 +1,163 @@
+"""`gen --recipe` and `submit --recipe` check the recipe against the profile before
+anything is queued: a job that would fail on its nodes fails here, with one line (exit 2)
+naming the file and the key, instead of after waiting for an allocation."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+
+RECIPE = """\
+[model]
+preset = "{preset}"
+
+[data]
+path = "{data}"
+{tokenizer}
+[train]
+steps = 10
+global_batch_size = {batch}
+micro_batch_size = 1
+"""
+
+
+def recipe(path, preset="tiny", data="corpus.jsonl", batch=8, tokenizer=None, extra=""):
+    tok = f'tokenizer = "{tokenizer}"\n' if tokenizer else ""
+    path.write_text(RECIPE.format(preset=preset, data=data, batch=batch, tokenizer=tok) + extra)
+    return path
+
+
+def corpus(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"text": "hello"}) + "\n")
+    return path
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    """An empty directory to run the CLI in, with an sbatch that records being called."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", 'touch "$(dirname "$0")/sbatch-called"; echo "Submitted batch job 77"\n'),
+                       ("srun", "exit 0\n")):
+        (bin_dir / name).write_text("#!/bin/sh\n" + text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return work
+
+
+def gen(*args: str):
+    return CliRunner().invoke(main, ["gen", *args])
+
+
+def one_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("slurmtrain: error: "), result.output
+    return lines[0]
+
+
+def test_missing_demo_corpus_is_refused_before_the_queue(work):
+    line = one_error(gen("-p", "local", "--recipe", "tiny-demo"))
+    assert "tiny-demo.toml: data.path: " in line and str(work / "demo" / "corpus.jsonl") in line
+    assert "slurmtrain demo-corpus" in line
+    result = CliRunner().invoke(main, ["submit", "-p", "local", "--recipe", "tiny-demo"])
+    assert "slurmtrain demo-corpus" in one_error(result)
+    assert not (work / "runs").exists() and not (work.parent / "bin" / "sbatch-called").exists()
+
+    corpus(work / "demo" / "corpus.jsonl")
+    assert gen("-p", "local", "--recipe", "tiny-demo").exit_code == 0
+    result = CliRunner().invoke(main, ["submit", "-p", "local", "--recipe", "tiny-demo"])
+    assert result.exit_code == 0, result.output
+    assert (work.parent / "bin" / "sbatch-called").exists()
+
+
+def test_unknown_preset_and_unknown_key(work):
+    corpus(work / "corpus.jsonl")
+    line = one_error(gen("-p", "local", "--recipe", str(recipe(work / "r.toml", preset="tinyy"))))
+    assert f"{work / 'r.toml'}: model.preset: unknown preset 'tinyy'" in line
+    line = one_error(gen("-p", "local", "--recipe", str(recipe(work / "r.toml", extra="lrr = 1\n"))))
+    assert f"{work / 'r.toml'}: train.lrr" in line
+    line = one_error(gen("-p", "local", "--recipe", "no-such-recipe"))
+    assert "no recipe named 'no-such-recipe'" in line
+
+
+def test_global_batch_must_divide_over_the_profiles_world(work):
+    corpus(work / "corpus.jsonl")
+    r = str(recipe(work / "r.toml", batch=6))  # local: 2 nodes x 2 processes = world size 4
+    line = one_error(gen("-p", "local", "--recipe", r))
+    assert f"{work / 'r.toml'}: train.global_batch_size: 6 is not divisible" in line
+    assert "2 nodes x 2 processes per node" in line
+    assert gen("-p", "local", "--nodes", "3", "--recipe", r).exit_code == 0  # 6 = 1 x 6
+    line = one_error(gen("-p", "local", "--set", "launch.procs_per_node=4", "--recipe", r))
+    assert "2 nodes x 4 processes per node" in line
+
+
+def test_paths_are_checked_where_the_job_starts(work, tmp_path):
+    r = str(recipe(work / "r.toml", data="data/c.jsonl"))
+    elsewhere = tmp_path / "elsewhere"
+    corpus(elsewhere / "data" / "c.jsonl")
+    # The submit directory has no data/: the job would start there.
+    line = one_error(gen("-p", "local", "--recipe", r))
+    assert f"data.path: no such file or folder: {work / 'data' / 'c.jsonl'}" in line
+    # With launch.workdir the job starts there, and there it is.
+    assert gen("-p", "local", "--set", f'launch.workdir="{elsewhere}"', "--recipe", r).exit_code == 0
+    line = one_error(gen("-p", "local", "--set", f'launch.workdir="{tmp_path / "empty"}"', "--recipe", r))
+    assert str(tmp_path / "empty" / "data" / "c.jsonl") in line and "launch.workdir" in line
+
+
+def test_tokenizer_must_exist(work):
+    corpus(work / "corpus.jsonl")
+    line = one_error(gen("-p", "local", "--recipe", str(recipe(work / "r.toml", tokenizer="tok/"))))
+    assert f"{work / 'r.toml'}: data.tokenizer: " in line and str(work / "tok") in line
+
+
+def test_trainer_command_line_is_checked_too(work):
+    """`-- python -m slurmtrain.train ...` is the built-in trainer as well: its --init-ckpt,
+    --data-path and --set count."""
+    r = str(recipe(work / "r.toml"))
+    corpus(work / "corpus.jsonl")
+    trainer = ["-p", "local", "--", "python3", "-m", "slurmtrain.train", "--recipe", r]
+    assert gen(*trainer).exit_code == 0
+    line = one_error(gen(*trainer, "--init-ckpt", "hf-weights"))
+    assert line.startswith("slurmtrain: error: --init-ckpt: ") and str(work / "hf-weights") in line
+    (work / "hf-weights").mkdir()
+    assert gen(*trainer, "--init-ckpt", "hf-weights").exit_code == 0
+    line = one_error(gen(*trainer, "--data-path", "nope.jsonl"))
+    assert line.startswith("slurmtrain: error: --data-path: data.path: no such file or folder")
+    line = one_error(gen(*trainer, "--set", "train.global_batch_size=6"))
+    assert "--set train.global_batch_size=6: train.global_batch_size: 6 is not divisible" in line
+    line = one_error(gen(*trainer, "--bogus"))
+    assert "--bogus" in line
+
+
+def test_container_paths_are_left_to_the_container(work):
+    """Inside a container the program sees the container's filesystem, not this one."""
+    r = str(recipe(work / "r.toml", data="/datasets/c.jsonl", batch=8))
+    assert gen("-p", "hpc-apptainer", "--recipe", r).exit_code == 0  # 2 nodes x 4 GPUs
+    line = one_error(gen("-p", "hpc-apptainer", "--recipe", str(recipe(work / "r.toml", batch=4))))
+    assert "train.global_batch_size" in line
+
+
+def test_gen_with_a_recipe_stays_torch_free(work):
+    corpus(work / "demo" / "corpus.jsonl")
+    code = ("import sys; from click.testing import CliRunner; from slurmtrain.cli import main\n"
+            "r = CliRunner().invoke(main, ['gen', '-p', 'local', '--recipe', 'tiny-demo'])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "print(' '.join(m for m in ('torch', 'numpy', 'submitit', 'tokenizers') if m in sys.modules))")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": repo}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work,
+                         env=env, check=True).stdout.strip()
+    assert out == "", f"gen --recipe imported: {out}"
