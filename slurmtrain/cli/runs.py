@@ -130,9 +130,11 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
     """State, how it ended (outcome), nodes, elapsed time, exit code, requeues and history of runs.
 
     RUN is a run directory or a run name under --runs-dir (default: the latest run).
-    For a failed run, the last lines of the failing node's log follow.
+    For a failed run, the program's last error line and the last lines of the failing
+    node's log follow.
     """
     from ..runs import track
+    from ..runs.logs import program_errors
     from ..runs.rundir import RunDir
     from ..runs.states import JobState
 
@@ -145,7 +147,10 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
             click.echo()
         _print_status(st)
         if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
+            errors = program_errors(target, st.job_id)  # the program's words, above the launcher's
             for node, tail in track.failing_node_logs(target, st.job_id, lines).items():
+                if node in errors:
+                    click.echo(f"program error on {node}: {errors[node]}")
                 click.echo(f"last lines of {node}'s log ({target.node_logs(st.job_id)[node]}):")
                 for line in tail:
                     click.echo(f"  {line}")
