@@ -41,7 +41,7 @@ class SlurmSection:
     nodes: int = field("number of nodes", 1, check=positive)
     gpus_per_node: int = field("GPUs per node (0 for CPU-only clusters)", 0, check=non_negative)
     gpu_type: str | None = field("GPU type in --gres (e.g. a100); none: any", None, check=_SLURM_NAME)
-    cpus_per_task: int | None = field("CPUs for the one task per node", None, check=positive)
+    cpus_per_task: int | None = field("CPUs for the one task per node (the srun launcher divides them among its tasks)", None, check=positive)
     mem: str | None = field("memory per node, e.g. 0 (all) or 500G", None, check=_MEM)
     time: str | None = field("time limit, e.g. 2-00:00:00", None, check=_TIME)
     constraint: str | None = field("node features (--constraint)", None)
@@ -80,14 +80,16 @@ class FabricSection:
 class LaunchSection:
     """How processes are started on the nodes."""
 
-    launcher: Literal["torchrun", "srun-loop", "deepspeed"] = field(
-        "torchrun: one srun, c10d rendezvous; srun-loop: one srun per node; deepspeed: DeepSpeed's launcher on every node via srun", "torchrun")
+    launcher: Literal["torchrun", "srun-loop", "deepspeed", "srun"] = field(
+        "torchrun: one srun, c10d rendezvous; srun-loop: one srun per node; deepspeed: DeepSpeed's launcher "
+        "on every node via srun; srun: one Slurm task per process, no agent (RANK etc. from Slurm)", "torchrun")
     procs_per_node: int | None = field("processes per node (default: gpus_per_node, or 1)", None, check=positive)
     rdzv_port: int = field("rendezvous / master port on the first node", 29500,
                            check=lambda v: None if 1024 <= v <= 65535 else f"expected a port between 1024 and 65535, got {v}")
     rdzv_port_spread: int = field("add SLURM_JOB_ID modulo this to rdzv_port, so jobs sharing a node do not collide (0: fixed port)",
                                   0, check=non_negative)
-    python: str = field("python interpreter for the built-in trainer and launchers", "python3")
+    python: str | None = field("python interpreter for the built-in trainer and launchers (default: the one "
+                               "the command names, else python3)", None)
     setup: tuple[str, ...] = field("shell lines run before launching (module load, conda/venv activation); taken as shell", ())
     workdir: str | None = field("directory to cd into before launching (default: the submit directory)", None)
 
@@ -108,7 +110,11 @@ class ResilienceSection:
     signal: str = field("warning signal sent before the time limit (USR2: NCCL and torchrun leave it alone)", "USR2", check=_SIGNAL)
     signal_seconds: int = field("seconds before the time limit that the warning signal arrives", 120, check=positive)
     max_requeues: int = field("stop requeueing after this many requeues", 10, check=non_negative)
-    stop_timeout: int = field("seconds the script waits for a checkpoint after a stop signal", 90, check=positive)
+    stop_timeout: int = field("seconds the script waits for a checkpoint after a stop signal, then SIGTERM, "
+                              "then SIGKILL", 90, check=positive)
+    requeue_when: Literal["saved", "always"] = field(
+        "after a stop, requeue only when the program reported a checkpoint since its start or exited 75 "
+        "(saved), or in any case (always)", "saved")
     rendezvous_timeout: int = field("seconds for all nodes to join before the job fails naming the missing ones", 300, check=positive)
 
 
@@ -123,8 +129,8 @@ class Profile:
     launch: LaunchSection = field("launcher", factory=LaunchSection)
     env: EnvSection = field("environment", factory=EnvSection)
     resilience: ResilienceSection = field("requeue and signals", factory=ResilienceSection)
-    allowed_launchers: tuple[Literal["torchrun", "srun-loop", "deepspeed"], ...] = field(
-        "launchers that work on this cluster (default: all)", ("torchrun", "srun-loop", "deepspeed"))
+    allowed_launchers: tuple[Literal["torchrun", "srun-loop", "deepspeed", "srun"], ...] = field(
+        "launchers that work on this cluster (default: all)", ("torchrun", "srun-loop", "deepspeed", "srun"))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import __version__, resources
+from . import __version__, command, resources
+from .command import Program
 from .errors import UsageError
 from .profile import LoadedProfile, Profile
 
@@ -41,17 +42,19 @@ def shell_words(words) -> str:
 # exists there, so anything that would need it is refused.
 _SBATCH_SAFE = re.compile(r"[A-Za-z0-9_./%+:@,=\-\[\]&|]+")
 _JOB_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-_PYTHON_NAME = re.compile(r"(.*/)?python(\d+(\.\d+)?)?")
 
 
 def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     s, r = p.slurm, p.resilience
     if not _JOB_NAME.fullmatch(job.job_name):
         raise UsageError(f"job name {job.job_name!r}: use 1-128 letters, digits, '_', '.' or '-'")
-    out = [f"--job-name={job.job_name}", f"--nodes={s.nodes}", "--ntasks-per-node=1"]
+    # One task per node runs a launcher there; the srun launcher makes every process a task.
+    tasks = _procs_per_node(p) if p.launch.launcher == "srun" else 1
+    cpus = s.cpus_per_task if s.cpus_per_task is None else max(1, s.cpus_per_task // tasks)
+    out = [f"--job-name={job.job_name}", f"--nodes={s.nodes}", f"--ntasks-per-node={tasks}"]
     if s.gpus_per_node:
         out.append(f"--gres=gpu:{s.gpu_type + ':' if s.gpu_type else ''}{s.gpus_per_node}")
-    for flag, value in (("cpus-per-task", s.cpus_per_task), ("mem", s.mem), ("time", s.time),
+    for flag, value in (("cpus-per-task", cpus), ("mem", s.mem), ("time", s.time),
                         ("partition", s.partition), ("account", s.account), ("qos", s.qos),
                         ("constraint", s.constraint)):
         if value is not None:
@@ -110,7 +113,21 @@ def _procs_per_node(p: Profile) -> int:
     return p.launch.procs_per_node or p.slurm.gpus_per_node or 1
 
 
-def _container_prefix(p: Profile) -> list[str]:
+def _binds_run_dir(binds: tuple[str, ...], job: JobSpec) -> bool:
+    """Whether the container needs the run directory bound: the task writes its arrival
+    mark, logs and events there and reads the stop file. Skipped only where a bind at the
+    same path inside already covers a run directory known now."""
+    if not job.run_dir:
+        return True
+    for b in binds:
+        src, _, rest = b.partition(":")
+        dst = rest.split(":")[0] or src
+        if src == dst and (job.run_dir == src or job.run_dir.startswith(src.rstrip("/") + "/")):
+            return False
+    return True
+
+
+def _container_prefix(p: Profile, job: JobSpec) -> list[str]:
     c = p.container
     if c.runtime not in ("apptainer", "singularity"):
         return []
@@ -121,6 +138,8 @@ def _container_prefix(p: Profile) -> list[str]:
         words += ["--home", c.home]
     for b in c.binds:
         words += ["--bind", b]
+    if _binds_run_dir(c.binds, job):
+        words += ["--bind", Raw('"$SLURMTRAIN_RUN_DIR"')]
     for k, v in sorted(c.env.items()):
         words += ["--env", f"{k}={v}"]
     if c.workdir:
@@ -130,55 +149,82 @@ def _container_prefix(p: Profile) -> list[str]:
     return words
 
 
-def _srun_options(p: Profile) -> str:
+def _srun_options(p: Profile, job: JobSpec) -> str:
     c = p.container
     if c.runtime != "pyxis":
         return ""
-    # Inside a pyxis container the task cannot be relied on to see the run directory, so
-    # srun writes each node's log (%N: the node's host name).
+    # srun writes each node's log (%N: the node's host name): the task's own redirect
+    # would run inside the container, before anything else could fail there.
     opts: list[str] = [Raw('--output="$RUN_DIR/logs/%j-%N.out"'), Raw("--open-mode=append"),
                        f"--container-image={c.image}"]
-    if c.binds:
-        opts.append("--container-mounts=" + ",".join(c.binds))
+    mounts = [shlex.quote(b) for b in c.binds]
+    if _binds_run_dir(c.binds, job):
+        mounts.append('"$RUN_DIR:$RUN_DIR"')
+    opts.append(Raw("--container-mounts=" + ",".join(mounts)))
     if c.workdir:
         opts.append(f"--container-workdir={c.workdir}")
     opts += list(c.options)
     return shell_words(opts) + " "
 
 
-def _program(command: tuple[str, ...], recipe: str | None, python: str) -> tuple[str, list[str]]:
-    """How the launcher should start the command: ("script"|"module"|"exec", argv)."""
-    if not command:
-        if recipe is None:
+def _program(p: Profile, job: JobSpec) -> tuple[str, Program]:
+    """(interpreter that runs the launcher, what the launcher starts on every process).
+
+    The launcher runs under ``launch.python`` when the profile sets it, else under the
+    interpreter the command names (a venv's ``bin/python`` is usually not on the job's
+    PATH), else ``python3``. A program whose own interpreter is a path other than the
+    launcher's keeps it: the launcher starts the whole command as an executable."""
+    if not job.command:
+        if job.recipe is None:
             raise UsageError("nothing to run: give a command after `--` (for example "
                              "`-- python train.py`) or a built-in trainer recipe with --recipe")
-        return "module", ["slurmtrain.train", "--recipe", recipe]
-    first = command[0]
-    if _PYTHON_NAME.fullmatch(first) and len(command) > 1:
-        rest = list(command[1:])
-        if rest[0] == "-m" and len(rest) > 1:
-            return "module", rest[1:]
-        if not rest[0].startswith("-"):
-            return "script", rest
-    if first.endswith(".py"):
-        return "script", list(command)
-    return "exec", list(command)
+        return p.launch.python or "python3", Program("module", ("slurmtrain.train", "--recipe", job.recipe), None)
+    prog = command.parse(job.command)
+    _check_launcher_counts(p, prog)
+    python = p.launch.python or prog.interpreter or "python3"
+    if prog.interpreter and "/" in prog.interpreter and prog.interpreter != python and prog.kind != "exec":
+        head = (prog.interpreter, "-m") if prog.kind == "module" else (prog.interpreter,)
+        prog = Program("exec", head + prog.argv, prog.interpreter)
+    return python, prog
+
+
+def _check_launcher_counts(p: Profile, prog: Program) -> None:
+    """A launcher written in the command is taken over; what it asked for must agree."""
+    if prog.launcher_in_command is None:
+        return
+    for asked, have, what, how in (
+            (prog.procs_per_node, _procs_per_node(p), "processes per node",
+             "--gpus-per-node or --set launch.procs_per_node=N"),
+            (prog.nnodes, p.slurm.nodes, "nodes", "--nodes N")):
+        if asked is not None and asked != have:
+            raise UsageError(f"`{prog.launcher_in_command}` in the command asks for {asked} {what}, the profile "
+                             f"runs {have}: slurmtrain starts the launcher itself; drop the option or set {how}")
+
+
+def _stop_signal_expr(sig: str) -> str:
+    name = _signal_name(sig)
+    return name if name.isdigit() else f"signal.SIG{name}"
 
 
 def _task_exec(p: Profile, job: JobSpec) -> str:
-    kind, argv = _program(job.command, job.recipe, p.launch.python)
+    python, prog = _program(p, job)
     launcher = p.launch.launcher
-    if launcher == "deepspeed":
-        words: list[str] = [p.launch.python, "-m", "deepspeed.launcher.launch",
-                            Raw('--world_info="$WORLD_INFO"'), Raw('--node_rank="$node_rank"'),
-                            Raw('--master_addr="$MASTER_ADDR"'), Raw('--master_port="$MASTER_PORT"')]
-        words += {"module": ["--module"], "exec": ["--no_python"], "script": []}[kind]
-        if kind != "script" or not job.command:
+    argv = list(prog.argv)
+    if launcher == "srun":
+        # No agent: every Slurm task is one process of the program.
+        words: list[str] = []
+        argv = {"module": [python, "-m"], "script": [python], "exec": []}[prog.kind] + argv
+    elif launcher == "deepspeed":
+        words = [python, "-c", Raw('"$SLURMTRAIN_AGENT"'), "deepspeed.launcher.launch",
+                 Raw('--world_info="$WORLD_INFO"'), Raw('--node_rank="$node_rank"'),
+                 Raw('--master_addr="$MASTER_ADDR"'), Raw('--master_port="$MASTER_PORT"')]
+        words += {"module": ["--module"], "exec": ["--no_python"], "script": []}[prog.kind]
+        if prog.kind != "script" or not job.command:
             # DeepSpeed appends --local_rank=N to the program's arguments unless told not to:
             # the built-in trainer and plain executables read LOCAL_RANK from the environment.
             words.append("--no_local_rank")
     else:
-        words = [p.launch.python, "-m", "torch.distributed.run",
+        words = [python, "-c", Raw('"$SLURMTRAIN_AGENT"'), "torch.distributed.run",
                  Raw('--nnodes="$SLURMTRAIN_NNODES"'), Raw('--nproc-per-node="$SLURMTRAIN_PROCS_PER_NODE"')]
         if launcher == "torchrun":
             words += [Raw("--rdzv-backend=c10d"), Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'),
@@ -187,9 +233,9 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
         else:  # srun-loop: a static rendezvous with the node rank given per node
             words += [Raw('--node-rank="$node_rank"'), Raw('--master-addr="$MASTER_ADDR"'),
                       Raw('--master-port="$MASTER_PORT"')]
-        words += {"module": ["-m"], "exec": ["--no-python"], "script": []}[kind]
+        words += {"module": ["-m"], "exec": ["--no-python"], "script": []}[prog.kind]
     # One line per part (container, launcher, program) so a person can read and edit it.
-    parts = [_container_prefix(p), words, argv]
+    parts = [_container_prefix(p, job), words, argv]
     return " \\\n    ".join(shell_words(part) for part in parts if part)
 
 
@@ -260,11 +306,38 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "procs_per_node": _procs_per_node(p),
         "setup_lines": _setup_lines(p),
         "task_exec": _task_exec(p, job),
-        "srun_options": _srun_options(p),
+        "srun_options": _srun_options(p, job),
         "task_log_redirect": p.container.runtime != "pyxis",
         "stop_timeout": p.resilience.stop_timeout,
+        "term_grace": TERM_GRACE,
+        "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
+        "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,
     }
+
+
+# Seconds between the SIGTERM that ends tasks still running after stop_timeout and SIGKILL.
+TERM_GRACE = 15
+
+# DeepSpeed's launcher kills its workers this long after it gets SIGTERM (hard-coded in
+# deepspeed.launcher.launch.terminate_process_tree).
+DEEPSPEED_TERM_WINDOW = 30
+
+
+def warnings(loaded: LoadedProfile) -> list[str]:
+    """What will work, but not as the user probably expects: said by gen and submit."""
+    p, r = loaded.profile, loaded.profile.resilience
+    out = []
+    if r.stop_timeout > r.signal_seconds:
+        out.append(f"{loaded.source}: resilience.stop_timeout ({r.stop_timeout} s) is longer than "
+                   f"resilience.signal_seconds ({r.signal_seconds} s): at the time limit Slurm ends the job "
+                   "before the checkpoint window is over; raise signal_seconds or lower stop_timeout")
+    if p.launch.launcher == "deepspeed" and r.stop_timeout > DEEPSPEED_TERM_WINDOW:
+        out.append(f"{loaded.source}: launch.launcher = \"deepspeed\": at preemption (SIGTERM) DeepSpeed's launcher "
+                   f"kills its workers after {DEEPSPEED_TERM_WINDOW} s, less than resilience.stop_timeout "
+                   f"({r.stop_timeout} s); a longer checkpoint is cut short there (the torchrun and srun "
+                   "launchers honour stop_timeout)")
+    return out
 
 
 def render(loaded: LoadedProfile, job: JobSpec) -> str:
@@ -277,8 +350,8 @@ def default_job_name(job: JobSpec) -> str:
     if job.recipe and not job.command:
         base = os.path.basename(job.recipe).removesuffix(".toml")
     elif job.command:
-        kind, argv = _program(job.command, None, "")
-        base = os.path.basename(argv[0]).removesuffix(".py")
+        prog = command.parse(job.command)
+        base = os.path.basename(prog.argv[0]).removesuffix(".py")
     else:
         base = "slurmtrain"
     return re.sub(r"[^A-Za-z0-9_.\-]", "-", base)[:64] or "job"

@@ -9,9 +9,9 @@ from typing import Callable
 import click
 
 from ..profile import LoadedProfile, load_profile
-from ..render import JobSpec, default_job_name
+from ..render import JobSpec, default_job_name, warnings
 
-LAUNCHERS = ("torchrun", "srun-loop", "deepspeed")
+LAUNCHERS = ("torchrun", "srun-loop", "deepspeed", "srun")
 
 
 def job_options(f: Callable) -> Callable:
@@ -57,4 +57,6 @@ def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit,
     job = JobSpec(command=tuple(command), recipe=recipe, run_dir=run_dir,
                   regen_command=shlex.join(["slurmtrain", argv_name] + (regen_args or [])))
     job = JobSpec(**{**job.__dict__, "job_name": job_name or default_job_name(job)})
+    for text in warnings(loaded):
+        click.echo(f"slurmtrain: warning: {text}", err=True)
     return loaded, job

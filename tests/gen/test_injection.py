@@ -80,11 +80,41 @@ def test_profile_values_arrive_unchanged_in_container_and_env(tmp_path):
     assert records["apptainer-nodeB"]["env"]["GREETING"] == hostile
 
 
-def test_pyxis_mounts_go_to_srun(tmp_path):
+def srun_calls(tmp_path) -> list[list[str]]:
+    return [p.read_bytes().decode().split("\0")[:-1] for p in sorted((tmp_path / "out").glob("srun-*.args"))]
+
+
+def test_pyxis_mounts_go_to_srun_with_the_run_directory(tmp_path):
     profile = load_profile("local", ['container.runtime="pyxis"', 'container.image="nvcr.io#nvidia/pytorch:24.05-py3"',
-                                     'container.binds=["/fsx:/fsx"]', 'container.workdir="/fsx/w"'])
-    script = render(profile, JobSpec(command=("python", "t.py")))
-    assert "'--container-image=nvcr.io#nvidia/pytorch:24.05-py3' --container-mounts=/fsx:/fsx --container-workdir=/fsx/w" in script
+                                     'container.binds=["/fsx:/fsx"]', 'container.workdir="/fsx/w"',
+                                     f'launch.python="{FAKEBIN}/launcher-python"'])
+    run_dir = str(tmp_path / "run")
+    run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=run_dir)))
+    (call,) = srun_calls(tmp_path)
+    assert "--container-image=nvcr.io#nvidia/pytorch:24.05-py3" in call
+    assert f"--container-mounts=/fsx:/fsx,{run_dir}:{run_dir}" in call
+    assert "--container-workdir=/fsx/w" in call
+
+
+@pytest.mark.parametrize("binds,bound", [
+    ([], True), (["/data:/data"], True), (["{tmp}"], False), (["{tmp}:/elsewhere"], True),
+])
+def test_apptainer_binds_the_run_directory_unless_a_bind_covers_it(tmp_path, binds, bound):
+    binds = [b.format(tmp=tmp_path) for b in binds]
+    profile = load_profile("hpc-apptainer", [f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]',
+                                             f"container.binds={json.dumps(binds)}"])
+    run_dir = str(tmp_path / "run")
+    records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=run_dir)))
+    pairs = list(zip(records["apptainer-nodeA"]["argv"], records["apptainer-nodeA"]["argv"][1:]))
+    assert (("--bind", run_dir) in pairs) == bound, pairs
+
+
+def test_apptainer_binds_the_run_directory_gen_picks_at_run_time(tmp_path):
+    """`gen` without a run directory: the script's own run directory is bound."""
+    profile = load_profile("hpc-apptainer", [f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]'])
+    records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"))))
+    argv = records["apptainer-nodeB"]["argv"]
+    assert ("--bind", str(tmp_path / "run")) in list(zip(argv, argv[1:]))
 
 
 @pytest.mark.parametrize("sets,part", [

@@ -1,0 +1,181 @@
+"""What the user's command after ``--`` is: its interpreter, its program, and any
+launcher written into it.
+
+Users copy commands from READMEs: ``torchrun --nproc_per_node 8 train.py``,
+``deepspeed train.py --deepspeed ds.json``, ``/shared/venv/bin/python train.py``. The job
+script starts a launcher on every node itself, so a launcher in the command would start
+a launcher per process (separate worlds of size 1 that all "succeed"). ``parse`` takes
+torchrun and DeepSpeed's launcher apart and keeps the program; ``accelerate launch`` and
+``srun`` are refused with the command to write instead. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+
+
+@dataclass(frozen=True)
+class Program:
+    """How a launcher should start the user's program on every process."""
+
+    kind: str                  # "script" (a .py file), "module" (-m NAME) or "exec" (any executable)
+    argv: tuple[str, ...]      # the script/module/executable and its arguments
+    interpreter: str | None    # the Python the user named (runs the launcher too), if any
+    procs_per_node: int | None = None  # what a launcher written in the command asked for
+    nnodes: int | None = None
+    launcher_in_command: str | None = None  # "torchrun", "deepspeed", ... when one was taken apart
+
+
+def is_python(word: str) -> bool:
+    """python, python3, python3.11, /opt/conda/bin/python3.11, ..."""
+    return bool(_PYTHON.fullmatch(os.path.basename(word)))
+
+
+def parse(command: tuple[str, ...]) -> Program:
+    if not command:
+        raise UsageError("empty command after `--`")
+    head = os.path.basename(command[0])
+    if head in ("torchrun", "torch-run"):
+        return _torchrun(command[1:], _sibling_python(command[0]), "torchrun")
+    if head == "deepspeed":
+        return _deepspeed(command[1:], _sibling_python(command[0]))
+    if head == "accelerate" and len(command) > 1 and command[1] == "launch":
+        raise UsageError(_refusal("accelerate launch", _script_after_options(command[2:]), command[0]))
+    if head == "srun":
+        raise UsageError("`srun` in the command: the job script starts the tasks with srun itself "
+                         "(one per node, or one per process with --launcher srun); write the program alone, "
+                         f"e.g. `-- {shlex.join(_script_after_options(command[1:]) or ['python', 'train.py'])}`")
+    if is_python(command[0]):
+        return _python(command)
+    if command[0].endswith(".py"):
+        return Program("script", tuple(command), None)
+    return Program("exec", tuple(command), None)
+
+
+def _python(command: tuple[str, ...]) -> Program:
+    interp, rest = command[0], list(command[1:])
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        if rest[1] in ("torch.distributed.run", "torch.distributed.launch"):
+            return _torchrun(tuple(rest[2:]), interp, f"{os.path.basename(interp)} -m {rest[1]}")
+        if rest[1] in ("deepspeed.launcher.runner", "deepspeed"):
+            return _deepspeed(tuple(rest[2:]), interp)
+        if rest[1] == "accelerate.commands.launch":
+            raise UsageError(_refusal(f"{interp} -m accelerate.commands.launch", _script_after_options(rest[2:]), interp))
+        return Program("module", tuple(rest[1:]), interp)
+    if rest and not rest[0].startswith("-"):
+        return Program("script", tuple(rest), interp)
+    # Interpreter options (-u, -X dev, -W ...) or nothing: the launcher runs the whole
+    # command as an executable, so the options reach the program's interpreter.
+    return Program("exec", tuple(command), interp)
+
+
+def _sibling_python(launcher_path: str) -> str | None:
+    """``/venv/bin/torchrun`` -> ``/venv/bin/python``: the environment the user chose.
+    A bare ``torchrun`` (found on PATH) says nothing about the interpreter."""
+    if "/" not in launcher_path:
+        return None
+    return os.path.join(os.path.dirname(launcher_path), "python")
+
+
+# torchrun options the job script takes over: (names, takes a value, what it sets).
+_TORCHRUN_OPTS = {
+    "nproc-per-node": "procs", "nproc_per_node": "procs", "nnodes": "nnodes",
+    "node-rank": None, "node_rank": None, "master-addr": None, "master_addr": None,
+    "master-port": None, "master_port": None, "rdzv-backend": None, "rdzv_backend": None,
+    "rdzv-endpoint": None, "rdzv_endpoint": None, "rdzv-id": None, "rdzv_id": None,
+    "rdzv-conf": None, "rdzv_conf": None, "rdzv-timeout": None, "max-restarts": None,
+    "max_restarts": None, "monitor-interval": None, "monitor_interval": None,
+    "local-addr": None, "local_addr": None, "log-dir": None, "log_dir": None,
+    "redirects": None, "tee": None, "role": None, "start-method": None, "start_method": None,
+}
+_TORCHRUN_FLAGS = {"standalone": None, "module": "module", "m": "module", "no-python": "exec",
+                   "no_python": "exec", "use-env": None, "use_env": None}
+_DEEPSPEED_OPTS = {"num_gpus": "procs", "num-gpus": "procs", "num_nodes": "nnodes", "num-nodes": "nnodes",
+                   "hostfile": None, "H": None, "master_port": None, "master_addr": None, "include": None,
+                   "i": None, "exclude": None, "e": None, "launcher": None, "launcher_args": None,
+                   "node_rank": None, "min_elastic_nodes": None, "max_elastic_nodes": None}
+_DEEPSPEED_FLAGS = {"module": "module", "no_python": "exec", "no_local_rank": None, "force_multi": None,
+                    "save_pid": None, "autotuning": None, "enable_each_rank_log": None,
+                    "bind_cores_to_rank": None, "no_ssh_check": None, "no_ssh": None}
+
+
+def _torchrun(args: tuple[str, ...], interp: str | None, name: str) -> Program:
+    return _launcher(args, interp, name, _TORCHRUN_OPTS, _TORCHRUN_FLAGS)
+
+
+def _deepspeed(args: tuple[str, ...], interp: str | None) -> Program:
+    return _launcher(args, interp, "deepspeed", _DEEPSPEED_OPTS, _DEEPSPEED_FLAGS)
+
+
+def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, flags: dict) -> Program:
+    """Take a launcher's options apart; what is left is the program and its arguments."""
+    found: dict[str, str] = {}
+    kind = "script"
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "--":
+        key, _, value = args[i].lstrip("-").partition("=")
+        if key in flags:
+            kind = flags[key] or kind
+            i += 1
+            continue
+        if key not in opts:
+            raise UsageError(f"`{name}` in the command with option {args[i]!r}, which slurmtrain cannot take "
+                             f"over: the job script starts the launcher on every node itself; write "
+                             f"`-- {_plain(interp, args)}` and set launcher options in the profile ([launch])")
+        if not value:
+            if i + 1 >= len(args):
+                raise UsageError(f"`{name}` option {args[i]!r} in the command has no value")
+            value, i = args[i + 1], i + 1
+        if opts[key]:
+            found[opts[key]] = value
+        i += 1
+    if i < len(args) and args[i] == "--":
+        i += 1
+    program = tuple(args[i:])
+    if not program:
+        raise UsageError(f"`{name}` in the command names no program to run")
+    if kind == "script" and not program[0].endswith(".py") and interp is None and name == "deepspeed":
+        kind = "exec"
+    return Program(kind, program, interp, _count(found.get("procs"), name, "processes per node"),
+                   _count(found.get("nnodes"), name, "nodes"), name)
+
+
+def _count(value: str | None, launcher: str, what: str) -> int | None:
+    if value is None:
+        return None
+    if value in ("gpu", "auto"):
+        return None  # "one per GPU": what the profile does anyway
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"`{launcher}` in the command asks for {value!r} {what}: slurmtrain needs a fixed "
+                         f"count (set it with --nodes / --gpus-per-node or launch.procs_per_node)")
+    return int(value)
+
+
+def _plain(interp: str | None, args) -> str:
+    words = _script_after_options(list(args))
+    return shlex.join([interp or "python"] + words) if words else "python train.py ..."
+
+
+def _script_after_options(args) -> list[str]:
+    """The program and its arguments after a launcher's options: from the first word that
+    is a Python interpreter or looks like a script (``*.py``) on."""
+    args = list(args)
+    for i, word in enumerate(args):
+        if not word.startswith("-") and (word.endswith(".py") or is_python(word)):
+            return args[i:]
+    return []
+
+
+def _refusal(launcher: str, program: list[str], interp: str) -> str:
+    python = _sibling_python(interp) or "python"
+    instead = shlex.join([python] + program) if program else "python train.py ARGS"
+    return (f"`{launcher}` in the command: slurmtrain starts one process per GPU on every node itself "
+            f"(torchrun's environment, which Accelerate reads); write `-- {instead}` and put Accelerate's "
+            "settings in its config file (ACCELERATE_CONFIG_FILE) or environment")

@@ -1,0 +1,133 @@
+"""Users' own commands: the interpreter they name runs the launcher, and a launcher
+written into the command is taken over or refused, never nested.
+
+Each rendered script runs for real with stand-ins for srun and the launcher's
+interpreter (tests/gen/fakebin), so what bash hands the interpreter is checked."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+from test_injection import FAKEBIN, run_script
+
+from slurmtrain.cli import main
+from slurmtrain.command import parse
+from slurmtrain.errors import UsageError
+from slurmtrain.profile import load_profile
+from slurmtrain.render import JobSpec, render
+
+FAKE_PY = str(FAKEBIN / "launcher-python")
+VENV_PY = str(FAKEBIN / "venv" / "bin" / "python")  # a venv's interpreter, not on the job's PATH
+
+
+def launched(tmp_path, command, launcher="torchrun", sets=()):
+    """The argv the interpreter of the launcher got on node A, and the interpreter's name.
+    A command without an interpreter of its own gets the stand-in as launch.python."""
+    if not any(os.path.basename(w) == "python" for w in command[:3]) and not sets:
+        sets = [f'launch.python="{FAKE_PY}"']
+    profile = load_profile("local", [f'launch.launcher="{launcher}"', *sets])
+    records = run_script(tmp_path, render(profile, JobSpec(command=tuple(command), run_dir=str(tmp_path / "run"))))
+    (name,) = [k for k in records if k.endswith("-nodeA")]
+    return name.removesuffix("-nodeA"), records[name]["argv"]
+
+
+@pytest.mark.parametrize("launcher,module", [("torchrun", "torch.distributed.run"),
+                                             ("srun-loop", "torch.distributed.run"),
+                                             ("deepspeed", "deepspeed.launcher.launch")])
+def test_the_venv_python_in_the_command_runs_the_launcher(tmp_path, launcher, module):
+    name, argv = launched(tmp_path, [VENV_PY, "train.py", "--lr", "3e-4"], launcher)
+    assert name == "python"  # the venv's, not python3 from PATH
+    assert argv[0] == "-c" and argv[2] == module
+    assert argv[-3:] == ["train.py", "--lr", "3e-4"] and "--no-python" not in argv and "--no_python" not in argv
+
+
+def test_the_srun_launcher_execs_the_named_interpreter_itself(tmp_path):
+    name, argv = launched(tmp_path, [VENV_PY, "train.py", "--lr", "3e-4"], "srun")
+    assert name == "python" and argv == ["train.py", "--lr", "3e-4"]
+
+
+def test_interpreter_options_keep_the_interpreter_for_the_workers(tmp_path):
+    name, argv = launched(tmp_path, [VENV_PY, "-u", "-X", "dev", "train.py"])
+    assert name == "python"
+    assert argv[-6:] == ["--no-python", VENV_PY, "-u", "-X", "dev", "train.py"]
+
+
+def test_launch_python_set_in_the_profile_runs_the_launcher_and_the_command_keeps_its_own(tmp_path):
+    name, argv = launched(tmp_path, ["/opt/venv/bin/python", "-m", "pkg.train", "x"],
+                          sets=[f'launch.python="{FAKE_PY}"'])
+    assert name == "launcher-python"
+    assert argv[-5:] == ["--no-python", "/opt/venv/bin/python", "-m", "pkg.train", "x"]
+
+
+NESTED = [
+    (["torchrun", "--nproc_per_node", "2", "train.py", "--a", "1"], None),
+    (["torchrun", "--standalone", "--nnodes=2", "--nproc-per-node=2", "-m", "pkg.train", "--a", "1"], "module"),
+    ([VENV_PY, "-m", "torch.distributed.run", "--nproc_per_node=2", "train.py", "--a", "1"], "interp"),
+    (["deepspeed", "--num_gpus", "2", "train.py", "--a", "1"], None),
+]
+
+
+@pytest.mark.parametrize("command,form", NESTED, ids=["torchrun", "torchrun-module", "python-m", "deepspeed"])
+def test_a_launcher_in_the_command_is_taken_over_not_nested(tmp_path, command, form):
+    name, argv = launched(tmp_path, command)
+    head = argv[:3]
+    assert head[0] == "-c" and head[2] == "torch.distributed.run"
+    assert argv.count("torch.distributed.run") == 1 and "torchrun" not in argv and "deepspeed" not in argv
+    if form == "module":
+        assert argv[-4:] == ["-m", "pkg.train", "--a", "1"]
+    else:
+        assert argv[-3:] == ["train.py", "--a", "1"]
+    assert name == ("python" if form == "interp" else "launcher-python")
+
+
+@pytest.mark.parametrize("command,words", [
+    (["accelerate", "launch", "--num_processes", "4", "--mixed_precision", "bf16", "train.py", "--a", "1"],
+     ["`accelerate launch` in the command", "write `-- python train.py --a 1`"]),
+    (["/env/bin/accelerate", "launch", "train.py"], ["write `-- /env/bin/python train.py`"]),
+    (["srun", "-n", "4", "python3", "train.py"], ["`srun` in the command", "python3 train.py"]),
+    (["torchrun", "--nproc_per_node", "4", "train.py"], ["asks for 4 processes per node, the profile runs 2",
+                                                          "launch.procs_per_node"]),
+    (["torchrun", "--nnodes", "3", "train.py"], ["asks for 3 nodes, the profile runs 2"]),
+    (["torchrun", "--nnodes", "1:4", "train.py"], ["'1:4' nodes", "fixed count"]),
+    (["torchrun", "--foo", "train.py"], ["option '--foo'", "write `-- python train.py`"]),
+    (["deepspeed", "--num_gpus"], ["has no value"]),
+    (["torchrun", "--nproc_per_node=2"], ["names no program"]),
+])
+def test_launchers_that_cannot_be_taken_over_are_refused_with_the_command_to_write(command, words):
+    result = CliRunner().invoke(main, ["gen", "--profile", "local", "--", *command])
+    assert result.exit_code == 2, result.output
+    line = result.output.strip()
+    assert line.startswith("slurmtrain: error: ") and "\n" not in line
+    for w in words:
+        assert w in line
+
+
+def test_parse_keeps_what_it_does_not_recognise():
+    assert parse(("python3", "train.py")).interpreter == "python3"
+    assert parse(("my tool", "x")).kind == "exec"
+    assert parse(("train.py",)).kind == "script"
+    assert parse(("/venv/bin/torchrun", "train.py")).interpreter == "/venv/bin/python"
+    assert parse(("deepspeed", "--no_python", "bash", "run.sh")).kind == "exec"
+    with pytest.raises(UsageError):
+        parse(())
+
+
+def test_gen_warns_when_the_checkpoint_window_outlasts_the_warning(tmp_path):
+    result = CliRunner().invoke(main, ["gen", "--profile", "local", "--set", "resilience.stop_timeout=100",
+                                       "--", "python3", "t.py"])
+    assert result.exit_code == 0
+    assert "slurmtrain: warning:" in result.stderr and "resilience.stop_timeout (100 s)" in result.stderr
+    assert "signal_seconds (60 s)" in result.stderr
+
+
+def test_torchrun_gets_the_profiles_stop_window(tmp_path):
+    profile = load_profile("local", ["resilience.stop_timeout=50"])
+    out = tmp_path / "out"
+    run_script(tmp_path, render(profile, JobSpec(command=(VENV_PY, "t.py"), run_dir=str(tmp_path / "run"))),
+               env_keys="TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+    rec = json.loads((out / "python-nodeA.json").read_text())
+    assert rec["env"]["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "50"
+    assert os.path.exists(tmp_path / "run" / "logs")
