@@ -1,4 +1,4 @@
-"""Commands: submit, runs, status, logs, cancel.
+"""Commands that look at runs and stop them: runs, status, logs, cancel.
 
 submitit is imported by the library modules these commands call, inside the commands.
 """
@@ -12,53 +12,7 @@ from datetime import datetime
 import click
 
 from .base import main
-from .options import build_job, job_options
-
-runs_dir_option = click.option(
-    "--runs-dir", default="runs", show_default=True, envvar="SLURMTRAIN_RUNS_DIR",
-    type=click.Path(file_okay=False),
-    help="Directory holding the run directories (env: SLURMTRAIN_RUNS_DIR).")
-
-
-def _without_runs_dir(argv: list[str]) -> list[str]:
-    """submit's arguments as a `gen` command line: the same script, less the run directory."""
-    out, skip = [], False
-    for i, a in enumerate(argv):
-        if a == "--":
-            return out + argv[i:]
-        if skip:
-            skip = False
-        elif a == "--runs-dir":
-            skip = True
-        elif not a.startswith("--runs-dir="):
-            out.append(a)
-    return out
-
-
-@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@runs_dir_option
-@job_options
-def submit(runs_dir: str, **opts) -> None:
-    """Submit COMMAND (or --recipe) to Slurm and record it in a new run directory.
-
-    Takes the same options as `gen` and submits exactly the script `gen` prints, with
-    the run directory filled in: runs/<name>-<stamp>/ holds job.sbatch, profile.toml,
-    manifest.json, events.jsonl and logs/.
-
-    \b
-      slurmtrain submit --profile local --recipe tiny-demo
-      slurmtrain submit -p aws-p4d -N 4 --name llama8b -- python train.py --lr 3e-4
-    """
-    from ..runs.submit import submit as submit_job
-    from ..train.jobcheck import check_job  # torch-free
-
-    loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)
-    check_job(loaded, job)  # before the run directory exists and anything is queued
-    done = submit_job(loaded, job, runs_dir)
-    hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
-    click.echo(f"submitted job {done.job_id}")
-    click.echo(f"run directory: {done.run.path}")
-    click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
+from .refs import resolve_run, runs_dir_option
 
 
 @main.command("runs")
@@ -113,7 +67,7 @@ def _targets(refs: tuple[str, ...], runs_dir: str):
     out = []
     for ref in refs:
         try:
-            out.append(rundir.resolve(ref, runs_dir))
+            out.append(resolve_run(ref, runs_dir))
         except UsageError:
             if not ref.isdigit():
                 raise
@@ -129,8 +83,9 @@ def _targets(refs: tuple[str, ...], runs_dir: str):
 def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> None:
     """State, how it ended (outcome), nodes, elapsed time, exit code, requeues and history of runs.
 
-    RUN is a run directory or a run name under --runs-dir (default: the latest run).
-    For a failed run, the program's last error line and the last lines of the failing
+    RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a job
+    id, or a job name (its latest run); default: the latest run. A job id no run records
+    is asked of Slurm. For a failed run, the program's last error line and the last lines of the failing
     node's log follow.
     """
     from ..runs import track
@@ -192,10 +147,14 @@ def _print_status(st) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--node", help="Only this node's task log (default: the batch log and every node's).")
 def logs(ref: str, runs_dir: str, follow: bool, node: str | None) -> None:
-    """Print a run's batch log and per-node logs; -f follows them until the job ends."""
-    from ..runs import rundir, track
+    """Print a run's batch log and per-node logs; -f follows them until the job ends.
 
-    run = rundir.resolve(ref, runs_dir)
+    RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a job
+    id, or a job name (its latest run).
+    """
+    from ..runs import track
+
+    run = resolve_run(ref, runs_dir)
     if not follow:
         for label, path in track.log_files(run, node):
             if node is None:
@@ -216,12 +175,17 @@ def logs(ref: str, runs_dir: str, follow: bool, node: str | None) -> None:
 @click.argument("refs", nargs=-1, required=True, metavar="RUN...")
 @runs_dir_option
 def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
-    """Cancel runs' jobs (scancel); they end CANCELLED."""
+    """Cancel runs' jobs (scancel); they end CANCELLED, or stay as they were and the
+    error says why.
+
+    Each RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a
+    job id, or a job name (its latest run).
+    """
     from .. import events
-    from ..runs import jobs, rundir
+    from ..runs import jobs
     from ..errors import UsageError
 
-    runs = [rundir.resolve(ref, runs_dir) for ref in refs]  # every name checked before any cancel
+    runs = [resolve_run(ref, runs_dir) for ref in refs]  # every name checked before any cancel
     for run in runs:
         if run.job_id is None:
             raise UsageError(f"run {run.name} has no job id to cancel (state: {run.manifest().get('state')})")

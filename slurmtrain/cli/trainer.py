@@ -1,7 +1,9 @@
-"""Commands for the built-in trainer: models (list presets), export (run -> Hugging Face).
+"""Commands for the built-in trainer: models (list presets), demo-corpus (data for
+tiny-demo), export (a run's checkpoint -> Hugging Face).
 
 ``models`` reads only :mod:`slurmtrain.train.presets`, which is torch-free, so it runs
-on a login node without the [train] extra. ``export`` imports torch inside the command.
+on a login node without the [train] extra; so does ``demo-corpus``. ``export`` imports
+torch inside the command.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import click
 
 from ..errors import SlurmtrainError, UsageError
 from .base import main
+from .refs import resolve_run, runs_dir_option
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -45,6 +48,23 @@ def models() -> None:
     click.echo(presets_table())
 
 
+@main.command("demo-corpus")
+@click.argument("out", type=click.Path(path_type=Path), default="demo/corpus.jsonl")
+@click.option("--max-mb", type=click.FloatRange(min=0.01), default=8.0, show_default=True,
+              help="Stop after about this many megabytes.")
+def demo_corpus(out: Path, max_mb: float) -> None:
+    """Build a demo corpus (jsonl) from text already on this machine; downloads nothing.
+
+    OUT defaults to demo/corpus.jsonl, where the tiny-demo recipe looks when the
+    trainer starts in the same directory.
+    """
+    from ..train.demo_corpus import write_demo_corpus
+    n_docs, n_bytes = write_demo_corpus(out, int(max_mb * 1e6))
+    if n_docs == 0:
+        raise UsageError("found no text on this machine to build a corpus from")
+    click.echo(f"wrote {out}: {n_docs} documents, {n_bytes / 1e6:.1f} MB")
+
+
 def _load_consolidated():
     """The trainer's checkpoint reader, imported only when a command needs it."""
     try:
@@ -60,7 +80,8 @@ def _load_consolidated():
 
 
 @main.command()
-@click.argument("run", type=click.Path(path_type=Path))
+@click.argument("ref", metavar="RUN")
+@runs_dir_option
 @click.option("--hf", "out", required=True, type=click.Path(path_type=Path),
               help="Folder to write the Hugging Face checkpoint to (config.json, *.safetensors).")
 @click.option("--dtype", type=click.Choice(_DTYPES), default=None,
@@ -69,13 +90,15 @@ def _load_consolidated():
               show_default=True, help="Split weights into files of at most this many GiB.")
 @click.option("--overwrite", is_flag=True,
               help="Write into OUT even if it already holds a checkpoint.")
-def export(run: Path, out: Path, dtype: str | None, max_shard_gb: float, overwrite: bool) -> None:
-    """Export the newest complete checkpoint of run directory RUN as a Hugging Face Llama.
+def export(ref: str, runs_dir: str, out: Path, dtype: str | None, max_shard_gb: float,
+           overwrite: bool) -> None:
+    """Export the newest complete checkpoint of RUN as a Hugging Face Llama.
 
-    The result loads with transformers.LlamaForCausalLM.from_pretrained(OUT).
+    The result loads with transformers.LlamaForCausalLM.from_pretrained(OUT). RUN is a
+    run directory, a run name under --runs-dir or a unique prefix of one, a job id, or a
+    job name (its latest run).
     """
-    if not run.is_dir():
-        raise UsageError(f"{run}: no such run directory")
+    run = resolve_run(ref, runs_dir).path
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a directory")
     if out.is_dir() and not overwrite and any(

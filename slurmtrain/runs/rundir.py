@@ -131,10 +131,28 @@ def list_runs(runs_dir: str | os.PathLike) -> list[RunDir]:
     return sorted(runs, key=lambda r: (r.manifest().get("submitted_at") or r.manifest().get("created_at") or "", r.name))
 
 
+def looks_like_run(path: Path) -> bool:
+    """A submitted run (manifest.json), or a directory the trainer wrote to by itself."""
+    return is_run_dir(path) or any((path / name).exists() for name in _RUN_FILES)
+
+
+_RUN_FILES = ("metrics.jsonl", "events.jsonl", "checkpoints")
+
+
+def _is_path(ref: str) -> bool:
+    return os.sep in ref or ref.startswith(("~", "."))
+
+
 def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
-    """RUN as the user typed it: a run directory path, a run name under ``runs_dir``,
-    a job id recorded in a manifest, a job name (its latest run), or a unique prefix."""
+    """RUN as the user typed it, the same for every command that takes one: a run
+    directory (a path: any directory given as one), a run name under ``runs_dir``, a job
+    id recorded in a manifest, a job name (its latest run), or a unique prefix of a name.
+    A name may also be a directory the trainer wrote to by itself (no manifest)."""
     path = Path(ref).expanduser()
+    if _is_path(ref):
+        if path.is_dir():
+            return RunDir(path.absolute())
+        raise UsageError(f"{ref}: no such run directory")
     if is_run_dir(path):
         return RunDir(path.absolute())
     root = Path(runs_dir)
@@ -155,6 +173,10 @@ def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
         names = ", ".join(r.name for r in by_prefix[-5:])
         raise UsageError(f"run {ref!r} is ambiguous under {root}: {len(by_prefix)} runs match ({names}); "
                          "give the full name")
+    # Last, so that a run's name wins over a folder of the same name here (demo/, data/).
+    for candidate in (root / ref, path):
+        if candidate.is_dir() and looks_like_run(candidate):
+            return RunDir(candidate.absolute())
     raise UsageError(f"run {ref!r}: no such run directory, and no run under {root} has that name or job id "
                      "(see `slurmtrain runs --runs-dir DIR`)")
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
-from slurmtrain.cli.runs import _without_runs_dir
+from slurmtrain.cli.submit import _without_runs_dir
 from slurmtrain.profile import load_profile
 from slurmtrain.render import JobSpec, render
 

@@ -1,4 +1,4 @@
-"""Commands: watch (live progress of a run), plot (metrics to a PNG), demo-corpus.
+"""Commands that follow a run's training: watch (live progress), plot (metrics to a PNG).
 
 Torch-free: they read ``metrics.jsonl``/``events.jsonl`` through
 :mod:`slurmtrain.train.progress`; matplotlib is imported only when ``plot`` runs.
@@ -14,30 +14,25 @@ import click
 
 from ..errors import UsageError
 from .base import main
-
-_RUN = click.Path(path_type=Path)
-
-
-def _run_dir(run: Path) -> Path:
-    if not run.is_dir():
-        raise UsageError(f"{run}: no such run directory")
-    return run
+from .refs import resolve_run, runs_dir_option
 
 
 @main.command()
-@click.argument("run", type=_RUN)
+@click.argument("ref", metavar="RUN")
+@runs_dir_option
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds between refreshes.")
-def watch(run: Path, once: bool, interval: float) -> None:
-    """Follow the training of run directory RUN: step of total, loss, tokens/s, ETA.
+def watch(ref: str, runs_dir: str, once: bool, interval: float) -> None:
+    """Follow the training of RUN: step of total, loss, tokens/s, ETA.
 
     Keeps going across requeues (the metrics file is appended) and stops when the
     run ends (finished, failed, cancelled, requeue limit, ...), or on Ctrl-C; exits 1
-    when the run ended without finishing.
+    when the run ended without finishing. RUN is a run directory, a run name under
+    --runs-dir or a unique prefix of one, a job id, or a job name (its latest run).
     """
     from ..train.progress import progress_line, snapshot
-    _run_dir(run)
+    run = resolve_run(ref, runs_dir).path
     if once:
         click.echo(progress_line(snapshot(run)))
         return
@@ -59,13 +54,18 @@ def watch(run: Path, once: bool, interval: float) -> None:
 
 
 @main.command()
-@click.argument("run", type=_RUN)
+@click.argument("ref", metavar="RUN")
+@runs_dir_option
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="PNG file to write.")
-def plot(run: Path, out: Path) -> None:
-    """Plot loss (train and eval), learning rate and throughput of RUN against step."""
+def plot(ref: str, runs_dir: str, out: Path) -> None:
+    """Plot loss (train and eval), learning rate and throughput of RUN against step.
+
+    RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a job
+    id, or a job name (its latest run).
+    """
     from ..train.progress import plot as plot_run, read_metrics
-    _run_dir(run)
+    run = resolve_run(ref, runs_dir).path
     if not read_metrics(run)[0]:
         raise UsageError(f"{run}: no training metrics yet (metrics.jsonl is missing or empty)")
     try:
@@ -74,20 +74,3 @@ def plot(run: Path, out: Path) -> None:
         raise UsageError(f"plot needs matplotlib ({err.name} is missing): "
                          "pip install 'slurmtrain[train]'") from None
     click.echo(f"wrote {out}")
-
-
-@main.command("demo-corpus")
-@click.argument("out", type=click.Path(path_type=Path), default="demo/corpus.jsonl")
-@click.option("--max-mb", type=click.FloatRange(min=0.01), default=8.0, show_default=True,
-              help="Stop after about this many megabytes.")
-def demo_corpus(out: Path, max_mb: float) -> None:
-    """Build a demo corpus (jsonl) from text already on this machine; downloads nothing.
-
-    OUT defaults to demo/corpus.jsonl, where the tiny-demo recipe looks when the
-    trainer starts in the same directory.
-    """
-    from ..train.demo_corpus import write_demo_corpus
-    n_docs, n_bytes = write_demo_corpus(out, int(max_mb * 1e6))
-    if n_docs == 0:
-        raise UsageError("found no text on this machine to build a corpus from")
-    click.echo(f"wrote {out}: {n_docs} documents, {n_bytes / 1e6:.1f} MB")

@@ -1,0 +1,92 @@
+"""Commands that put a run's job in the queue: submit (a new run), resubmit (the same run
+again, in a new job; --watch keeps doing it).
+
+submitit is imported by the library modules these commands call, inside the commands.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .base import main
+from .options import build_job, job_options
+from .refs import resolve_run, runs_dir_option
+
+
+def _without_runs_dir(argv: list[str]) -> list[str]:
+    """submit's arguments as a `gen` command line: the same script, less the run directory."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if a == "--":
+            return out + argv[i:]
+        if skip:
+            skip = False
+        elif a == "--runs-dir":
+            skip = True
+        elif not a.startswith("--runs-dir="):
+            out.append(a)
+    return out
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@runs_dir_option
+@job_options
+def submit(runs_dir: str, **opts) -> None:
+    """Submit COMMAND (or --recipe) to Slurm and record it in a new run directory.
+
+    Takes the same options as `gen` and submits exactly the script `gen` prints, with
+    the run directory filled in: runs/<name>-<stamp>/ holds job.sbatch, profile.toml,
+    manifest.json, events.jsonl and logs/.
+
+    \b
+      slurmtrain submit --profile local --recipe tiny-demo
+      slurmtrain submit -p aws-p4d -N 4 --name llama8b -- python train.py --lr 3e-4
+    """
+    from ..runs.submit import submit as submit_job
+    from ..train.jobcheck import check_job  # torch-free
+
+    loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)
+    check_job(loaded, job)  # before the run directory exists and anything is queued
+    done = submit_job(loaded, job, runs_dir)
+    hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
+    click.echo(f"submitted job {done.job_id}")
+    click.echo(f"run directory: {done.run.path}")
+    click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
+
+
+@main.command()
+@click.argument("ref", metavar="RUN")
+@runs_dir_option
+@click.option("--watch", "-w", is_flag=True,
+              help="Follow the run and resubmit after each preemption, time limit or node failure "
+                   "until it completes, fails by itself, or --max-resubmits is used up.")
+@click.option("--max-resubmits", type=click.IntRange(min=0), default=10, show_default=True,
+              help="With --watch: resubmit at most this many times.")
+@click.option("--poll", "poll_s", type=click.FloatRange(min=1), default=15.0, show_default=True,
+              help="With --watch: seconds between questions to Slurm.")
+@click.option("--force", is_flag=True, help="Submit again even after the run completed or failed by itself.")
+def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: float, force: bool) -> None:
+    """Continue RUN in a new job from its checkpoints (for clusters that do not requeue).
+
+    Submits the run directory's job.sbatch again; the new job writes to the same run
+    directory and resumes from the newest complete checkpoint. The job id is added to
+    manifest.json and recorded as a `resubmitted` event. RUN is a run directory, a run name
+    under --runs-dir or a unique prefix of one, a job id, or a job name (its latest run).
+
+    \b
+      slurmtrain resubmit llama8b-20261121-120000
+      slurmtrain resubmit --watch llama8b        # resubmit after every stop until done
+    """
+    from ..runs import resubmit as lib
+
+    run = resolve_run(ref, runs_dir)
+    if not watch:
+        done = lib.resubmit(run, force=force)
+        click.echo(f"resubmitted run {run.name} as job {done.job_id}")
+        return
+    outcome = lib.watch(run, max_resubmits=max_resubmits, poll_s=poll_s, say=click.echo)
+    click.echo(f"run {run.name}: {outcome.kind}: {outcome.detail}")
+    if outcome.kind != "completed":
+        raise SystemExit(1)
