@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
+from .. import eventlog
 from .. import events as events_mod
 from ..errors import UsageError
 from . import classify, slurmquery
@@ -18,6 +19,16 @@ from .states import JobState
 
 # The batch script's exit status after each of its ending events that does not record one.
 _EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4, "requeue_failed": 0}
+# The state Slurm gave a job whose script ended that way (eventlog's kind of a final end).
+# A stop whose requeue was refused ends the script with exit 0: Slurm says COMPLETED,
+# though the run goes on only with `slurmtrain resubmit`.
+_STATE_OF_KIND = {
+    eventlog.COMPLETED: JobState.COMPLETED, eventlog.USER_ERROR: JobState.FAILED,
+    eventlog.WATCHDOG: JobState.FAILED, eventlog.REQUEUE_LIMIT: JobState.FAILED,
+    eventlog.STOPPED_UNSAVED: JobState.FAILED, eventlog.CANCELLED: JobState.CANCELLED,
+    eventlog.PREEMPTED: JobState.COMPLETED, eventlog.TIME_LIMIT: JobState.COMPLETED,
+    eventlog.NODE_FAILURE: JobState.COMPLETED,
+}
 
 
 @dataclass
@@ -89,7 +100,7 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
                                   "or never existed), and no run directory records it")
         return _from_info(RunStatus(None, target, target, info.state, info.source), info)
     manifest = target.manifest()
-    evs = sorted(events_mod.read(target.path), key=lambda e: e.get("time", 0))
+    evs = events_mod.read(target.path)  # in file order, the order eventlog reads them in
     st = RunStatus(str(target.path), target.name, target.job_id, JobState.UNKNOWN, "manifest",
                    nodes=manifest.get("nodes"), submitted=manifest.get("submitted_at") or manifest.get("created_at"),
                    events=evs if with_events else [])
@@ -116,52 +127,26 @@ def _from_info(st: RunStatus, info: slurmquery.JobInfo) -> RunStatus:
 
 def _job_events(evs: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
     """The events of job ``job_id``: those naming it, and those naming no job (the
-    trainer's), from its ``submitted``/``resubmitted`` event on where the run has one."""
-    born = next((i for i, e in enumerate(evs) if e.get("event") in ("submitted", "resubmitted")
-                 and str(e.get("job_id")) == job_id), 0)
+    program's), from the first that names it on (its ``submitted``/``resubmitted``, or its
+    ``started`` when the job started before the CLI wrote that)."""
+    born = next((i for i, e in enumerate(evs) if str(e.get("job_id")) == job_id), 0)
     return [e for e in evs[born:] if str(e.get("job_id", job_id)) == job_id]
 
 
-def _end_event(tail: list[dict[str, Any]]) -> tuple[JobState, dict[str, Any]] | None:
-    """The event that says how a job ended, among the events since its latest start
-    (or all of them when it never started), and the state it means; None if none does.
-    Checked in classify's order: the script's own end, then a cancel, then a failure."""
-    def last(*names: str) -> dict[str, Any] | None:
-        return next((e for e in reversed(tail) if e.get("event") in names), None)
-
-    failed = last("failed")
-    if (e := last("finished")) is not None and failed is None:
-        return JobState.COMPLETED, e
-    for name, state in (("watchdog_timeout", JobState.FAILED), ("requeue_limit", JobState.FAILED),
-                        ("submit_refused", JobState.REFUSED)):
-        if (e := last(name)) is not None:
-            return state, e
-    if (e := last("cancelled", "cancel_requested")) is not None:
-        return JobState.CANCELLED, e
-    if failed is not None:
-        return JobState.FAILED, failed
-    # A stop whose requeue Slurm refused: the script exits 0 and Slurm records COMPLETED,
-    # though the run goes on only with `slurmtrain resubmit`.
-    if (e := last("requeue_failed")) is not None and last("requeue") is not None:
-        return JobState.COMPLETED, e
-    return None
-
-
 def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
-    """Slurm has forgotten the job: its own events say how it ended, if they can."""
+    """Slurm has forgotten the job: its own events say how it ended, if they can
+    (eventlog's outcome of the job's latest start)."""
     mine = _job_events(evs, st.job_id)
     st.source = "events.jsonl"
-    started = [e for e in mine if e.get("event") == "started"]
+    starts = eventlog.split(mine)
+    started = [s.started for s in starts if s.started is not None]
     if started:
         st.nodelist = started[-1].get("nodes")
-        st.restarts = max(int(e.get("restart", 0)) for e in mine)
-    # The latest start's events; a cancel before it did not take, an end before it was
-    # an earlier start's (a requeue, a requeue limit written before `started` counts).
-    since = started[-1]["time"] if started else float("-inf")
-    tail = [e for e in mine if e.get("time", 0) >= since]
-    end = _end_event(tail)
-    if end is None:
-        requeued = next((e for e in reversed(tail) if e.get("event") in ("requeue", "requeued_by_slurm")), None)
+        st.restarts = max(int(e.get("restart", 0)) for e in mine if str(e.get("restart", 0)).isdigit())
+    end = eventlog.outcome(starts[-1]) if starts else None
+    if end is None or not end.final or end.event is None or end.kind not in _STATE_OF_KIND:
+        requeued = next((e for e in reversed(starts[-1].events) if e.get("event") in
+                         (eventlog.Ev.REQUEUE, eventlog.Ev.REQUEUED_BY_SLURM)), None) if starts else None
         if requeued is not None:
             st.note = (f"Slurm no longer knows job {st.job_id} and events.jsonl records no end: it was "
                        f"requeued (`{requeued['event']}`) and never started again (cancelled while waiting?)")
@@ -169,10 +154,11 @@ def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
             st.note = (f"Slurm no longer knows job {st.job_id} and events.jsonl records no end: "
                        "it was cancelled, killed, or never started")
         return st
-    st.state, last_final = end
+    last_final = end.event
+    st.state = _STATE_OF_KIND[end.kind]
     st.exit_code = last_final.get("exit_code", _EXIT_OF_EVENT.get(last_final["event"]))
     if started:
-        st.elapsed_s = int(last_final["time"] - started[-1]["time"])
+        st.elapsed_s = int(float(last_final["time"]) - float(started[-1]["time"]))
     st.note = f"Slurm no longer knows job {st.job_id}; state from events.jsonl ({last_final['event']})"
     return st
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import events
+from .. import eventlog, events
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -43,26 +43,16 @@ class Snapshot:
     eval_loss: float | None
     tokens_per_s: float | None
     eta_s: float | None
-    finished: bool
-    ended: str | None = None   # the event that ended the run for good, if any
-
-
-# Events after which no more training comes without a person acting (a requeue is not one).
-_ENDINGS = frozenset({"finished", "failed", "requeue_limit", "watchdog_timeout", "cancelled",
-                      "submit_refused", "requeue_failed"})
+    finished: bool             # the run completed (eventlog's outcome, as `slurmtrain status` says)
+    ended: str | None = None   # how the run ended for good (an outcome kind: "user error", ...), if it did
 
 
 def snapshot(run_dir: Path) -> Snapshot:
     train, evals = read_metrics(run_dir)
-    history = events.read(run_dir)
-    finished = any(e.get("event") == "finished" for e in history)
-    ended = None
-    for e in reversed(history):  # the newest ending counts, unless a later start carries on
-        if e.get("event") in ("started", "resubmitted"):
-            break
-        if e.get("event") in _ENDINGS:
-            ended = e["event"]
-            break
+    # The same outcome `slurmtrain status` gives: a requeue is no end, a resubmission
+    # carries on, a program's `finished` followed by the script's `failed` is a failure.
+    outcome = eventlog.latest(events.read(run_dir))
+    ended = outcome.kind if outcome.final else None
     last = train[-1] if train else {}
     step, total = last.get("step"), last.get("total_steps")
     eta = None
@@ -70,8 +60,8 @@ def snapshot(run_dir: Path) -> Snapshot:
         eta = max(total - step, 0) * last["step_time"]
     return Snapshot(step=step, total=total, loss=last.get("loss"),
                     eval_loss=evals[-1]["eval_loss"] if evals else None,
-                    tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=finished,
-                    ended="finished" if finished else ended)
+                    tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=ended == eventlog.COMPLETED,
+                    ended=ended)
 
 
 def _duration(seconds: float) -> str:
@@ -83,7 +73,9 @@ def _duration(seconds: float) -> str:
 
 def progress_line(snap: Snapshot) -> str:
     if snap.step is None:
-        return f"no metrics; ended: {snap.ended.replace('_', ' ')}" if snap.ended else "no metrics yet"
+        if snap.finished:
+            return "no metrics; finished"
+        return f"no metrics; ended: {snap.ended} (see `slurmtrain status`)" if snap.ended else "no metrics yet"
     parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total else "")]
     if snap.total:
         parts[0] += f" ({100 * snap.step / snap.total:.0f}%)"
@@ -96,7 +88,7 @@ def progress_line(snap: Snapshot) -> str:
     if snap.finished:
         parts.append("finished")
     elif snap.ended:
-        parts.append(f"ended: {snap.ended.replace('_', ' ')} (see `slurmtrain status`)")
+        parts.append(f"ended: {snap.ended} (see `slurmtrain status`)")
     elif snap.eta_s is not None:
         parts.append(f"ETA {_duration(snap.eta_s)}")
     return " | ".join(parts)

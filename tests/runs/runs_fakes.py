@@ -10,6 +10,27 @@ import pytest
 from slurmtrain.runs import slurmquery
 
 RECORDED = Path(__file__).parent / "recorded"
+EVENTS = RECORDED / "events"  # events.jsonl files: the sandbox's, and written by hand in the same format
+
+
+def recorded_cases() -> list[str]:
+    return sorted(p.stem for p in EVENTS.glob("*.jsonl"))
+
+
+def recorded_run(root, case: str):
+    """A run directory holding the recorded events of ``case`` (job id from its events)."""
+    import json
+    import shutil
+
+    from slurmtrain.runs import rundir
+
+    src = EVENTS / f"{case}.jsonl"
+    job_id = next(json.loads(line)["job_id"] for line in src.read_text().splitlines() if '"job_id"' in line)
+    run = rundir.create(root, case.replace("_", "-"))
+    run.update_manifest(name=run.name, job_ids=[job_id], state="submitted", nodes=2,
+                        submitted_at="2026-11-21T13:02:23")
+    shutil.copy(src, run.path / "events.jsonl")
+    return run, job_id
 
 
 class FakeSlurm:

@@ -10,29 +10,15 @@ the script's ``cancelled`` event, written on a SIGTERM that is not a time limit)
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
-from slurmtrain.runs import classify, rundir, track
+from slurmtrain.runs import classify, track
 from slurmtrain.runs.states import JobState
 
-from runs_fakes import RECORDED
-
-EVENTS = RECORDED / "events"
-
-
-def recorded_run(root, case: str):
-    """A run directory holding the recorded events of ``case`` (job id from its events)."""
-    src = EVENTS / f"{case}.jsonl"
-    job_id = next(json.loads(line)["job_id"] for line in src.read_text().splitlines() if '"job_id"' in line)
-    run = rundir.create(root, case.replace("_", "-"))
-    run.update_manifest(name=run.name, job_ids=[job_id], state="submitted", nodes=2,
-                        submitted_at="2026-11-21T13:02:23")
-    shutil.copy(src, run.path / "events.jsonl")
-    return run, job_id
+from runs_fakes import recorded_run
 
 
 def scontrol(job_id: str, state: str, exit_code: int, restarts: int = 0) -> str:

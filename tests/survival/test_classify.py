@@ -75,4 +75,4 @@ def test_slurm_state_fills_in_when_events_are_silent(tmp_path):
     assert classify.classify(run, "TIMEOUT", 0).kind == classify.TIME_LIMIT
     assert classify.classify(run, "CANCELLED by 0").kind == classify.CANCELLED
     assert classify.classify(run, "FAILED", 75).kind == classify.PREEMPTED
-    assert classify.classify(write(tmp_path, "submitted")).detail == "not started yet"
+    assert classify.classify(write(tmp_path, "submitted")).detail == "submitted as job 7; not started yet"

@@ -68,7 +68,7 @@ def test_watch_stops_and_fails_when_the_run_ends_without_finishing(tmp_path):
     events.append(tmp_path, "started")
     events.append(tmp_path, "failed", exit_code=1)
     result = CliRunner().invoke(main, ["watch", str(tmp_path), "--interval", "0.1"])
-    assert result.exit_code == 1 and "ended: failed" in result.output
+    assert result.exit_code == 1 and "ended: user error" in result.output  # the outcome status gives
     events.append(tmp_path, "resubmitted", job_id="7")  # a later start carries on: not ended
     result = CliRunner().invoke(main, ["watch", str(tmp_path), "--once"])
     assert result.exit_code == 0 and "ETA" in result.output

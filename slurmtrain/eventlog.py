@@ -1,0 +1,325 @@
+"""What a run's ``events.jsonl`` says: the event names, the split into starts, and how
+each start ended. The one owner of that meaning: ``runs/classify.py`` (``status``'s
+outcome and history), ``runs/track.py`` (the state once Slurm forgets a job),
+``train/progress.py`` (``watch``) ask this module, and the job script's
+``program_finished``/``program_saved`` (templates/finish.j2) mirror
+:func:`finished_since_start`/:func:`saved_since_start` (a test runs both on every
+recorded history).
+
+Starts. One job id can run many times (each requeue starts the batch script again with
+``restart`` one higher), and ``slurmtrain resubmit`` continues a run in a new job. A
+:class:`Start` is one run of the batch script: it opens with the script's ``started``
+(joined to the ``submitted``/``resubmitted`` just before it), or, while the job waits,
+with ``submitted``/``resubmitted`` alone. Events before any of them (a program run
+outside a job, with no script) make a start without a script. Events are taken in file
+order, which is the order the writers appended them in: the job script itself decides
+by that order, and the clocks of different hosts need not agree.
+
+How a start ended, the first that applies:
+
+==========================================  ============================================
+events of the start                         outcome
+==========================================  ============================================
+the script's ``finished``                   completed
+``watchdog_timeout``                        watchdog (a node never joined)
+``requeue_limit``                           requeue limit (with the cause of the stop)
+``cancel_requested`` or ``cancelled``       cancelled
+``requeued_by_slurm``                       node failure, requeued by Slurm (a ``failed``
+                                            the dying script writes after it is no end)
+``stop_unsaved``                            stopped, nothing saved: not requeued
+``failed`` (+ ``train_error``)              user error (the command failed by itself)
+``requeue`` (+ ``requeue_failed``)          preempted / time limit / node failure, by
+                                            the stop's cause; requeued (or not: refused)
+none, and a later start exists              node failure (the script was killed)
+none: ``submitted`` only                    running (waiting to start)
+none, no script: the program's ``finished`` completed (``train_error``: user error)
+==========================================  ============================================
+
+Torch-free and cheap to import (the standard library and :mod:`slurmtrain.events`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+Event = dict[str, Any]
+
+# ---- event names ---------------------------------------------------------------------
+
+class Ev:
+    """The name of every event, by writer (DEVELOPERS.md lists them with their fields)."""
+
+    # The batch script (templates/*.j2, bash `event`; every line has job_id and restart).
+    STARTED = "started"                    # {nodes}
+    RESTARTED = "restarted"                # after `started` when restart > 0
+    SIGNAL = "signal"                      # {signal}: the stop signal reached the script
+    PREEMPTED = "preempted"                # {exit_code}: Slurm signalled the tasks (PreemptTime)
+    REQUEUE = "requeue"                    # {exit_code}: written just before `scontrol requeue`
+    REQUEUED_BY_SLURM = "requeued_by_slurm"  # a node failed and Slurm requeued the job itself
+    REQUEUE_FAILED = "requeue_failed"      # {message}: scontrol refused the requeue
+    REQUEUE_LIMIT = "requeue_limit"        # {max_requeues}
+    WATCHDOG_TIMEOUT = "watchdog_timeout"  # {missing}: the nodes that never joined
+    FINISHED = "finished"                  # the script: {exit_code}; the program: {step?}
+    FAILED = "failed"                      # {exit_code}
+    CANCELLED = "cancelled"                # SIGTERM that is neither the time limit nor a node failure
+    STOP_TIMEOUT = "stop_timeout"          # {seconds}: tasks still running after the stop; SIGTERM
+    STOP_ESCALATED = "stop_escalated"      # {seconds}: still running after SIGTERM; SIGKILL
+    STOP_UNSAVED = "stop_unsaved"          # {exit_code}: stopped, no checkpoint since the start
+    # The program (the built-in trainer, or any program through slurmtrain.stop; no job_id).
+    RESUMED = "resumed"                    # {step}
+    CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds?, path?}
+    STOPPED = "stopped"                    # {step}: saved; leaving with exit 75
+    TRAIN_ERROR = "train_error"            # {step, error}
+    # The CLI.
+    SUBMITTED = "submitted"                # {job_id}
+    SUBMIT_REFUSED = "submit_refused"      # {message}
+    CANCEL_REQUESTED = "cancel_requested"  # {job_id}
+    RESUBMITTED = "resubmitted"            # {job_id, previous_job_id}
+
+
+SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
+                           Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.FINISHED, Ev.FAILED,
+                           Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
+PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
+CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED})
+ALL_EVENTS = SCRIPT_EVENTS | PROGRAM_EVENTS | CLI_EVENTS
+
+# ---- outcome kinds -------------------------------------------------------------------
+
+COMPLETED = "completed"
+PREEMPTED = "preempted"
+TIME_LIMIT = "time limit"
+NODE_FAILURE = "node failure"
+USER_ERROR = "user error"
+CANCELLED = "cancelled"
+REQUEUE_LIMIT = "requeue limit"
+WATCHDOG = "watchdog"
+STOPPED_UNSAVED = "stopped, nothing saved"
+RUNNING = "running"    # no end yet: queued, running, or requeued and waiting
+UNKNOWN = "unknown"    # Slurm says it ended but the run's events do not say how
+
+KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
+         WATCHDOG, STOPPED_UNSAVED, RUNNING, UNKNOWN)
+# Ends after which the run goes on by itself once a new job is submitted: a stop that is
+# not the program's fault.
+STOP_KINDS = frozenset({PREEMPTED, TIME_LIMIT, NODE_FAILURE})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str                 # one of KINDS
+    detail: str               # one line for people
+    final: bool = True        # False when the job comes back by itself (requeued) or is still going
+    step: int | None = None   # the last step with a checkpoint, where the events say
+    event: Event | None = field(default=None, compare=False, repr=False)  # the event that decided it
+
+
+# ---- starts --------------------------------------------------------------------------
+
+def is_script_finished(e: Event) -> bool:
+    """The script's ``finished`` (it carries the exit status); the program's has none."""
+    return e.get("event") == Ev.FINISHED and "exit_code" in e
+
+
+def is_program_finished(e: Event) -> bool:
+    return e.get("event") == Ev.FINISHED and "exit_code" not in e
+
+
+@dataclass(frozen=True)
+class Start:
+    """One run of the batch script (or the wait before it, or a program without one)."""
+
+    events: tuple[Event, ...]
+
+    @property
+    def started(self) -> Event | None:
+        """The script's ``started`` event; None while the job waits, or without a script."""
+        return next((e for e in self.events if e.get("event") == Ev.STARTED), None)
+
+    @property
+    def submission(self) -> Event | None:
+        """The ``submitted``/``resubmitted`` that opened it, if one did."""
+        first = self.events[0] if self.events else {}
+        return first if first.get("event") in (Ev.SUBMITTED, Ev.RESUBMITTED) else None
+
+    @property
+    def job_id(self) -> str | None:
+        opener = self.started or self.submission
+        return None if opener is None or opener.get("job_id") is None else str(opener["job_id"])
+
+    @property
+    def has_script(self) -> bool:
+        """The batch script ran, or the job waits for it (submitted): not a bare program."""
+        return self.started is not None or self.submission is not None
+
+    def last(self, *names: str) -> Event | None:
+        return next((e for e in reversed(self.events) if e.get("event") in names), None)
+
+
+def split(evs: Iterable[Event]) -> list[Start]:
+    """The events as starts, in file order (see the module's docstring)."""
+    groups: list[list[Event]] = []
+    for e in evs:
+        name = e.get("event")
+        current = groups[-1] if groups else []
+        if name == Ev.STARTED:
+            # The start joins the submission just before it (of the same job, alone so far).
+            waiting = len(current) == 1 and current[0].get("event") in (Ev.SUBMITTED, Ev.RESUBMITTED)
+            if not (waiting and _same_job(current[0], e)):
+                groups.append([])
+        elif name in (Ev.SUBMITTED, Ev.RESUBMITTED):
+            # The CLI appends `submitted` after sbatch returns; the job may have started
+            # already. Then the event belongs to that start.
+            started = next((x for x in current if x.get("event") == Ev.STARTED), None)
+            if not (started is not None and e.get("job_id") is not None
+                    and str(started.get("job_id")) == str(e["job_id"])):
+                groups.append([])
+        elif not groups:
+            groups.append([])  # events before any start: a program without a job script
+        groups[-1].append(e)
+    return [Start(tuple(g)) for g in groups]
+
+
+def _same_job(a: Event, b: Event) -> bool:
+    return a.get("job_id") is None or b.get("job_id") is None or str(a["job_id"]) == str(b["job_id"])
+
+
+def since_start(evs: Iterable[Event]) -> list[Event]:
+    """The events after the latest ``started`` (all of them when none), in file order."""
+    evs = list(evs)
+    latest = max((i for i, e in enumerate(evs) if e.get("event") == Ev.STARTED), default=-1)
+    return evs[latest + 1:]
+
+
+def finished_since_start(evs: Iterable[Event]) -> bool:
+    """The program wrote ``finished`` since the latest start: a stop that came as it
+    finished ends the run instead of requeueing it. templates/finish.j2's
+    ``program_finished`` decides the same."""
+    return any(is_program_finished(e) for e in since_start(evs))
+
+
+def saved_since_start(evs: Iterable[Event]) -> bool:
+    """The program reported a checkpoint since the latest start (``checkpoint_saved`` or
+    ``stopped``): a requeue resumes from it. templates/finish.j2's ``program_saved``
+    decides the same."""
+    return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in since_start(evs))
+
+
+# ---- outcomes ------------------------------------------------------------------------
+
+def _stop_cause(start: Start) -> tuple[str, str]:
+    """Why the tasks of a start were asked to stop: (kind, words)."""
+    if start.last(Ev.REQUEUED_BY_SLURM) is not None:
+        return NODE_FAILURE, "a node of the job failed and Slurm requeued the job itself"
+    if start.last(Ev.PREEMPTED) is not None:
+        return PREEMPTED, "Slurm preempted the job for a higher-priority one"
+    sig = start.last(Ev.SIGNAL)
+    if sig is not None and str(sig.get("signal")) not in ("TERM", "SIGTERM"):
+        return TIME_LIMIT, f"the warning signal SIG{sig.get('signal')} came before the time limit"
+    if sig is not None:
+        return PREEMPTED, "SIGTERM from Slurm (preemption, or the job was killed)"
+    return PREEMPTED, "the tasks stopped after a checkpoint"
+
+
+def _checkpoint_step(start: Start) -> int | None:
+    for e in reversed(start.events):
+        if e.get("event") in (Ev.STOPPED, Ev.CHECKPOINT_SAVED, Ev.FINISHED, Ev.RESUMED) and isinstance(e.get("step"), int):
+            return e["step"]
+    return None
+
+
+def _with_step(text: str, step: int | None) -> str:
+    return text if step is None else f"{text}; last checkpoint at step {step}"
+
+
+def outcome(start: Start, later: bool = False) -> Outcome:
+    """How one start ended; ``later`` says whether another start followed it."""
+    step = _checkpoint_step(start)
+    last = start.last
+    if not start.has_script:
+        return _without_script(start, step)
+    if (e := next((e for e in reversed(start.events) if is_script_finished(e)), None)) is not None:
+        return Outcome(COMPLETED, _with_step("the command finished (exit 0)", step), True, step, e)
+    if (e := last(Ev.WATCHDOG_TIMEOUT)) is not None:
+        return Outcome(WATCHDOG, f"start-up watchdog: node(s) {e.get('missing') or '?'} did not join "
+                                 "in time (see the batch log)", True, step, e)
+    if (e := last(Ev.REQUEUE_LIMIT)) is not None:
+        why = _stop_cause(start)[1] if last(Ev.REQUEUE) is None and start.started is not None else ""
+        return Outcome(REQUEUE_LIMIT, f"requeue limit reached (max_requeues={e.get('max_requeues')}, restart "
+                                           f"{e.get('restart', '?')}); not requeued again" + (f": {why}" if why else ""),
+                       True, step, e)
+    if (e := last(Ev.CANCEL_REQUESTED)) is not None:
+        return Outcome(CANCELLED, _with_step("cancelled by `slurmtrain cancel`", step), True, step, e)
+    if (e := last(Ev.CANCELLED)) is not None:
+        return Outcome(CANCELLED, _with_step("cancelled (scancel: the batch script got SIGTERM)", step),
+                       True, step, e)
+    if (e := last(Ev.REQUEUED_BY_SLURM)) is not None:
+        # Whatever the dying script wrote after it (`failed` as its tasks died) is no end:
+        # the job is queued again and resumes.
+        return Outcome(NODE_FAILURE, _with_step("a node of the job failed and Slurm requeued the job itself; "
+                                                "requeued", step), False, step, e)
+    if (e := last(Ev.STOP_UNSAVED)) is not None:
+        why = _stop_cause(start)[1]
+        return Outcome(STOPPED_UNSAVED, f"{why}; the program saved no checkpoint since its start (exit status "
+                                        f"{e.get('exit_code', '?')}), so it was not requeued (set "
+                                        'resilience.requeue_when = "always" to requeue anyway)', True, step, e)
+    if (e := last(Ev.FAILED)) is not None:
+        return Outcome(USER_ERROR, _failure(start, e) + "; not requeued", True, step, e)
+    if (e := last(Ev.REQUEUE)) is not None:
+        kind, why = _stop_cause(start)
+        if (refused := last(Ev.REQUEUE_FAILED)) is not None:  # requeue disabled, or refused
+            return Outcome(kind, _with_step(f"{why}; not requeued ({refused.get('message')}): continue it with "
+                                            "`slurmtrain resubmit`", step), True, step, refused)
+        return Outcome(kind, _with_step(f"{why}; requeued", step), False, step, e)
+    if later:
+        return Outcome(NODE_FAILURE, _with_step("the batch script ended without a word and Slurm started "
+                                                "the job again (a node failure, or a kill after the "
+                                                "preemption grace time)", step), False, step)
+    if start.started is None:
+        sub = start.submission or {}
+        verb = "resubmitted" if sub.get("event") == Ev.RESUBMITTED else "submitted"
+        return Outcome(RUNNING, f"{verb} as job {sub.get('job_id', '?')}; not started yet", False, step, sub or None)
+    return Outcome(RUNNING, _with_step("no end recorded yet", step), False, step)
+
+
+def _failure(start: Start, e: Event) -> str:
+    what = f"the command failed with exit status {e.get('exit_code')}"
+    if (err := start.last(Ev.TRAIN_ERROR)) is not None:
+        what += f" ({err.get('error')}, at step {err.get('step')})"
+    elif (fin := next((x for x in reversed(start.events) if is_program_finished(x)), None)) is not None:
+        at = f" at step {fin['step']}" if "step" in fin else ""
+        what += f" after the program reported it finished{at}"
+    return what
+
+
+def _without_script(start: Start, step: int | None) -> Outcome:
+    """A program that wrote events outside a job (no batch script), or a refused submit."""
+    if (e := start.last(Ev.SUBMIT_REFUSED)) is not None:
+        return Outcome(USER_ERROR, f"sbatch refused the job: {e.get('message')}", True, None, e)
+    if (e := start.last(Ev.TRAIN_ERROR)) is not None:
+        return Outcome(USER_ERROR, f"the program failed at step {e.get('step')}: {e.get('error')}", True, step, e)
+    if (e := next((x for x in reversed(start.events) if is_program_finished(x)), None)) is not None:
+        at = f" at step {e['step']}" if "step" in e else ""
+        return Outcome(COMPLETED, f"the program finished{at}", True, step, e)
+    return Outcome(RUNNING, _with_step("no end recorded yet", step), False, step)
+
+
+def ends(evs: Iterable[Event]) -> list[Outcome]:
+    """One outcome per start of the batch script, oldest first (the last may be RUNNING)."""
+    started = [s for s in split(evs) if s.started is not None]
+    return [outcome(s, later=i < len(started) - 1) for i, s in enumerate(started)]
+
+
+def latest(evs: Iterable[Event]) -> Outcome:
+    """How the run stands: the outcome of its latest start. A job that waits to start
+    after a resubmission says how the job before it ended."""
+    starts = split(evs)
+    if not starts:
+        return Outcome(RUNNING, "not started yet", False)
+    now = outcome(starts[-1])
+    if now.kind == RUNNING and starts[-1].started is None and len(starts) > 1:
+        before = outcome(starts[-2])
+        now = Outcome(RUNNING, f"{now.detail}; the job before ended: {before.kind} ({before.detail})",
+                      False, before.step, now.event)
+    return now

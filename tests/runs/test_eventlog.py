@@ -1,0 +1,219 @@
+"""One reading of events.jsonl (slurmtrain.eventlog) for every reader: on every recorded
+history `status` (classify), `runs`/`status` once Slurm forgets the job (track), `watch`
+(progress.snapshot) and the job script's own `program_finished`/`program_saved`
+(templates/finish.j2, run under bash) agree.
+
+Recorded histories (recorded/events/*.jsonl) besides those test_outcome.py describes:
+node_died_then_completed (a node died hard: Slurm requeued the job, the dying script
+still wrote `failed`, the next start finished), finished_then_failed (the program wrote
+`finished`, then the command exited 134: `watch` said finished, `status` user error),
+stop_unsaved (a program that ignores the stop signal: escalated to SIGKILL, nothing saved,
+not requeued) and stop_unsaved_after_resume (saved in its first start; preempted again
+right after resuming, before saving in its second). Written by hand in the sandbox's format.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from slurmtrain import eventlog, events
+from slurmtrain.cli import main
+from slurmtrain.runs import classify, track
+from slurmtrain.runs.states import JobState
+from slurmtrain.train import progress
+
+from runs_fakes import EVENTS, recorded_cases, recorded_run
+from script_functions import run_bash
+
+K = eventlog
+# case: (outcome of the latest start, outcome of each start, track's state and exit code
+# once Slurm forgets the job)
+EXPECTED = {
+    "cancel_requested": (K.CANCELLED, [K.CANCELLED], JobState.CANCELLED, None),
+    "finished_then_failed": (K.USER_ERROR, [K.USER_ERROR], JobState.FAILED, 134),
+    "node_died_then_completed": (K.COMPLETED, [K.NODE_FAILURE, K.COMPLETED], JobState.COMPLETED, 0),
+    "preempted_then_completed": (K.COMPLETED, [K.PREEMPTED, K.COMPLETED], JobState.COMPLETED, 0),
+    "requeue_limit": (K.REQUEUE_LIMIT, [K.PREEMPTED, K.REQUEUE_LIMIT], JobState.FAILED, 3),
+    "requeue_refused": (K.TIME_LIMIT, [K.TIME_LIMIT], JobState.COMPLETED, 0),
+    "scancel": (K.CANCELLED, [K.CANCELLED], JobState.CANCELLED, None),
+    "stop_unsaved": (K.STOPPED_UNSAVED, [K.STOPPED_UNSAVED], JobState.FAILED, 137),
+    "stop_unsaved_after_resume": (K.STOPPED_UNSAVED, [K.PREEMPTED, K.STOPPED_UNSAVED], JobState.FAILED, 143),
+    "user_error": (K.USER_ERROR, [K.USER_ERROR], JobState.FAILED, 1),
+    "watchdog": (K.WATCHDOG, [K.WATCHDOG], JobState.FAILED, 4),
+}
+
+
+def test_every_recorded_history_is_expected():
+    assert recorded_cases() == sorted(EXPECTED)
+
+
+def forget_jobs(fake_slurm) -> None:
+    from slurmtrain.runs import jobs
+
+    fake_slurm(scontrol="", sacct=None)
+    jobs.TrackedJob.watcher = jobs.Watcher()
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_status_track_and_watch_agree(tmp_path, fake_slurm, case):
+    kind, kinds, state, exit_code = EXPECTED[case]
+    run, _ = recorded_run(tmp_path, case)
+    forget_jobs(fake_slurm)
+
+    said = classify.classify(run.path)                       # status, from the events alone
+    assert (said.kind, said.final) == (kind, True), said
+    assert [o.kind for o in classify.ends(run.path)] == kinds
+    (st,) = track.statuses([run])                             # status/runs once Slurm forgets
+    assert (st.state, st.exit_code, st.source) == (state, exit_code, "events.jsonl"), st.note
+    assert st.outcome == said.kind and st.outcome_detail == said.detail
+    assert st.state.is_final
+    snap = progress.snapshot(run.path)                       # watch
+    assert (snap.ended, snap.finished) == (said.kind, said.kind == K.COMPLETED)
+
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert f"outcome    {said.kind}: {said.detail}" in out, out
+    watch = CliRunner().invoke(main, ["watch", str(run.path), "--interval", "0.1"])
+    assert watch.exit_code == (0 if kind == K.COMPLETED else 1), watch.output
+    assert ("finished" if kind == K.COMPLETED else f"ended: {kind}") in watch.output, watch.output
+
+
+def test_node_death_is_a_requeue_not_a_failure(tmp_path, fake_slurm):
+    """requeued_by_slurm, then the dying script's `failed`: the start was requeued and
+    resumed; the history says the failure was superseded."""
+    run, _ = recorded_run(tmp_path, "node_died_then_completed")
+    first, last = classify.ends(run.path)
+    assert (first.kind, first.final, first.step) == (K.NODE_FAILURE, False, 40)
+    assert "requeued" in first.detail and "failed" not in first.detail.replace("node of the job failed", "")
+    said = [line.split("  ", 1)[1] for line in classify.history(run.path)]
+    i = said.index("Slurm had requeued the job itself (a node of the job failed)")
+    assert said[i + 1] == ("the tasks ended with exit status 1 as the node failed; superseded: Slurm had "
+                           "requeued the job")
+    assert not any("not requeued" in s for s in said), said
+    assert said[i + 2:i + 4] == ["job 141 started on stnode1 stnode2 (restart 1)", "resumed from the checkpoint of step 40"]
+
+
+def test_finished_then_failed_says_both(tmp_path):
+    run, _ = recorded_run(tmp_path, "finished_then_failed")
+    detail = classify.classify(run.path).detail
+    assert detail.startswith("the command failed with exit status 134 after the program reported it "
+                             "finished at step 60"), detail
+
+
+def test_stop_unsaved_says_why_and_how_to_requeue_anyway(tmp_path):
+    run, _ = recorded_run(tmp_path, "stop_unsaved")
+    detail = classify.classify(run.path).detail
+    assert detail.startswith("the warning signal SIGUSR2 came before the time limit; the program saved "
+                             "no checkpoint since its start (exit status 137), so it was not requeued")
+    assert 'resilience.requeue_when = "always"' in detail
+    said = [line.split("  ", 1)[1] for line in classify.history(run.path)]
+    assert said[-3:] == [
+        "the tasks were still running 30 s after the stop request: sent them SIGTERM",
+        "the tasks were still running 10 s after SIGTERM: killed them (SIGKILL)",
+        "stopped, but the program saved no checkpoint since its start (exit status 137): not requeued",
+    ]
+    # Slurm's TIMEOUT (the kill ran into the time limit) does not hide why it was not requeued
+    assert classify.classify(run.path, "TIMEOUT", 0).kind == K.STOPPED_UNSAVED
+
+
+# ---- the job script's mirror: program_finished / program_saved -------------------------
+
+MIRROR = """
+program_finished && f=yes || f=no
+program_saved && s=yes || s=no
+echo "$f $s"
+"""
+
+
+def bash_says(run_dir: Path) -> tuple[bool, bool]:
+    proc = run_bash(["program_finished", "program_saved"], MIRROR, run_dir)
+    assert proc.returncode == 0, proc.stderr
+    f, s = proc.stdout.decode().split()
+    return f == "yes", s == "yes"
+
+
+def python_says(run_dir: Path) -> tuple[bool, bool]:
+    evs = events.read(run_dir)
+    return eventlog.finished_since_start(evs), eventlog.saved_since_start(evs)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_job_script_functions_agree_with_eventlog(tmp_path, case):
+    """At every line of the history (every moment the script could ask), bash and Python agree."""
+    lines = (EVENTS / f"{case}.jsonl").read_text().splitlines(keepends=True)
+    for n in range(len(lines) + 1):
+        (tmp_path / events.EVENTS_FILE).write_text("".join(lines[:n]))
+        assert bash_says(tmp_path) == python_says(tmp_path), f"{case}, first {n} lines"
+
+
+def test_what_the_functions_decide():
+    def says(*names_and_fields):
+        evs = [{"event": n, **f} for n, f in names_and_fields]
+        return eventlog.finished_since_start(evs), eventlog.saved_since_start(evs)
+
+    start = ("started", {"job_id": "1", "restart": 0})
+    assert says(start) == (False, False)
+    assert says(start, ("checkpoint_saved", {"step": 3})) == (False, True)
+    assert says(start, ("stopped", {"step": 3})) == (False, True)
+    assert says(("checkpoint_saved", {"step": 3}), start) == (False, False)  # an earlier start's
+    assert says(start, ("finished", {"step": 9})) == (True, False)
+    assert says(start, ("finished", {})) == (True, False)  # slurmtrain.stop.finished() without a step
+    assert says(start, ("finished", {"job_id": "1", "restart": 0, "exit_code": 0})) == (False, False)  # the script's
+
+
+# Random histories: whatever the writers append, the script and eventlog decide alike.
+NAMES = sorted(eventlog.ALL_EVENTS) + ["something_else"]
+FIELDS = st.fixed_dictionaries({}, optional={
+    "job_id": st.sampled_from(["7", "8"]), "restart": st.integers(0, 3), "exit_code": st.sampled_from([0, 1, 75, 143]),
+    "step": st.integers(0, 500), "message": st.sampled_from(['"event": "started"', 'a "finished" b', "x\ny"]),
+})
+history_lines = st.lists(st.tuples(st.sampled_from(NAMES), FIELDS), max_size=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(evs=history_lines, compact=st.booleans())
+def test_job_script_functions_agree_on_random_histories(tmp_path, evs, compact):
+    """Lines as the writers make them: json.dumps' spacing, or a program's compact JSON."""
+    separators = (",", ":") if compact else None
+    text = "".join(json.dumps({"time": 1.0 + i, "event": n, **f}, separators=separators) + "\n"
+                   for i, (n, f) in enumerate(evs))
+    (tmp_path / events.EVENTS_FILE).write_text(text)
+    assert bash_says(tmp_path) == python_says(tmp_path), text
+
+
+# ---- the names -------------------------------------------------------------------------
+
+def test_developers_md_lists_every_event_and_no_other():
+    text = (Path(__file__).resolve().parents[2] / "DEVELOPERS.md").read_text()
+    para = text[text.index("- **Events.**"):]
+    para = para[:para.index("\n- **", 1)]
+    listed = set(re.findall(r"`([a-z_]+)(?: \{[^}]*\})?`", para))
+    assert eventlog.ALL_EVENTS <= listed, eventlog.ALL_EVENTS - listed
+    with_fields = set(re.findall(r"`([a-z_]+) \{[^}]*\}`", para))
+    assert with_fields <= eventlog.ALL_EVENTS, f"DEVELOPERS.md lists events eventlog does not know: " \
+                                               f"{with_fields - eventlog.ALL_EVENTS}"
+
+
+def test_every_event_reads_as_words_in_the_history(tmp_path):
+    """No event falls through to the raw `name key=value` line of classify's history."""
+    for name in sorted(eventlog.ALL_EVENTS):
+        events.append(tmp_path, name, job_id="7", restart=1, step=3)
+    said = [line.split("  ", 1)[1] for line in classify.history(tmp_path)]
+    raw = [s for s in said if re.match(r"[a-z_]+ (job_id|restart|step)=", s)]
+    assert not raw, raw
+    assert len(said) == len(eventlog.ALL_EVENTS) - 1  # `restarted` is said by "started ... (restart N)"
+
+
+def test_job_script_functions_hold_on_a_long_history(tmp_path):
+    """A long run's events.jsonl is bigger than a pipe's buffer: the functions still see
+    what came since the latest start (under `set -o pipefail`, as in the job script)."""
+    line = json.dumps({"time": 1.0, "event": "checkpoint_saved", "step": 1, "seconds": 0.05}) + "\n"
+    script = json.dumps({"time": 2.0, "event": "started", "job_id": "7", "restart": 3}) + "\n"
+    program = json.dumps({"time": 3.0, "event": "finished", "step": 9}) + "\n"
+    (tmp_path / events.EVENTS_FILE).write_text(line * 5000 + script + line * 5000 + program)
+    assert bash_says(tmp_path) == python_says(tmp_path) == (True, True)
