@@ -27,6 +27,7 @@ def main() -> None:
         "node": os.environ.get("SLURMD_NODENAME"),
         "sum": total.item(),
         "args": args,
+        "prefix": sys.prefix,  # which Python environment ran this rank
     }
     # One short line with O_APPEND: lines from several processes do not interleave.
     fd = os.open(os.path.join(os.environ["SLURMTRAIN_RUN_DIR"], "ranks.jsonl"),
