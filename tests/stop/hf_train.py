@@ -22,6 +22,7 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=8)
     p.add_argument("--save-steps", type=int, default=1000)
     p.add_argument("--signal-at", type=int, default=0)
+    p.add_argument("--signal-rank", type=int, default=None, help="only this rank gets it")
     args = p.parse_args()
 
     stop_callback = slurmtrain_hf.StopCallback()  # first: handlers in place before the slow part
@@ -31,7 +32,7 @@ def main() -> None:
 
     class SignalAt(TrainerCallback):
         def on_step_end(self, a, state, control, **kwargs):
-            if state.global_step == args.signal_at:
+            if state.global_step == args.signal_at and args.signal_rank in (None, int(os.environ.get("RANK", 0))):
                 os.kill(os.getpid(), getattr(signal, "SIG" + os.environ["SLURMTRAIN_STOP_SIGNAL"]))
 
     class Steps(TrainerCallback):

@@ -1,7 +1,7 @@
 """A Lightning script with slurmtrain's callback, for tests/stop/test_lightning.py.
 
 A linear model fitted to random data on the CPU, with a ModelCheckpoint every 2 steps.
-``--signal-at N --signal TERM`` sends this process that signal after training batch N
+``--signal-at N --signal-name TERM`` sends this process that signal after training batch N
 (as Slurm would); the callback then saves a checkpoint and exits 75. Run again, it
 resumes from the newest complete checkpoint and prints the steps it trained as JSON.
 """
@@ -21,7 +21,9 @@ def main() -> None:
     p.add_argument("--root", required=True)
     p.add_argument("--max-steps", type=int, default=8)
     p.add_argument("--signal-at", type=int, default=0)
-    p.add_argument("--signal", default="TERM")
+    p.add_argument("--signal-rank", type=int, default=None, help="only this rank gets it")
+    p.add_argument("--signal-name", default="TERM")
+    p.add_argument("--devices", type=int, default=1)
     args = p.parse_args()
 
     stop_callback = slurmtrain_lightning.StopCallback()
@@ -48,15 +50,15 @@ def main() -> None:
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             if self.first is None:
                 self.first = trainer.global_step
-            if trainer.global_step == args.signal_at:
-                os.kill(os.getpid(), getattr(signal, "SIG" + args.signal))
+            if trainer.global_step == args.signal_at and args.signal_rank in (None, int(os.environ.get("RANK", 0))):
+                os.kill(os.getpid(), getattr(signal, "SIG" + args.signal_name))
 
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
     loader = torch.utils.data.DataLoader(data, batch_size=4)
     signal_at = SignalAt()
     trainer = L.Trainer(
-        default_root_dir=args.root, max_steps=args.max_steps, accelerator="cpu", devices=1, logger=False,
+        default_root_dir=args.root, max_steps=args.max_steps, accelerator="cpu", devices=args.devices, logger=False,
         enable_progress_bar=False, enable_model_summary=False,
         callbacks=[signal_at, stop_callback, ModelCheckpoint(every_n_train_steps=2, save_top_k=-1)])
     trainer.fit(Model(), loader, ckpt_path=slurmtrain_lightning.resume_from(args.root))

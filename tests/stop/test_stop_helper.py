@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import stop_util
 
 from slurmtrain import events, stop
 
@@ -125,7 +126,7 @@ def test_agree_and_barrier_across_two_gloo_ranks(tmp_path):
     pytest.importorskip("torch")
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "SLURMTRAIN_STOP_FILE")}
     env.update(PYTHONPATH=str(REPO), SLURMTRAIN_RUN_DIR=str(tmp_path), SLURMTRAIN_STOP_SIGNAL="USR2",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2")
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(stop_util.free_port()), WORLD_SIZE="2")
     procs = [subprocess.Popen([sys.executable, str(HERE / "agree_gloo.py")], env={**env, "RANK": str(r)},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
     outs = [p.communicate(timeout=120) for p in procs]
@@ -135,10 +136,3 @@ def test_agree_and_barrier_across_two_gloo_ranks(tmp_path):
                                                      {"rank": 1, "agreed": True, "reason": "SIGUSR2"}]
     assert [(e["event"], e["step"]) for e in events.read(tmp_path)] == [("checkpoint_saved", 5), ("stopped", 5)]
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

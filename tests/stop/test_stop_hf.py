@@ -5,13 +5,13 @@ marks and reports it and exits 75; started again, the script continues from step
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import stop_util
 
 from slurmtrain import events
 from slurmtrain.stop.checkpoints import MARKER
@@ -20,19 +20,13 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 pytestmark = pytest.mark.torch
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "hf_train.py"
 STOP_AT = 3
 
 
-def _run(run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               SLURMTRAIN_RUN_DIR=str(run_dir), SLURMTRAIN_STOP_FILE=str(run_dir / ".stop-1"),
-               SLURMTRAIN_STOP_SIGNAL="USR2")
-    return subprocess.run([sys.executable, str(SCRIPT), "--output-dir", str(run_dir / "out"),
-                           "--max-steps", "8", "--save-steps", "2", *args],
-                          env=env, capture_output=True, text=True, timeout=300)
+def _run(run_dir: Path, *args: str, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return stop_util.run([*(launcher or [sys.executable]), str(SCRIPT), "--output-dir", str(run_dir / "out"),
+                          "--max-steps", "8", "--save-steps", "2", *args], stop_util.job_env(run_dir))
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +62,14 @@ def test_hf_resumes_from_the_newest_complete_checkpoint(stopped_run, tmp_path):
     assert "skipping" in proc.stderr and "checkpoint-7" in proc.stderr
     got = [(e["event"], e["step"]) for e in events.read(tmp_path)][3:]
     assert got == [("resumed", STOP_AT), ("checkpoint_saved", 4), ("checkpoint_saved", 6), ("checkpoint_saved", 8)]
+
+
+@pytest.mark.slow
+def test_hf_two_ranks_under_torchrun_all_stop_when_only_rank_1_is_signalled(tmp_path):
+    proc = _run(tmp_path, "--signal-at", str(STOP_AT), "--signal-rank", "1", launcher=tuple(stop_util.torchrun(2)))
+    # torchrun reports any worker's non-zero exit as 1; the events are what counts
+    assert proc.returncode == 1 and proc.stderr.count("exitcode  : 75") == 2, proc.stderr[-3000:]
+    ckpt = tmp_path / "out" / f"checkpoint-{STOP_AT}"
+    assert (ckpt / MARKER).is_file() and (ckpt / "rng_state_1.pth").is_file()
+    assert [(e["event"], e["step"]) for e in events.read(tmp_path)] == [
+        ("checkpoint_saved", 2), ("checkpoint_saved", STOP_AT), ("stopped", STOP_AT)]

@@ -6,36 +6,32 @@ again, the script continues from step 3, skipping a newer checkpoint cut short."
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import stop_util
 
 from slurmtrain import events
 
 pytest.importorskip("lightning")
 pytestmark = pytest.mark.torch
 
-REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parent / "lightning_train.py"
 STOP_AT = 3
 
 
-def _run(run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM") and k not in ("RANK", "WORLD_SIZE")}
-    env.update(PYTHONPATH=str(REPO), SLURMTRAIN_RUN_DIR=str(run_dir),
-               SLURMTRAIN_STOP_FILE=str(run_dir / ".stop-1"), SLURMTRAIN_STOP_SIGNAL="USR2")
-    return subprocess.run([sys.executable, str(SCRIPT), "--root", str(run_dir / "out"), "--max-steps", "8", *args],
-                          env=env, capture_output=True, text=True, timeout=300)
+def _run(run_dir: Path, *args: str, launcher: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return stop_util.run([*(launcher or [sys.executable]), str(SCRIPT), "--root", str(run_dir / "out"),
+                          "--max-steps", "8", *args], stop_util.job_env(run_dir))
 
 
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("lightning")
-    return run_dir, _run(run_dir, "--signal-at", str(STOP_AT), "--signal", "TERM")
+    return run_dir, _run(run_dir, "--signal-at", str(STOP_AT), "--signal-name", "TERM")
 
 
 def test_lightning_sigterm_saves_reports_and_exits_75(stopped_run):
@@ -63,3 +59,14 @@ def test_lightning_resumes_from_the_newest_complete_checkpoint(stopped_run, tmp_
     assert "skipping" in proc.stderr and cut.name in proc.stderr
     got = [(e["event"], e["step"]) for e in events.read(tmp_path)][3:]
     assert got == [("resumed", STOP_AT), ("checkpoint_saved", 4), ("checkpoint_saved", 6), ("checkpoint_saved", 8)]
+
+
+@pytest.mark.slow
+def test_lightning_ddp_two_ranks_all_stop_when_only_rank_0_gets_sigterm(tmp_path):
+    proc = _run(tmp_path, "--devices", "2", "--signal-at", str(STOP_AT), "--signal-rank", "0",
+                "--signal-name", "TERM", launcher=tuple(stop_util.torchrun(2)))
+    # torchrun reports any worker's non-zero exit as 1; the events are what counts
+    assert proc.returncode == 1 and proc.stderr.count("exitcode  : 75") == 2, proc.stderr[-3000:]
+    assert (tmp_path / "out" / "checkpoints" / f"slurmtrain-stop-step={STOP_AT}.ckpt").is_file()
+    assert [(e["event"], e["step"]) for e in events.read(tmp_path)] == [
+        ("checkpoint_saved", 2), ("checkpoint_saved", STOP_AT), ("stopped", STOP_AT)]
