@@ -4,7 +4,7 @@
     from slurmtrain.stop.lightning import StopCallback, resume_from
 
     trainer = L.Trainer(..., callbacks=[StopCallback()],
-                        plugins=[SLURMEnvironment(auto_requeue=False)])
+                        plugins=[SLURMEnvironment(auto_requeue=False)])  # srun launch only
     trainer.fit(model, data, ckpt_path=resume_from(trainer.default_root_dir))
 
 After each training batch the ranks agree on a stop request (signal or stop file); then
@@ -13,8 +13,11 @@ the checkpoint folder (``ModelCheckpoint``'s, else ``<default_root_dir>/checkpoi
 rank 0 reports it (``checkpoint_saved``, ``stopped``), and every rank exits 75 once all
 have written. Saves by ``ModelCheckpoint`` are reported as ``checkpoint_saved`` too.
 
-Lightning's own SLURM requeue must be off (``SLURMEnvironment(auto_requeue=False)``):
-it requeues from a USR1 handler by itself, besides the job script. And while training,
+Lightning's own SLURM requeue must be off: it requeues from a USR1 handler by itself,
+besides the job script. It is on by default where Lightning picks ``SLURMEnvironment``
+(started by srun, one task per process); under torchrun it picks
+``TorchElasticEnvironment``, which has none, so leave ``plugins`` out there (a
+``SLURMEnvironment`` would take the world size from Slurm's tasks). While training,
 this callback takes SIGTERM back from Lightning's handler, which would end ``fit`` at the
 next batch without a checkpoint and with exit status 0 (the job would count as finished).
 
@@ -64,6 +67,12 @@ def _callback_class(pl):
             self._saving = False  # our own save: not a periodic one to report
             self._unreported = None  # step of a ModelCheckpoint save not reported yet
             stop.install()
+
+        def setup(self, trainer, pl_module, stage):
+            env = getattr(trainer.strategy, "cluster_environment", None)
+            if getattr(env, "auto_requeue", False):
+                log.warning("Lightning's SLURM auto-requeue is on: it requeues the job by itself on its "
+                            "signal; pass plugins=[SLURMEnvironment(auto_requeue=False)]")
 
         # Lightning installs its SIGTERM handler when fit starts, after on_fit_start; these
         # are the first hooks after that. Its handler is put back when fit ends.

@@ -70,3 +70,26 @@ def test_lightning_ddp_two_ranks_all_stop_when_only_rank_0_gets_sigterm(tmp_path
     assert (tmp_path / "out" / "checkpoints" / f"slurmtrain-stop-step={STOP_AT}.ckpt").is_file()
     assert [(e["event"], e["step"]) for e in events.read(tmp_path)] == [
         ("checkpoint_saved", 2), ("checkpoint_saved", STOP_AT), ("stopped", STOP_AT)]
+
+
+def test_lightning_callback_warns_when_lightnings_own_slurm_requeue_is_on(caplog):
+    import signal
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    from slurmtrain import stop
+    from slurmtrain.stop.lightning import StopCallback
+
+    handlers = {s: signal.getsignal(s) for s in stop.stop_signals()}
+    try:
+        callback = StopCallback()
+        for requeue, warned in ((False, False), (True, True)):
+            caplog.clear()
+            trainer = SimpleNamespace(strategy=SimpleNamespace(cluster_environment=SLURMEnvironment(auto_requeue=requeue)))
+            callback.setup(trainer, None, "fit")
+            assert ("auto-requeue is on" in caplog.text) == warned
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+        stop._reset_for_tests()
