@@ -292,7 +292,8 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
     return {
         "version": __version__,
         "profile_name": loaded.name,
-        "regen_command": job.regen_command or f"slurmtrain gen --profile {loaded.name}",
+        # A comment line: a newline inside an argument must not end it (the rest would run).
+        "regen_command": (job.regen_command or f"slurmtrain gen --profile {loaded.name}").replace("\n", "\n#   "),
         "sbatch_directives": _sbatch_directives(p, job),
         "run_dir_expr": _run_dir_expr(job),
         "stop_signal": _signal_name(p.resilience.signal),

@@ -131,3 +131,16 @@ def test_torchrun_gets_the_profiles_stop_window(tmp_path):
     rec = json.loads((out / "python-nodeA.json").read_text())
     assert rec["env"]["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "50"
     assert os.path.exists(tmp_path / "run" / "logs")
+
+
+def test_a_newline_in_the_command_stays_inside_the_header_comment(tmp_path):
+    """`gen -- python3 -c 'import x\nrun()'`: the regeneration command in the header is a
+    comment on every line, and the program still gets its argument whole."""
+    code = "import time\nfor i in range(3): time.sleep(0)"
+    result = CliRunner().invoke(main, ["gen", "--profile", "local", "--set", f'launch.python="{FAKE_PY}"',
+                                       "--", "python3", "-c", code])
+    assert result.exit_code == 0, result.output
+    header = result.stdout.split("#SBATCH", 1)[0]
+    assert all(line.startswith("#") for line in header.splitlines() if line), header
+    rec = run_script(tmp_path, result.stdout)["launcher-python-nodeA"]
+    assert rec["argv"][-2:] == ["-c", code]

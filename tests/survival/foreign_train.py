@@ -39,6 +39,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--step-seconds", type=float, default=0.3)
+    p.add_argument("--save-seconds", type=float, default=0.0, help="how long saving at a stop takes")
     args = p.parse_args()
 
     for name in {os.environ.get("SLURMTRAIN_STOP_SIGNAL", "USR2"), "TERM"}:
@@ -59,14 +60,18 @@ def main() -> int:
             value = torch.tensor([step], dtype=torch.int64)
             dist.all_reduce(value, op=dist.ReduceOp.MAX)  # every rank is at the same step
             state = {"step": step, "sum": state["sum"] + int(value.item())}
+            if rank == 0:
+                (run_dir / "foreign_steps").write_text(str(step))
             flag = torch.tensor([int(requested or stop_file.exists())])
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             if flag.item():
                 if rank == 0:
+                    began = time.monotonic()
+                    time.sleep(args.save_seconds)  # a big model's checkpoint
                     tmp = state_path.with_suffix(".tmp")
                     tmp.write_text(json.dumps(state))
                     tmp.replace(state_path)  # atomic: a half-written state is never read
-                    event(run_dir, "stopped", step=step)
+                    event(run_dir, "stopped", step=step, save_seconds=round(time.monotonic() - began, 1))
                 dist.barrier()  # nobody exits before the state is on disk
                 return STOPPED
         if rank == 0:

@@ -1,0 +1,100 @@
+"""Survival of users' own programs on a real Slurm (the sandbox).
+
+- A Hugging Face Trainer script (tiny random Llama, tokenizer trained locally) with
+  slurmtrain's callback, 2 nodes x 2 processes, through torchrun and through the srun
+  launcher at once: a preemption and then a time-limit warning each stop it with a
+  checkpoint, the job requeues, and the Trainer's global step carries on.
+- A plain program with no handler: stopped at the warning, not requeued (it saved nothing).
+- A program whose checkpoint takes 40 s survives a preemption with GraceTime 60 (torchrun
+  gives its workers the profile's stop window, not its own 30 s).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from slurmtrain.runs import classify
+
+from survival_util import (HERE, describe, job_field, named, run_cli, slurm, submit, take_all_nodes,
+                           wait_job_gone, wait_until)
+
+pytestmark = pytest.mark.slurm
+
+HF_STEPS = 420
+
+
+def hf_steps(run) -> list[dict]:
+    path = run / "hf_steps.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_hugging_face_trainer_survives_preemption_and_time_limit_with_torchrun_and_srun(workdir, runs_dir):
+    runs = {}
+    for launcher, port in (("torchrun", 29760), ("srun", 29761)):
+        out = runs_dir / f"hf-{launcher}"
+        runs[launcher] = submit(
+            runs_dir, workdir,
+            ["--partition", "low", "--time", "2", "--launcher", launcher, "--name", f"hf-{launcher}",
+             "--set", "launch.procs_per_node=2", "--set", "resilience.signal_seconds=40",
+             "--set", f"launch.rdzv_port={port}"],
+            [sys.executable, str(HERE / "hf_clm.py"), "--output-dir", str(out), "--max-steps", str(HF_STEPS),
+             "--save-steps", "1000", "--step-seconds", "0.3"])
+    for launcher, (run, job) in runs.items():
+        wait_until(run, f"{launcher}: the Trainer stepping", lambda: len(hf_steps(run)) >= 10, 300, job)
+    take_all_nodes(5)
+    for launcher, (run, job) in runs.items():
+        assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
+
+    for launcher, (run, job) in runs.items():
+        kinds = [o.kind for o in classify.ends(run)]
+        assert kinds[0] == classify.PREEMPTED and kinds[-1] == classify.COMPLETED, (launcher, describe(run))
+        assert classify.TIME_LIMIT in kinds[1:-1], (launcher, kinds, describe(run))
+        stopped, resumed = named(run, "stopped"), named(run, "resumed")
+        assert len(stopped) == len(resumed) == len(kinds) - 1, (launcher, describe(run))
+        # the Trainer's global step carries on from each stop's checkpoint
+        assert [e["step"] for e in resumed] == [e["step"] for e in stopped], (launcher, describe(run))
+        # every step ran exactly once: nothing redone, nothing skipped
+        counts = Counter(r["step"] for r in hf_steps(run))
+        assert sorted(counts) == list(range(1, HF_STEPS + 1)) and set(counts.values()) == {1}, \
+            (launcher, [s for s, n in counts.items() if n > 1], describe(run))
+        state = json.loads((runs_dir / f"hf-{launcher}" / f"checkpoint-{HF_STEPS}" / "trainer_state.json").read_text())
+        assert state["global_step"] == HF_STEPS
+
+
+def test_a_program_without_a_handler_is_stopped_and_not_requeued(workdir, runs_dir):
+    loop = "import time\nfor i in range(900): time.sleep(1)"
+    run, job = submit(runs_dir, workdir, ["--name", "plain", "--set", "launch.rdzv_port=29762"],
+                      ["python3", "-c", loop])
+    wait_until(run, "every node to arrive", lambda: len(list(run.glob(".arrived-*/*"))) == 2, 180, job)
+    time.sleep(2)  # the workers start a moment after their node arrives
+    # What Slurm does at the time limit's warning (--signal=B:USR2@...): USR2 to the batch shell.
+    slurm("scancel", "--batch", "--signal=USR2", job)
+    assert wait_job_gone(job, run, 180) == "FAILED", describe(run)
+    assert named(run, "signal") and named(run, "stop_unsaved"), describe(run)
+    assert not named(run, "requeue") and not named(run, "stop_timeout"), describe(run)  # stopped at once
+    assert job_field(job, "Restarts") == "0"
+    (outcome,) = classify.ends(run)
+    assert outcome.kind == classify.STOPPED_UNSAVED, outcome
+    status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
+    assert "saved no checkpoint" in status and "not requeued" in status, status
+
+
+def test_a_checkpoint_of_40_s_survives_preemption_under_torchrun(workdir, runs_dir):
+    steps = 40
+    run, job = submit(runs_dir, workdir, ["--partition", "low", "--name", "slowsave",
+                                          "--set", "launch.rdzv_port=29763"],
+                      ["python3", str(HERE / "foreign_train.py"), "--steps", str(steps), "--save-seconds", "40"])
+    wait_until(run, "the program stepping", lambda: (run / "foreign_steps").exists()
+               and int((run / "foreign_steps").read_text() or 0) >= 3, 180, job)
+    take_all_nodes(5)
+    assert wait_job_gone(job, run, 420) == "COMPLETED", describe(run)
+    stopped, resumed = named(run, "stopped"), named(run, "resumed")
+    assert stopped and resumed and resumed[0]["step"] == stopped[0]["step"], describe(run)
+    assert stopped[0]["save_seconds"] >= 40, describe(run)
+    finished = [e for e in named(run, "finished") if "sum" in e]
+    assert finished and finished[0]["sum"] == steps * (steps + 1) // 2, describe(run)
