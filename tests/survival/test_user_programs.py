@@ -67,11 +67,13 @@ def test_hugging_face_trainer_survives_preemption_and_time_limit_with_torchrun_a
 
 
 def test_a_program_without_a_handler_is_stopped_and_not_requeued(workdir, runs_dir):
-    loop = "import time\nfor i in range(900): time.sleep(1)"
+    # Says it is running (a file per rank), then loops; nothing else: no handler, no checkpoint.
+    loop = ("import os, time\n"
+            "open(os.path.join(os.environ['SLURMTRAIN_RUN_DIR'], 'running-' + os.environ['RANK']), 'w').close()\n"
+            "for i in range(900): time.sleep(1)")
     run, job = submit(runs_dir, workdir, ["--name", "plain", "--set", "launch.rdzv_port=29762"],
                       ["python3", "-c", loop])
-    wait_until(run, "every node to arrive", lambda: len(list(run.glob(".arrived-*/*"))) == 2, 180, job)
-    time.sleep(2)  # the workers start a moment after their node arrives
+    wait_until(run, "both ranks to run", lambda: len(list(run.glob("running-*"))) == 2, 180, job)
     # What Slurm does at the time limit's warning (--signal=B:USR2@...): USR2 to the batch shell.
     slurm("scancel", "--batch", "--signal=USR2", job)
     assert wait_job_gone(job, run, 180) == "FAILED", describe(run)
