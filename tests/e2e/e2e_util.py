@@ -1,5 +1,11 @@
 """Helpers for the end-to-end tests: the slurmtrain command line in a subprocess, and
-bounded waits on `slurmtrain status --json`."""
+waits on `slurmtrain status --json` that follow progress.
+
+A wait fails when nothing has moved for ``waiting.STALL_S`` seconds (no change in any
+run's state, restarts or events, no new log output in its run directory), or after
+``waiting.CAP_S`` (tests/waiting.py); the ``timeout`` arguments say how long a wait takes
+on a quiet machine, for the reader, and no longer bound it.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+import waiting
 
 PROGRAM = Path(__file__).resolve().parent / "allreduce.py"
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
@@ -16,7 +23,8 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL"
 
 
 def cli(cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`slurmtrain ARGS` as a user runs it (a real argv, the environment's SLURM_CONF)."""
+    """`slurmtrain ARGS` as a user runs it (a real argv, the environment's SLURM_CONF).
+    ``timeout`` bounds one command (each answers in seconds; a hang is a bug)."""
     return subprocess.run([sys.executable, "-m", "slurmtrain", *args], cwd=cwd, env=dict(os.environ),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -31,25 +39,76 @@ def submit(cwd: Path, *args: str) -> str:
 
 
 def statuses(cwd: Path, names: list[str]) -> dict[str, dict]:
+    """`slurmtrain status --json NAMES` (one query to Slurm for all): name -> status."""
     proc = cli(cwd, "status", "--json", *names)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {s["name"]: s for s in map(json.loads, proc.stdout.splitlines())}
 
 
-def wait_final(cwd: Path, names: list[str], timeout: float = 240, on_poll=None) -> dict[str, dict]:
-    """Poll `slurmtrain status` (one query for all) until every run is in a final state."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = statuses(cwd, names)
+def run_dir(cwd: Path, name: str) -> Path:
+    return cwd / "runs" / name
+
+
+def _progress(cwd: Path, got: dict[str, dict]) -> tuple:
+    """What moves while runs make progress: Slurm's state and restarts, the events, and
+    the files (events, metrics, logs) in each run directory."""
+    said = tuple((n, s["state"], s.get("restarts"), len(s.get("events") or ())) for n, s in sorted(got.items()))
+    files = waiting.files_fingerprint(*(run_dir(cwd, n) / f for n in sorted(got)
+                                        for f in ("events.jsonl", "metrics.jsonl", "logs")))
+    return said, files
+
+
+def wait_until(cwd: Path, names: list[str], what: str, pred, timeout: float = 240, on_poll=None, poll: float = 2):
+    """Poll `slurmtrain status` for ``names`` until ``pred(statuses)`` is truthy; return the
+    statuses. ``on_poll(statuses)`` runs after each poll. Fails only when the runs stop
+    progressing (module docstring); ``timeout`` is how long it takes on a quiet machine."""
+    last: dict[str, dict] = {}
+
+    def poll_once():
+        last.clear()
+        last.update(statuses(cwd, names))
         if on_poll:
-            on_poll(got)
-        if all(s["state"] in FINAL for s in got.values()):
-            return got
-        if time.monotonic() > deadline:
-            pending = {n: s["state"] for n, s in got.items() if s["state"] not in FINAL}
-            logs = {n: cli(cwd, "logs", n).stdout[-3000:] for n in pending}
-            raise AssertionError(f"runs not final after {timeout:.0f} s: {pending}\n{logs}")
-        time.sleep(2)
+            on_poll(last)
+        return dict(last) if pred(last) else None
+
+    def details() -> str:
+        pending = {n: s["state"] for n, s in last.items() if s["state"] not in FINAL}
+        logs = {n: cli(cwd, "logs", n).stdout[-3000:] for n in pending}
+        return f"states: { {n: s['state'] for n, s in last.items()} }\n{logs}"
+
+    return waiting.wait_for(what, poll_once, lambda: _progress(cwd, last), poll=poll, details=details)
+
+
+def wait_final(cwd: Path, names: list[str], timeout: float = 240, on_poll=None) -> dict[str, dict]:
+    """Poll `slurmtrain status` (one query for all) until every run is in a final state;
+    the statuses by name. ``on_poll(statuses)`` runs after each poll (to act on a run
+    once it is RUNNING, say). Fails only when the runs stop progressing."""
+    return wait_until(cwd, names, f"runs {names} to end", lambda got: all(s["state"] in FINAL for s in got.values()),
+                      timeout, on_poll)
+
+
+def wait_for_file(cwd: Path, name: str, what: str, pred) -> object:
+    """Poll ``pred()`` (about files of run ``name``) until it is truthy; fail only when the
+    run stops progressing (its files and Slurm's state of it)."""
+    return waiting.wait_for(what, pred, lambda: _progress(cwd, statuses(cwd, [name])), poll=1,
+                            details=lambda: cli(cwd, "logs", name).stdout[-3000:])
+
+
+def batch_log(cwd: Path, name: str) -> str:
+    """The run's batch log(s) (logs/job-*.out), as text."""
+    return "".join(p.read_text(errors="replace") for p in sorted((run_dir(cwd, name) / "logs").glob("job-*.out")))
+
+
+def script_decided(cwd: Path, name: str) -> str | None:
+    """The job script's last decision about a stop, once it made one: "requeue" (the
+    `requeue` event, written before `scontrol requeue`) or "no requeue" (its
+    "not requeueing" line in the batch log); None before. Proves that a requeue did not
+    happen without waiting for it to not happen."""
+    from slurmtrain import events
+
+    if any(e.get("event") == "requeue" for e in events.read(run_dir(cwd, name))):
+        return "requeue"
+    return "no requeue" if "not requeueing" in batch_log(cwd, name) else None
 
 
 def ranks(cwd: Path, name: str) -> list[dict]:

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from e2e_util import PROGRAM, cli, ranks, statuses, submit, wait_final
+from e2e_util import (FINAL, PROGRAM, batch_log, cli, ranks, script_decided, statuses, submit, wait_final,
+                      wait_for_file, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -116,7 +117,9 @@ def test_cancel_ends_cancelled_and_stays(batch):
     name = batch["names"]["cancel"]
     assert batch["cancel_output"], "the job never reached RUNNING"
     assert batch["final"][name]["state"] == "CANCELLED"
-    time.sleep(3)  # the batch script's stop handling must not have requeued it
+    # The script's stop handling decided not to requeue (its decision, not a pause, proves it).
+    decided = wait_for_file(batch["cwd"], name, "the script's decision", lambda: script_decided(batch["cwd"], name))
+    assert decided == "no requeue", batch_log(batch["cwd"], name)
     st = statuses(batch["cwd"], [name])[name]
     assert (st["state"], st["restarts"]) == ("CANCELLED", 0)
     assert "cancel_requested" in [e["event"] for e in st["events"]]
@@ -171,9 +174,10 @@ def test_same_states_with_accounting(batch, sandbox_accounting):
             assert cli(cwd, "cancel", names["cancel"]).returncode == 0
             done.append(True)
 
-    final = wait_final(cwd, list(names.values()), on_poll=cancel_when_running)
-    time.sleep(2)  # slurmdbd records the end a moment after the controller
-    final = statuses(cwd, list(names.values()))
+    wait_final(cwd, list(names.values()), on_poll=cancel_when_running)
+    # slurmdbd records the end a moment after the controller: wait until sacct has it.
+    final = wait_until(cwd, list(names.values()), "sacct to record the ends",
+                       lambda got: all(s["source"] == "sacct" and s["state"] in FINAL for s in got.values()))
     without = {"ok": batch["final"][batch["names"]["torchrun"]],
                "fail": batch["final"][batch["names"]["exit3-torchrun"]],
                "cancel": batch["final"][batch["names"]["cancel"]]}

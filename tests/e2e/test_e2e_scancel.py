@@ -5,27 +5,26 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
 import pytest
 
-from e2e_util import statuses, submit, wait_final
+from e2e_util import batch_log, run_dir, script_decided, statuses, submit, wait_final, wait_for_file
 
 pytestmark = pytest.mark.slurm
 
 
 def test_plain_scancel_is_not_requeued(tmp_path):
     name = submit(tmp_path, "--profile", "local", "--name", "plain-scancel", "--", "sleep", "600")
-    run = tmp_path / "runs" / name
+    run = run_dir(tmp_path, name)
     job_id = json.loads((run / "manifest.json").read_text())["job_ids"][-1]
-    deadline = time.monotonic() + 120
-    while statuses(tmp_path, [name])[name]["state"] != "RUNNING" or not (run / "events.jsonl").read_text().count("started"):
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(1)
-    time.sleep(2)  # let the tasks start
+    # The tasks run on both nodes: each has opened its log (the script's `started` comes first).
+    wait_for_file(tmp_path, name, "the tasks to start on both nodes",
+                  lambda: len(list((run / "logs").glob(f"{job_id}-*.out"))) == 2)
     subprocess.run(["scancel", str(job_id)], check=True, timeout=30)
-    final = wait_final(tmp_path, [name], timeout=120)[name]
-    time.sleep(5)  # a wrong requeue would show by now
+    wait_final(tmp_path, [name], timeout=120)
+    # The script's own decision proves no requeue came (rather than a pause long enough for one).
+    assert wait_for_file(tmp_path, name, "the script's decision", lambda: script_decided(tmp_path, name)) \
+        == "no requeue", batch_log(tmp_path, name)
     final = statuses(tmp_path, [name])[name]
     assert final["state"] == "CANCELLED", final
     assert (final["restarts"] or 0) == 0 and final["outcome"] == "cancelled", final

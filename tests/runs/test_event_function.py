@@ -38,7 +38,7 @@ def json_integer(value: str) -> bool:
     return re.fullmatch(r"0|-?[1-9][0-9]*", value) is not None
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=hostile_text.filter(bool), job_id=hostile_text, fields=st.dictionaries(keys, values, max_size=4))
 def test_every_line_is_json_and_every_value_comes_back(tmp_path, name, job_id, fields):
     path = tmp_path / events.EVENTS_FILE

@@ -35,6 +35,7 @@ def stopped_run(tmp_path_factory):
     return run_dir, _run(run_dir, "--signal-at", str(STOP_AT))
 
 
+@pytest.mark.slow  # a real HF Trainer run in a subprocess (seconds)
 def test_hf_stop_signal_saves_marks_reports_and_exits_75(stopped_run):
     run_dir, proc = stopped_run
     assert proc.returncode == 75, proc.stderr[-3000:]
@@ -48,6 +49,7 @@ def test_hf_stop_signal_saves_marks_reports_and_exits_75(stopped_run):
                    ("stopped", STOP_AT, None)]
 
 
+@pytest.mark.slow  # a real HF Trainer run in a subprocess (seconds)
 def test_hf_resumes_from_the_newest_complete_checkpoint(stopped_run, tmp_path):
     run_dir, proc = stopped_run
     assert proc.returncode == 75, proc.stderr[-3000:]

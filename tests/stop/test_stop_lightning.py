@@ -34,6 +34,7 @@ def stopped_run(tmp_path_factory):
     return run_dir, _run(run_dir, "--signal-at", str(STOP_AT), "--signal-name", "TERM")
 
 
+@pytest.mark.slow  # a real Lightning run in a subprocess (seconds)
 def test_lightning_sigterm_saves_reports_and_exits_75(stopped_run):
     run_dir, proc = stopped_run
     assert proc.returncode == 75, proc.stderr[-3000:]
@@ -45,6 +46,7 @@ def test_lightning_sigterm_saves_reports_and_exits_75(stopped_run):
                    ("checkpoint_saved", STOP_AT, str(stop_ckpt)), ("stopped", STOP_AT, None)]
 
 
+@pytest.mark.slow  # a real Lightning run in a subprocess (seconds)
 def test_lightning_resumes_from_the_newest_complete_checkpoint(stopped_run, tmp_path):
     run_dir, proc = stopped_run
     assert proc.returncode == 75, proc.stderr[-3000:]

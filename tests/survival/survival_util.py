@@ -1,7 +1,12 @@
 """Helpers for the survival tests: submit through the real CLI to the sandbox, wait on
 events.jsonl, take nodes away with jobs on the `high` partition, release requeued jobs.
 
-Every wait is bounded and fails with the run's events and the tail of its batch log.
+Every wait follows progress (tests/waiting.py): it fails when the run has not moved (no
+new event, metrics line or log output, no change of the job's state in Slurm) for
+``waiting.STALL_S`` seconds, or after ``waiting.CAP_S``, never because a loaded machine
+took longer than a fixed total. It fails with the run's events and the tail of its
+batch log. The ``timeout`` arguments say how long a wait takes on a quiet machine; they
+no longer bound it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import waiting
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
@@ -26,9 +33,18 @@ RELEASE_AFTER_S = 5  # see release_requeued
 PROFILE_SETS = ["--set", "launch.procs_per_node=1", "--set", "resilience.rendezvous_timeout=60"]
 
 
-def run_cli(args: list[str], cwd: Path, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "slurmtrain", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO)})
+def run_cli(args: list[str], cwd: Path, check: bool = True, timeout: float = 120,
+            follow: Path | None = None) -> subprocess.CompletedProcess:
+    """``slurmtrain ARGS`` in a subprocess. With ``follow`` (a run directory) a long command
+    (``resubmit --watch``) may run as long as that run progresses; ``timeout`` then only
+    says how long it takes on a quiet machine."""
+    argv = [sys.executable, "-m", "slurmtrain", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if follow is not None:
+        proc = waiting.run(argv, f"slurmtrain {' '.join(args)}", [follow / "events.jsonl", follow / "logs"],
+                           cwd=cwd, env=env)
+    else:
+        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"slurmtrain {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -62,10 +78,10 @@ def cancel(job_id: str) -> None:
 
 
 def events(run: Path) -> list[dict]:
-    path = run / "events.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The run's events (slurmtrain.events.read: a line being written is skipped, not fatal)."""
+    from slurmtrain import events as events_mod
+
+    return events_mod.read(run)
 
 
 def named(run: Path, name: str) -> list[dict]:
@@ -95,21 +111,24 @@ def describe(run: Path) -> str:
     return f"events.jsonl of {run}:\n{evs}\nbatch log tail:\n{tail}"
 
 
-def wait_until(run: Path, what: str, pred, timeout: float, job_id: str | None = None, poll: float = 1.0):
-    """Poll ``pred()`` until it is truthy; release the requeued job on the way."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{describe(run)}")
-        if job_id:
-            release_requeued(job_id)
-        time.sleep(poll)
+def progress(run: Path, job_id: str | None = None) -> tuple:
+    """What moves while a run makes progress: the files in its directory (events, metrics,
+    a program's own), its logs, and Slurm's state of its job."""
+    top = [p for p in run.iterdir() if p.is_file()] if run.is_dir() else []  # events, metrics, a program's own
+    files = waiting.files_fingerprint(*top, run / "logs")
+    job = tuple(job_field(job_id, k) for k in ("JobState", "Restarts", "Reason")) if job_id else ()
+    return files, job
 
 
-def wait_job_gone(job_id: str, run: Path, timeout: float) -> str:
+def wait_until(run: Path, what: str, pred, timeout: float = 120, job_id: str | None = None, poll: float = 1.0):
+    """Poll ``pred()`` until it is truthy and return its value; release the requeued job
+    on the way. Fails only when the run stops progressing (see the module's docstring);
+    ``timeout`` is how long it takes on a quiet machine, for the reader."""
+    return waiting.wait_for(what, pred, lambda: progress(run, job_id), poll=poll, details=lambda: describe(run),
+                            on_poll=(lambda: release_requeued(job_id)) if job_id else None)
+
+
+def wait_job_gone(job_id: str, run: Path, timeout: float = 300) -> str:
     """Wait until the job has ended for good (not PENDING/RUNNING/requeued); its state."""
     def ended():
         state = job_field(job_id, "JobState")

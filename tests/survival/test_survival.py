@@ -4,7 +4,9 @@ error, requeue limit, a program of the user's own, and the start-up watchdog.
 Jobs go through `slurmtrain submit` exactly as a user's would; the tests read the run's
 events.jsonl, Slurm's own record of the job, and the checkpoints. Slurm holds a requeued
 job for about two minutes before it may start again; the helpers release it after
-5 s (`scontrol update StartTime=now`) so that each test takes a minute or two.
+5 s (`scontrol update StartTime=now`) so that each test takes a minute or two. The
+numbers passed to the waits are how long each takes on a quiet machine: a wait fails
+only when the run stops progressing (survival_util, tests/waiting.py).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 
 import pytest
 
+import waiting
 from slurmtrain.runs import classify
 
 from survival_util import (HERE, TRAIN, cancel, describe, events, job_field, named, run_cli, slurm,
@@ -69,7 +72,7 @@ def test_preemption_twice_resumes_bitwise(workdir, runs_dir):
     assert_nothing_lost(run)
     assert named(run, "finished")[0]["step"] == steps
 
-    _, err = ref.communicate(timeout=300)
+    _, err = waiting.communicate(ref, "the uninterrupted reference run", [ref_dir])
     assert ref.returncode == 0, err[-3000:]
     from slurmtrain.train.checkpoint import load_consolidated
     _, got = load_consolidated(run)
@@ -201,7 +204,7 @@ def test_resubmit_watch_continues_a_run_slurm_does_not_requeue(workdir, runs_dir
     assert classify.classify(run).kind == classify.TIME_LIMIT
 
     watch = run_cli(["resubmit", "--runs-dir", str(runs_dir), "--watch", "--poll", "2", run.name],
-                    cwd=workdir, check=False, timeout=240)
+                    cwd=workdir, check=False, follow=run)
     assert watch.returncode == 0, f"{watch.stdout}\n{watch.stderr}\n{describe(run)}"
     assert f"run {run.name}: completed" in watch.stdout, watch.stdout
     resubmitted = named(run, "resubmitted")

@@ -109,7 +109,6 @@ def test_stop_after_the_last_step_finishes(tmp_path, how):
 def test_stop_signal_saves_and_exits_75(tmp_path):
     import signal
     import subprocess
-    import time
 
     from trainer_util import command, env
     recipe = setup_run(tmp_path, steps=100000)
@@ -118,11 +117,11 @@ def test_stop_signal_saves_and_exits_75(tmp_path):
                             cwd=tmp_path, env=env(SLURMTRAIN_STOP_SIGNAL="USR1"), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.time() + 60
-        while not records(run_dir) and time.time() < deadline:
-            time.sleep(0.2)
+        import waiting
+        waiting.wait_for("the first metrics record", lambda: records(run_dir) or proc.poll() is not None,
+                         lambda: waiting.files_fingerprint(tmp_path), poll=0.2)
         proc.send_signal(signal.SIGUSR1)  # the signal named in $SLURMTRAIN_STOP_SIGNAL
-        out, _ = proc.communicate(timeout=60)
+        out, _ = waiting.communicate(proc, "the trainer after SIGUSR1", [tmp_path])
     finally:
         proc.kill()
     assert proc.returncode == 75, out

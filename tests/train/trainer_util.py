@@ -69,8 +69,14 @@ def command(args: list[str], nproc: int = 1) -> list[str]:
 
 def train(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 180,
           **extra_env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(command(args, nproc), cwd=cwd, env=env(**extra_env), text=True,
-                          capture_output=True, timeout=timeout)
+    """The trainer in a subprocess (under torchrun for ``nproc`` > 1), output captured.
+
+    Killed and failed only when it stops progressing: no output and no change to the files
+    under ``cwd`` (metrics, checkpoints, events) for ``waiting.STALL_S`` seconds
+    (tests/waiting.py). ``timeout`` is how long it takes on a quiet machine, for the reader."""
+    import waiting
+
+    return waiting.run(command(args, nproc), f"trainer {' '.join(args)}", [cwd], cwd=cwd, env=env(**extra_env))
 
 
 def records(run_dir: Path) -> list[dict]:
