@@ -37,10 +37,10 @@ class EventLogWarning(UserWarning):
 _REPORTED: dict[Any, Any] = {}
 
 
-def _report(path: Path, lineno: int, text: str, why: str) -> None:
-    shown = text if len(text) <= 120 else text[:117] + "..."
-    warnings.warn_explicit(f"{path}:{lineno}: {why}; line skipped: {shown}", EventLogWarning,
-                           str(path), lineno, registry=_REPORTED)
+def _report(path: Path, lineno: int, why: str) -> None:
+    # Reported at the file's own line: printed as `<path>:<line>: EventLogWarning: <why>`
+    # followed by the line itself, once per process.
+    warnings.warn_explicit(f"{why}; line skipped", EventLogWarning, str(path), lineno, registry=_REPORTED)
 
 
 def read(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -62,12 +62,12 @@ def read(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
             record = json.loads(text)
         except json.JSONDecodeError as err:
             if lineno == len(lines):  # no newline yet: a writer was killed in the middle of it
-                _report(path, lineno, text, "the last line is cut short (a writer was killed while writing it)")
+                _report(path, lineno, "the last line is cut short (a writer was killed while writing it)")
             else:
-                _report(path, lineno, text, f"not valid JSON ({err.msg} at column {err.colno})")
+                _report(path, lineno, f"not valid JSON ({err.msg} at column {err.colno})")
             continue
         if not isinstance(record, dict) or not isinstance(record.get("event"), str):
-            _report(path, lineno, text, 'not an event (a JSON object with an "event" name)')
+            _report(path, lineno, 'not an event (a JSON object with an "event" name)')
             continue
         out.append(record)
     return out

@@ -95,8 +95,20 @@ def test_unreadable_lines_are_reported_with_file_and_line(tmp_path):
     with pytest.warns(events.EventLogWarning) as caught:
         got = events.read(tmp_path)
     assert [e["event"] for e in got] == ["started", "failed"]
-    said = [str(w.message) for w in caught]
-    assert len(said) == 3, said
-    assert said[0].startswith(f"{path}:2: ") and "not valid JSON" in said[0]
-    assert said[1].startswith(f"{path}:3: ") and "not an event" in said[1]
-    assert said[2].startswith(f"{path}:6: ") and "cut short" in said[2]
+    said = [(w.filename, w.lineno, str(w.message)) for w in caught]
+    assert [(f, n) for f, n, _ in said] == [(str(path), 2), (str(path), 3), (str(path), 6)], said
+    assert "not valid JSON" in said[0][2] and "not an event" in said[1][2] and "cut short" in said[2][2]
+
+
+def test_the_cli_prints_the_file_line_and_text_of_a_bad_line(tmp_path):
+    """As `slurmtrain watch`/`status` show it on stderr: path:line, why, then the line."""
+    import subprocess
+    import sys
+
+    (tmp_path / events.EVENTS_FILE).write_text('{"time": 1, "event": "started", "job_id": "7", "restart": 0}\n'
+                                               '{"time": 2, "event": "requeue_failed", "message": "a"b"}\n')
+    proc = subprocess.run([sys.executable, "-m", "slurmtrain", "watch", str(tmp_path), "--once"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{tmp_path / events.EVENTS_FILE}:2: EventLogWarning: not valid JSON" in proc.stderr, proc.stderr
+    assert '"message": "a"b"' in proc.stderr
