@@ -3,7 +3,7 @@ each start ended. The one owner of that meaning: ``runs/classify.py`` (``status`
 outcome and history), ``runs/track.py`` (the state once Slurm forgets a job),
 ``train/progress.py`` (``watch``) ask this module, and the job script's
 ``program_finished``/``program_saved`` (templates/finish.j2) mirror
-:func:`finished_since_start`/:func:`saved_since_start` (a test runs both on every
+:func:`finished_since_start`/:func:`saved_in_run` (a test runs both on every
 recorded history).
 
 Starts. One job id can run many times (each requeue starts the batch script again with
@@ -65,7 +65,7 @@ class Ev:
     CANCELLED = "cancelled"                # SIGTERM that is neither the time limit nor a node failure
     STOP_TIMEOUT = "stop_timeout"          # {seconds}: tasks still running after the stop; SIGTERM
     STOP_ESCALATED = "stop_escalated"      # {seconds}: still running after SIGTERM; SIGKILL
-    STOP_UNSAVED = "stop_unsaved"          # {exit_code}: stopped, no checkpoint since the start
+    STOP_UNSAVED = "stop_unsaved"          # {exit_code}: stopped; the program never reported a checkpoint
     # The program (the built-in trainer, or any program through slurmtrain.stop; no job_id).
     RESUMED = "resumed"                    # {step}
     CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds?, path?}
@@ -199,11 +199,13 @@ def finished_since_start(evs: Iterable[Event]) -> bool:
     return any(is_program_finished(e) for e in since_start(evs))
 
 
-def saved_since_start(evs: Iterable[Event]) -> bool:
-    """The program reported a checkpoint since the latest start (``checkpoint_saved`` or
-    ``stopped``): a requeue resumes from it. templates/finish.j2's ``program_saved``
-    decides the same."""
-    return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in since_start(evs))
+def saved_in_run(evs: Iterable[Event]) -> bool:
+    """The program has reported a checkpoint in this run, in any start (``checkpoint_saved``
+    or ``stopped``): it saves and resumes, so a requeue after a stop carries on from its
+    newest checkpoint. Any start, not only the latest: a stop that comes while a resumed
+    program is still loading (before its first save of this start) must not end the run.
+    templates/finish.j2's ``program_saved`` decides the same."""
+    return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in evs)
 
 
 # ---- outcomes ------------------------------------------------------------------------
@@ -261,7 +263,7 @@ def outcome(start: Start, later: bool = False) -> Outcome:
                                                 "requeued", step), False, step, e)
     if (e := last(Ev.STOP_UNSAVED)) is not None:
         why = _stop_cause(start)[1]
-        return Outcome(STOPPED_UNSAVED, f"{why}; the program saved no checkpoint since its start (exit status "
+        return Outcome(STOPPED_UNSAVED, f"{why}; the program has reported no checkpoint in this run (exit status "
                                         f"{e.get('exit_code', '?')}), so it was not requeued (set "
                                         'resilience.requeue_when = "always" to requeue anyway)', True, step, e)
     if (e := last(Ev.FAILED)) is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tomllib
+from ._toml import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -113,7 +113,7 @@ class ResilienceSection:
     stop_timeout: int = field("seconds the script waits for a checkpoint after a stop signal, then SIGTERM, "
                               "then SIGKILL", 90, check=positive)
     requeue_when: Literal["saved", "always"] = field(
-        "after a stop, requeue only when the program reported a checkpoint since its start or exited 75 "
+        "after a stop, requeue only when the program has reported a checkpoint in this run or exited 75 "
         "(saved), or in any case (always)", "saved")
     rendezvous_timeout: int = field("seconds for all nodes to join before the job fails naming the missing ones", 300, check=positive)
 

@@ -82,7 +82,7 @@ _PHRASES = {
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",
     Ev.STOP_ESCALATED: "the tasks were still running {seconds} s after SIGTERM: killed them (SIGKILL)",
-    Ev.STOP_UNSAVED: ("stopped, but the program saved no checkpoint since its start (exit status {exit_code}): "
+    Ev.STOP_UNSAVED: ("stopped, but the program has reported no checkpoint in this run (exit status {exit_code}): "
                       "not requeued"),
 }
 # A `failed` after Slurm's own requeue is the dying script's last word, not the run's end.

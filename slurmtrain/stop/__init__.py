@@ -15,7 +15,7 @@ Torch-free and cheap to import. In a training loop::
 Events go to ``$SLURMTRAIN_RUN_DIR/events.jsonl`` on global rank 0 (``$RANK``, else the
 initialised torch.distributed group, else 0) and are skipped outside a slurmtrain job,
 so the same program runs anywhere. The job script requeues a stopped job only when the
-program reported a checkpoint since it started (``checkpoint_saved`` or ``stopped``) or
+program has reported a checkpoint in this run (``checkpoint_saved`` or ``stopped``) or
 exited 75 — unless the profile says ``resilience.requeue_when = "always"``.
 
 Callbacks for the Hugging Face Trainer and for Lightning: ``slurmtrain.stop.hf`` and
@@ -184,7 +184,7 @@ def _event(name: str, **fields) -> None:
 
 def saved(step: int, path: str | os.PathLike | None = None) -> None:
     """Report a complete checkpoint of ``step`` (``checkpoint_saved``): after a stop the job
-    script requeues only a program that reported one since it started. Call it once every
+    script requeues only a program that has reported one in this run. Call it once every
     rank has finished writing."""
     fields = {"step": int(step)}
     if path is not None:

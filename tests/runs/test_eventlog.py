@@ -8,8 +8,7 @@ node_died_then_completed (a node died hard: Slurm requeued the job, the dying sc
 still wrote `failed`, the next start finished), finished_then_failed (the program wrote
 `finished`, then the command exited 134: `watch` said finished, `status` user error),
 stop_unsaved (a program that ignores the stop signal: escalated to SIGKILL, nothing saved,
-not requeued) and stop_unsaved_after_resume (saved in its first start; preempted again
-right after resuming, before saving in its second). Written by hand in the sandbox's format.
+not requeued). Written by hand in the sandbox's format.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ EXPECTED = {
     "requeue_refused": (K.TIME_LIMIT, [K.TIME_LIMIT], JobState.COMPLETED, 0),
     "scancel": (K.CANCELLED, [K.CANCELLED], JobState.CANCELLED, None),
     "stop_unsaved": (K.STOPPED_UNSAVED, [K.STOPPED_UNSAVED], JobState.FAILED, 137),
-    "stop_unsaved_after_resume": (K.STOPPED_UNSAVED, [K.PREEMPTED, K.STOPPED_UNSAVED], JobState.FAILED, 143),
     "user_error": (K.USER_ERROR, [K.USER_ERROR], JobState.FAILED, 1),
     "watchdog": (K.WATCHDOG, [K.WATCHDOG], JobState.FAILED, 4),
 }
@@ -108,14 +106,14 @@ def test_finished_then_failed_says_both(tmp_path):
 def test_stop_unsaved_says_why_and_how_to_requeue_anyway(tmp_path):
     run, _ = recorded_run(tmp_path, "stop_unsaved")
     detail = classify.classify(run.path).detail
-    assert detail.startswith("the warning signal SIGUSR2 came before the time limit; the program saved "
-                             "no checkpoint since its start (exit status 137), so it was not requeued")
+    assert detail.startswith("the warning signal SIGUSR2 came before the time limit; the program has "
+                             "reported no checkpoint in this run (exit status 137), so it was not requeued")
     assert 'resilience.requeue_when = "always"' in detail
     said = [line.split("  ", 1)[1] for line in classify.history(run.path)]
     assert said[-3:] == [
         "the tasks were still running 30 s after the stop request: sent them SIGTERM",
         "the tasks were still running 10 s after SIGTERM: killed them (SIGKILL)",
-        "stopped, but the program saved no checkpoint since its start (exit status 137): not requeued",
+        "stopped, but the program has reported no checkpoint in this run (exit status 137): not requeued",
     ]
     # Slurm's TIMEOUT (the kill ran into the time limit) does not hide why it was not requeued
     assert classify.classify(run.path, "TIMEOUT", 0).kind == K.STOPPED_UNSAVED
@@ -139,7 +137,7 @@ def bash_says(run_dir: Path) -> tuple[bool, bool]:
 
 def python_says(run_dir: Path) -> tuple[bool, bool]:
     evs = events.read(run_dir)
-    return eventlog.finished_since_start(evs), eventlog.saved_since_start(evs)
+    return eventlog.finished_since_start(evs), eventlog.saved_in_run(evs)
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))
@@ -154,13 +152,13 @@ def test_job_script_functions_agree_with_eventlog(tmp_path, case):
 def test_what_the_functions_decide():
     def says(*names_and_fields):
         evs = [{"event": n, **f} for n, f in names_and_fields]
-        return eventlog.finished_since_start(evs), eventlog.saved_since_start(evs)
+        return eventlog.finished_since_start(evs), eventlog.saved_in_run(evs)
 
     start = ("started", {"job_id": "1", "restart": 0})
     assert says(start) == (False, False)
     assert says(start, ("checkpoint_saved", {"step": 3})) == (False, True)
     assert says(start, ("stopped", {"step": 3})) == (False, True)
-    assert says(("checkpoint_saved", {"step": 3}), start) == (False, False)  # an earlier start's
+    assert says(("checkpoint_saved", {"step": 3}), start) == (False, True)  # an earlier start's counts
     assert says(start, ("finished", {"step": 9})) == (True, False)
     assert says(start, ("finished", {})) == (True, False)  # slurmtrain.stop.finished() without a step
     assert says(start, ("finished", {"job_id": "1", "restart": 0, "exit_code": 0})) == (False, False)  # the script's
