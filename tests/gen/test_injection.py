@@ -144,3 +144,22 @@ def test_random_arguments_round_trip_through_bash(tmp_path_factory, args):
     profile = load_profile("local", ['launch.launcher="srun-loop"', f'launch.python="{FAKEBIN}/launcher-python"'])
     records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py", *args), run_dir=str(tmp_path / "r"))))
     assert records["launcher-python-nodeA"]["argv"][-len(args):] == args
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis"])
+def test_srun_launcher_wraps_every_process_in_the_container(tmp_path, runtime):
+    profile = load_profile("local", ['launch.launcher="srun"', f'container.runtime="{runtime}"',
+                                     'container.image="/img/train.sif"', 'container.binds=["/data:/data"]',
+                                     f'launch.python="{FAKEBIN}/launcher-python"'])
+    run_dir = str(tmp_path / "run")
+    records = run_script(tmp_path, render(profile, JobSpec(command=("python3", "t.py", "a b"), run_dir=run_dir)))
+    (call,) = srun_calls(tmp_path)
+    assert "--ntasks-per-node=2" in " ".join(call)
+    if runtime == "pyxis":
+        assert f"--container-mounts=/data:/data,{run_dir}:{run_dir}" in call
+        assert "--container-image=/img/train.sif" in call
+        assert records["launcher-python-nodeA"]["argv"] == ["t.py", "a b"]  # no agent in between
+    else:
+        argv = records["apptainer-nodeA"]["argv"]
+        assert argv[:1] == ["exec"] and argv[-3:] == [f"{FAKEBIN}/launcher-python", "t.py", "a b"]
+        assert ("--bind", run_dir) in list(zip(argv, argv[1:]))

@@ -106,3 +106,22 @@ def test_a_checkpoint_of_40_s_survives_preemption_under_torchrun(workdir, runs_d
     assert stopped[0]["save_seconds"] >= 40, describe(run)
     finished = [e for e in named(run, "finished") if "sum" in e]
     assert finished and finished[0]["sum"] == steps * (steps + 1) // 2, describe(run)
+
+
+def test_a_program_that_ignores_every_stop_gets_sigterm_then_sigkill(workdir, runs_dir):
+    """stop_timeout runs out: SIGTERM to the tasks, then SIGKILL after the grace (srun
+    launcher: no agent in between that would end the workers on its own)."""
+    deaf = ("import os, signal, time\n"
+            "for s in (signal.SIGUSR2, signal.SIGTERM): signal.signal(s, signal.SIG_IGN)\n"
+            "open(os.path.join(os.environ['SLURMTRAIN_RUN_DIR'], 'running-' + os.environ['RANK']), 'w').close()\n"
+            "for i in range(900): time.sleep(1)")
+    run, job = submit(runs_dir, workdir, ["--name", "deaf", "--launcher", "srun", "--set", "launch.rdzv_port=29764",
+                                          "--set", "resilience.stop_timeout=5"], ["python3", "-c", deaf])
+    wait_until(run, "both ranks to run", lambda: len(list(run.glob("running-*"))) == 2, 180, job)
+    warn_as_the_time_limit_does(job)
+    assert wait_job_gone(job, run, 180) == "FAILED", describe(run)
+    (timeout,), (escalated,) = named(run, "stop_timeout"), named(run, "stop_escalated")
+    signalled = named(run, "signal")[0]["time"]
+    assert 5 <= timeout["time"] - signalled < 15, describe(run)
+    assert 15 <= escalated["time"] - timeout["time"] < 30, describe(run)
+    assert named(run, "stop_unsaved") and not named(run, "requeue"), describe(run)
