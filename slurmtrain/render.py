@@ -219,9 +219,10 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
                  Raw('--world_info="$WORLD_INFO"'), Raw('--node_rank="$node_rank"'),
                  Raw('--master_addr="$MASTER_ADDR"'), Raw('--master_port="$MASTER_PORT"')]
         words += {"module": ["--module"], "exec": ["--no_python"], "script": []}[prog.kind]
-        if prog.kind != "script" or not job.command:
+        if not (job.command and prog.kind == "script" and prog.launcher_in_command in (None, "deepspeed")):
             # DeepSpeed appends --local_rank=N to the program's arguments unless told not to:
-            # the built-in trainer and plain executables read LOCAL_RANK from the environment.
+            # the built-in trainer, plain executables and scripts written for torchrun read
+            # LOCAL_RANK from the environment (and may refuse an unknown argument).
             words.append("--no_local_rank")
     else:
         words = [python, "-c", Raw('"$SLURMTRAIN_AGENT"'), "torch.distributed.run",

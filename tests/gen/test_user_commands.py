@@ -26,7 +26,7 @@ VENV_PY = str(FAKEBIN / "venv" / "bin" / "python")  # a venv's interpreter, not 
 def launched(tmp_path, command, launcher="torchrun", sets=()):
     """The argv the interpreter of the launcher got on node A, and the interpreter's name.
     A command without an interpreter of its own gets the stand-in as launch.python."""
-    if not any(os.path.basename(w) == "python" for w in command[:3]) and not sets:
+    if VENV_PY not in command and not sets:
         sets = [f'launch.python="{FAKE_PY}"']
     profile = load_profile("local", [f'launch.launcher="{launcher}"', *sets])
     records = run_script(tmp_path, render(profile, JobSpec(command=tuple(command), run_dir=str(tmp_path / "run"))))
@@ -144,3 +144,12 @@ def test_a_newline_in_the_command_stays_inside_the_header_comment(tmp_path):
     assert all(line.startswith("#") for line in header.splitlines() if line), header
     rec = run_script(tmp_path, result.stdout)["launcher-python-nodeA"]
     assert rec["argv"][-2:] == ["-c", code]
+
+
+@pytest.mark.parametrize("command,appended", [
+    (["python", "train.py"], True), (["deepspeed", "train.py"], True),
+    (["torchrun", "--nproc_per_node=2", "train.py"], False), (["python", "-m", "pkg.train"], False),
+])
+def test_deepspeed_passes_local_rank_only_to_scripts_that_expect_it(tmp_path, command, appended):
+    _, argv = launched(tmp_path, command, "deepspeed")
+    assert ("--no_local_rank" not in argv) == appended, argv
