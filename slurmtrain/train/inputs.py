@@ -31,6 +31,45 @@ def check_batch(global_batch: int, micro: int, world: int, source: str, world_no
     return global_batch // (micro * world)
 
 
+def check_pipeline(recipe: Recipe, sources: Sources, world: int, world_note: str = ""
+                   ) -> tuple[int, int, int]:
+    """(data-parallel ranks, gradient-accumulation micro-batches per rank, pipeline
+    micro-batches per step), or a ConfigError naming the keys and numbers. One stage: the
+    world is all data-parallel and the batch check is :func:`check_batch`'s."""
+    pp, cfg = recipe.pipeline, recipe.train
+    note = f" ({world_note})" if world_note else ""
+    if world % pp.stages:
+        raise ConfigError(sources.of("pipeline.stages"), "pipeline.stages",
+                          f"world size {world}{note} is not divisible by {pp.stages} stages")
+    dp = world // pp.stages
+    accum = check_batch(cfg.global_batch_size, cfg.micro_batch_size, dp,
+                        sources.of("train.global_batch_size"),
+                        world_note if pp.stages == 1 else
+                        f"data-parallel ranks = world size {world} / {pp.stages} stages"
+                        + (f"; {world_note}" if world_note else ""))
+    if pp.stages * pp.stages_per_rank == 1:
+        return dp, accum, accum
+    per_rank = cfg.global_batch_size // dp
+    micro = pp.microbatches or accum
+    key = "pipeline.microbatches"
+    if per_rank % micro:
+        raise ConfigError(sources.of(key), key,
+                          f"{micro}: the {per_rank} sequences each pipeline trains on per step "
+                          f"(train.global_batch_size {cfg.global_batch_size} / {dp} data-parallel "
+                          "ranks) do not divide into that many micro-batches")
+    if pp.schedule != "gpipe" and micro < pp.stages:
+        raise ConfigError(sources.of(key), key,
+                          f"{micro} micro-batches per step, fewer than the {pp.stages} stages "
+                          f"schedule {pp.schedule} needs (set pipeline.microbatches, or lower "
+                          "train.micro_batch_size)")
+    if pp.schedule == "interleaved-1f1b" and micro % max(1, micro // pp.stages):
+        raise ConfigError(sources.of(key), key,
+                          f"{micro} micro-batches per step: interleaved-1f1b runs them in rounds "
+                          f"of {pp.stages} (the stages), so it needs a multiple of "
+                          f"{max(1, micro // pp.stages)}")
+    return dp, accum, micro
+
+
 def _expanded(path: str, env: Mapping[str, str] | None) -> str:
     env = os.environ if env is None else env
     return _VAR.sub(lambda m: env.get(m.group(1) or m.group(2), m.group(0)), os.path.expanduser(path))
@@ -66,6 +105,8 @@ def corpus_files(path: Path, source: str, given: str | None = None, where: str =
         raise ConfigError(source, "data.path", f"no such file or folder: {path}{hint}")
     if path.is_file():
         return [path]
+    if (path / "index.json").is_file() or (path / "plan.json").is_file():
+        return [path]  # written by `slurmtrain tokenize` (shards.is_tokenized; read by data.py)
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
     if not files:
         raise ConfigError(source, "data.path", f"{path} holds no .jsonl or .txt files")

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..errors import ConfigError, UsageError
 from ..profile import LoadedProfile
 from ..render import JobSpec
-from .inputs import check_batch, check_files, expand, is_relative, knowable
+from .inputs import check_files, check_pipeline, expand, is_relative, knowable
 from .recipe import load_recipe_sources
 
 TRAINER = "slurmtrain.train"
@@ -44,9 +44,8 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
 
     from ..render import _procs_per_node  # the one definition of the job's processes per node
     procs = _procs_per_node(p)
-    check_batch(recipe.train.global_batch_size, recipe.train.micro_batch_size, p.slurm.nodes * procs,
-                sources.of("train.global_batch_size"),
-                f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
+    check_pipeline(recipe, sources, p.slurm.nodes * procs,
+                   f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
     if start is None:
         return
     check_files(recipe, sources, start, where, env)

@@ -83,6 +83,21 @@ class TrainSection:
     async_save: bool = field("save checkpoints in the background (dcp.async_save)", False)
 
 
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")  # pipeline schedules, as recipes name them
+
+
+@dataclass(frozen=True)
+class PipelineSection:
+    stages: int = field("pipeline ranks the blocks are split over (1: no pipeline); "
+                        "data-parallel ranks = world size / stages", 1, check=positive)
+    schedule: Literal["gpipe", "1f1b", "interleaved-1f1b"] = field(
+        "pipeline schedule (interleaved-1f1b needs stages_per_rank >= 2)", "1f1b")
+    stages_per_rank: int = field("model chunks per pipeline rank (interleaved-1f1b: 2 or more; "
+                                 "else 1)", 1, check=positive)
+    microbatches: int = field("micro-batches per step on each pipeline (0: global_batch_size / "
+                              "(micro_batch_size x data-parallel ranks))", 0, check=non_negative)
+
+
 @dataclass(frozen=True)
 class DebugSection:
     fail_at_step: int | None = field("raise a RuntimeError when this step begins", None,
@@ -99,6 +114,8 @@ class Recipe:
     model: ModelSection = field("the model: a preset and optional overrides")
     train: TrainSection = field("optimisation and schedule")
     data: DataSection = field("corpus, tokenizer and packing", factory=DataSection)
+    pipeline: PipelineSection = field("pipeline parallelism (torch.distributed.pipelining)",
+                                      factory=PipelineSection)
     debug: DebugSection = field("test hooks; leave empty in real runs", factory=DebugSection)
     description: str = field("one line saying what this recipe is for", "")
 
@@ -168,6 +185,34 @@ def _check_preset(recipe: Recipe, sources: Sources) -> None:
         raise ConfigError(sources.of("data.max_seq_len"), "data.max_seq_len",
                           f"{recipe.data.max_seq_len} is longer than the model's max_seq_len "
                           f"{args.max_seq_len}; lower it or set model.max_seq_len")
+    _check_pipeline_model(recipe.pipeline, args, sources)
+
+
+def _check_pipeline_model(pp: PipelineSection, args, sources: Sources) -> None:
+    """What a pipeline asks of the model and the schedule (the world size is checked by
+    :func:`.inputs.check_pipeline`, where it is known)."""
+    interleaved = pp.schedule == "interleaved-1f1b"
+    if pp.stages_per_rank > 1 and pp.stages == 1:
+        raise ConfigError(sources.of("pipeline.stages_per_rank"), "pipeline.stages_per_rank",
+                          f"{pp.stages_per_rank} model chunks per rank need pipeline.stages > 1")
+    if pp.stages > 1 and interleaved and pp.stages_per_rank < 2:
+        raise ConfigError(sources.of("pipeline.stages_per_rank"), "pipeline.stages_per_rank",
+                          f"{pp.stages_per_rank}: schedule interleaved-1f1b needs 2 or more "
+                          "model chunks per rank")
+    if pp.stages_per_rank > 1 and not interleaved:
+        raise ConfigError(sources.of("pipeline.stages_per_rank"), "pipeline.stages_per_rank",
+                          f"{pp.stages_per_rank}: only schedule interleaved-1f1b runs several "
+                          f"model chunks per rank (pipeline.schedule = {pp.schedule!r})")
+    chunks = pp.stages * pp.stages_per_rank
+    if chunks > args.n_layers:
+        key = "pipeline.stages"
+        raise ConfigError(sources.of(key), key,
+                          f"{pp.stages} stages x {pp.stages_per_rank} per rank = {chunks} model "
+                          f"chunks, but the model has {args.n_layers} blocks (model.n_layers)")
+    if chunks > 1 and args.tie_embeddings:
+        raise ConfigError(sources.of("pipeline.stages"), "pipeline.stages",
+                          "not supported yet: a pipeline with model.tie_embeddings = true (the "
+                          "first and last stage would share the embedding matrix)")
 
 
 def model_args(recipe: Recipe, sources: Sources | None = None):

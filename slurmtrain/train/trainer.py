@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from . import data as data_mod
 from .checkpoint import Checkpointer
 from .distributed import World
-from .inputs import check_batch, corpus_files
+from .inputs import check_batch, check_pipeline, corpus_files  # noqa: F401 (check_batch: tests)
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .model import Transformer, count_parameters
 from .parallelize import parallelize
@@ -74,6 +74,7 @@ class Trainer:
     flops_per_token: int
     autocast_dtype: torch.dtype | None = None
     step: int = 0
+    pipeline: Any = None  # a pipeline.Pipeline when the recipe has pipeline.stages > 1
 
     @property
     def _rank0(self) -> bool:
@@ -93,6 +94,8 @@ class Trainer:
         return torch.autocast(self.world.device.type, dtype=self.autocast_dtype)
 
     def _train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pipeline is not None:
+            return self._pipeline_step()
         total = torch.zeros((), device=self.world.device)
         for tokens in self.stream.next_step(self.accum):
             loss = self._micro_loss(tokens)
@@ -107,8 +110,21 @@ class Trainer:
         self.optim.zero_grad(set_to_none=True)
         return total / self.accum, grad_norm
 
+    def _pipeline_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        # This data-parallel rank's whole share of the step; the schedule cuts it into
+        # pipeline.microbatches micro-batches and scales the gradients by their number.
+        tokens = torch.cat(self.stream.next_step(self.accum))
+        loss, _ = self.pipeline.train_step(tokens, self.world.device)
+        grad_norm = self.pipeline.clip_grads(self.recipe.train.grad_clip or float("inf"))
+        self.optim.step()
+        self.scheduler.step()
+        self.optim.zero_grad(set_to_none=True)
+        return loss, grad_norm
+
     def _mean_over_ranks(self, value: torch.Tensor) -> float:
         # Gloo has no AVG: sum, then divide. A sync point, so only on log steps.
+        # Under a pipeline every stage holds its data-parallel rank's value: the sum over
+        # the world counts each one once per stage, and the world size divides that out.
         value = value.detach().clone().reshape(1)
         dist.all_reduce(value)
         return value.item() / self.world.size
@@ -116,10 +132,17 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float | None:
         cfg = self.recipe.train
-        batches = data_mod.val_batches(self.val, self.world.rank, self.world.size,
-                                       cfg.micro_batch_size, cfg.eval_batches)
+        rank, size = ((self.pipeline.dp_rank, self.pipeline.dp) if self.pipeline
+                      else (self.world.rank, self.world.size))
+        batches = data_mod.val_batches(self.val, rank, size, cfg.micro_batch_size,
+                                       cfg.eval_batches)
         if not batches:
             return None
+        if self.pipeline is not None:
+            tokens = torch.cat(batches)
+            if len(tokens) % self.pipeline.microbatches:
+                return None
+            return self._mean_over_ranks(self.pipeline.eval_loss(tokens, self.world.device))
         self.model.eval()
         total = torch.zeros((), device=self.world.device)
         for tokens in batches:
@@ -187,6 +210,8 @@ class Trainer:
                   "step_time": round(step_time, 5), "mfu": mfu,
                   "peak_mem": round(peak_mem_gib(self.world.device), 3),
                   "epoch": round(self.stream.epoch, 4)}
+        if self.pipeline is not None:  # the schedule's, not measured
+            record["bubble_theoretical"] = round(self.pipeline.bubble, 4)
         metrics.write(record)
         log.info("step %d/%d | loss %.4f | %s tok/s | lr %.3g", step, self.recipe.train.steps,
                  loss_v, f"{tok_s:,.0f}", lr)
@@ -196,7 +221,8 @@ class Trainer:
         eval_loss = self.evaluate()
         if eval_loss is None:
             log.warning("evaluation skipped: the held-out slice has fewer than "
-                        "micro_batch_size x world size sequences")
+                        "micro_batch_size x data-parallel ranks sequences (or, under a "
+                        "pipeline, not a multiple of pipeline.microbatches)")
             return
         metrics.write({"step": step, "eval_loss": eval_loss})
         log.info("step %d | eval loss %.4f", step, eval_loss)
@@ -207,8 +233,7 @@ def preflight(recipe: Recipe, sources: Sources, world_size: int) -> tuple[int, T
     start tears nothing down): batch sizes, tokenizer, data path. Returns the gradient
     accumulation steps and the tokenizer."""
     cfg = recipe.train
-    accum = check_batch(cfg.global_batch_size, cfg.micro_batch_size, world_size,
-                        sources.of("train.global_batch_size"))
+    _, accum, _ = check_pipeline(recipe, sources, world_size)
     tok = load_tokenizer(recipe.data.tokenizer)
     vocab = model_args(recipe).vocab_size
     if tok.vocab_size > vocab:
@@ -225,6 +250,7 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     came from (file, ``--set``, ``--data-path``), for messages."""
     cfg = recipe.train
     accum, tok = preflight(recipe, sources, world.size)
+    _, _, microbatches = check_pipeline(recipe, sources, world.size)
     args = model_args(recipe)
 
     with torch.device("meta"):
@@ -240,19 +266,31 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     log.info("data: %s, %d documents, %s tokens (%s): %d training and %d held-out sequences of %d",
              recipe.data.path, corpus.n_docs, f"{corpus.n_tokens:,}", tok.name, len(corpus.train),
              len(corpus.val), recipe.data.max_seq_len)
-    stream = data_mod.TrainStream(corpus.train, recipe.data.seed, world.rank, world.size,
-                                  cfg.micro_batch_size)
-
     dtype = compute_dtype(cfg.dtype, world.device)
-    sharded = parallelize(model, world.mesh, param_dtype=dtype,
-                          activation_checkpointing=cfg.activation_checkpointing,
-                          compile=cfg.compile)
-    model.to_empty(device=world.device)
-    with warnings.catch_warnings():
-        # Sharded init draws the same numbers as unsharded init on CPU meshes too (the
-        # resume test compares runs bitwise); the warning is about other random ops.
-        warnings.filterwarnings("ignore", message="DTensor random operators")
-        model.init_weights(seed=cfg.seed)
+    pipe = None
+    if recipe.pipeline.stages > 1:
+        from .pipeline import build_pipeline
+        pipe = build_pipeline(model, recipe.pipeline, world, microbatches, seed=cfg.seed,
+                              param_dtype=dtype,
+                              activation_checkpointing=cfg.activation_checkpointing,
+                              compile=cfg.compile)
+        model, sharded = pipe.local, True  # this rank's modules, under the model's names
+        dp_rank, dp = pipe.dp_rank, pipe.dp
+    else:
+        dp_rank, dp = world.rank, world.size
+        sharded = parallelize(model, world.mesh, param_dtype=dtype,
+                              activation_checkpointing=cfg.activation_checkpointing,
+                              compile=cfg.compile)
+        model.to_empty(device=world.device)
+        with warnings.catch_warnings():
+            # Sharded init draws the same numbers as unsharded init on CPU meshes too (the
+            # resume test compares runs bitwise); the warning is about other random ops.
+            warnings.filterwarnings("ignore", message="DTensor random operators")
+            model.init_weights(seed=cfg.seed)
+    # The data position is global: a data-parallel rank reads the same sequences whatever
+    # the pipeline depth, and a resume on another layout continues the same sequence.
+    stream = data_mod.TrainStream(corpus.train, recipe.data.seed, dp_rank, dp,
+                                  cfg.micro_batch_size)
 
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                               weight_decay=cfg.weight_decay,
@@ -260,16 +298,20 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optim, WarmupCosine(cfg.warmup_steps, cfg.steps, cfg.min_lr / cfg.lr))
     meta = {"recipe": recipe_to_dict(recipe), "recipe_source": sources.default,
-            "model_args": asdict(args), "tokenizer": tok.name, "world_size": world.size}
+            "model_args": asdict(args), "tokenizer": tok.name, "world_size": world.size,
+            "pipeline_stages": recipe.pipeline.stages}
     ckpt = Checkpointer(run_dir, model, optim, scheduler, stream, meta, keep_last=cfg.keep_last,
                         async_save=cfg.async_save, kill_at_step=recipe.debug.kill_in_save_at_step)
     step = ckpt.resume()
+    if step == 0 and init_ckpt and pipe is not None:
+        raise ConfigError("--init-ckpt", "", "not supported yet with pipeline.stages > 1: "
+                          "start the run with one stage, then resume it on the pipeline")
     if step == 0 and init_ckpt:
         load_initial_weights(model, args, init_ckpt, world.rank, f"preset {recipe.model.preset}")
     return Trainer(recipe=recipe, world=world, run_dir=run_dir, model=model, optim=optim,
                    scheduler=scheduler, stream=stream, val=corpus.val, ckpt=ckpt, accum=accum,
                    flops_per_token=flops_per_token(args, recipe.data.max_seq_len),
-                   autocast_dtype=None if sharded else dtype, step=step)
+                   autocast_dtype=None if sharded else dtype, step=step, pipeline=pipe)
 
 
 def load_initial_weights(model: torch.nn.Module, args: Any, ckpt_dir: str, rank: int,

@@ -1,0 +1,234 @@
+"""Pipeline stages composed with FSDP2 (torch.distributed.pipelining), on a ``pp x dp`` mesh.
+
+The ranks form a 2-D mesh, pipeline outer: rank = pp_rank * dp + dp_rank, so with one
+stage per node the stages talk across nodes and FSDP2 stays inside each. The blocks are
+divided over ``stages x stages_per_rank`` model chunks as evenly as possible (the first
+chunks take one more); the embedding goes with the first chunk, the final norm and the
+output with the last. Rank ``r`` holds chunks ``r, r + stages, ...`` (the interleaved
+schedule's loop order). Each chunk keeps the whole model's attribute names
+(``layers`` is a ``ModuleDict`` keyed by the block's index in the whole model), so a
+parameter is called ``layers.5.attention.wq.weight`` whatever the layout, and checkpoints
+(DCP), ``slurmtrain export`` and resumes on another layout do not care about it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import (
+    Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B)
+from torch.distributed.tensor import DTensor
+
+from .distributed import World
+from .model import RotaryCache, Transformer
+from .recipe import PipelineSection
+
+log = logging.getLogger("slurmtrain.train")
+
+
+def split_blocks(n_layers: int, chunks: int) -> list[range]:
+    """Block indices of each model chunk, as even as possible (the first ones take one more)."""
+    base, extra = divmod(n_layers, chunks)
+    out, start = [], 0
+    for i in range(chunks):
+        size = base + (1 if i < extra else 0)
+        out.append(range(start, start + size))
+        start += size
+    return out
+
+
+def theoretical_bubble(schedule: str, stages: int, per_rank: int, microbatches: int) -> float:
+    """Idle share of a step the schedule implies with equal stage times: (p - 1) / (m + p - 1)
+    for GPipe and 1F1B, (p - 1) / (v m + p - 1) with v chunks per rank interleaved."""
+    v = per_rank if schedule == "interleaved-1f1b" else 1
+    return (stages - 1) / (v * microbatches + stages - 1)
+
+
+class Parts(nn.Module):
+    """Some of a Transformer's modules under their own names: one model chunk (its
+    ``forward`` runs them), or all of a rank's chunks together (for state dicts)."""
+
+    def __init__(self, model: Transformer, blocks: list[int], first: bool, last: bool):
+        super().__init__()
+        args = model.args
+        self.tok_embeddings = model.tok_embeddings if first else None
+        self.rope = RotaryCache(args.head_dim, args.max_seq_len, args.rope_theta)
+        self.layers = nn.ModuleDict({str(i): model.layers[i] for i in blocks})
+        self.norm = model.norm if last else None
+        self.output = model.output if last else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
+        cos, sin = self.rope(h.shape[1])
+        for layer in self.layers.values():
+            h = layer(h, cos, sin)
+        return self.output(self.norm(h)) if self.output is not None else h
+
+
+@torch.no_grad()
+def init_like_whole_model(model: Transformer, held: set[str], seed: int, device) -> None:
+    """Draw the initial weights as :meth:`Transformer.init_weights` does for the whole
+    model, in the same order from the same seed, writing only the parameters this rank
+    holds (``held``, by name) and drawing (then dropping) the others: every layout starts
+    from the weights a one-stage run starts from."""
+    torch.manual_seed(seed)
+    args = model.args
+    std, out_std = args.init_std, args.init_std / (2 * args.n_layers) ** 0.5
+
+    def normal(name: str, param: torch.Tensor, sd: float) -> None:
+        if name in held:
+            nn.init.normal_(param, mean=0.0, std=sd)
+        else:
+            torch.empty(param.shape, device=device).normal_(0.0, sd)
+
+    normal("tok_embeddings.weight", model.tok_embeddings.weight, std)
+    for i, block in enumerate(model.layers):
+        pre = f"layers.{i}."
+        for sub in ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1",
+                    "feed_forward.w3"):
+            normal(pre + sub + ".weight", block.get_submodule(sub).weight, std)
+        for sub in ("attention.wo", "feed_forward.w2"):
+            normal(pre + sub + ".weight", block.get_submodule(sub).weight, out_std)
+        if pre + "attention_norm.weight" in held:
+            block.attention_norm.init_weights()
+            block.ffn_norm.init_weights()
+    if "norm.weight" in held:
+        model.norm.init_weights()
+    normal("output.weight", model.output.weight, std)
+
+
+@dataclass
+class Pipeline:
+    """This rank's share of a pipelined model and the schedule that runs a step over it."""
+    local: Parts            # all of this rank's modules, under the whole model's names
+    chunks: list[Parts]     # the model chunks this rank runs, in stage order
+    schedule: object
+    first: bool             # holds the first chunk: feeds the tokens in
+    last: bool              # holds the last chunk: computes the loss
+    pp_group: dist.ProcessGroup
+    stages: int
+    dp_rank: int
+    dp: int
+    microbatches: int
+    bubble: float           # the schedule's theoretical bubble
+
+    def train_step(self, tokens: torch.Tensor, device: torch.device
+                   ) -> tuple[torch.Tensor, float]:
+        """Forward and backward of one step's batch (this data-parallel rank's share);
+        returns the mean loss, the same on every stage, and the seconds the step took."""
+        tokens = tokens.to(device, non_blocking=True)
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        losses: list[torch.Tensor] = []
+        args = (x,) if self.first else ()
+        kwargs = {"target": y, "losses": losses} if self.last else {}
+        start = time.perf_counter()
+        self.schedule.step(*args, return_outputs=False, **kwargs)
+        seconds = time.perf_counter() - start
+        return self._shared_loss(losses, device), seconds
+
+    @torch.no_grad()
+    def eval_loss(self, tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
+        tokens = tokens.to(device)
+        losses: list[torch.Tensor] = []
+        args = (tokens[:, :-1],) if self.first else ()
+        kwargs = {"target": tokens[:, 1:], "losses": losses} if self.last else {}
+        self.schedule.eval(*args, **kwargs)
+        return self._shared_loss(losses, device)
+
+    def _shared_loss(self, losses: list[torch.Tensor], device) -> torch.Tensor:
+        # The loss exists on the last stage only; a sum over the pipeline gives it to all.
+        loss = (torch.stack([v.detach().float() for v in losses]).mean() if self.last
+                else torch.zeros((), device=device))
+        dist.all_reduce(loss, group=self.pp_group)
+        return loss
+
+    def clip_grads(self, max_norm: float) -> torch.Tensor:
+        """Clip by the norm over the whole model: each stage's norm (over its FSDP shards),
+        squared and summed over the pipeline."""
+        params = [p for p in self.local.parameters() if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        square = norm.float() ** 2
+        dist.all_reduce(square, group=self.pp_group)
+        total = square.sqrt()
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+        return total
+
+
+def build_pipeline(model: Transformer, pp: PipelineSection, world: World, microbatches: int, *,
+                   seed: int, param_dtype: torch.dtype | None, activation_checkpointing: bool,
+                   compile: bool) -> Pipeline:
+    """Split ``model`` (built on the meta device) into this rank's chunks, materialise and
+    initialise them, shard each over its data-parallel group and build the schedule."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    dp = world.size // pp.stages
+    mesh = init_device_mesh(world.device.type, (pp.stages, dp), mesh_dim_names=("pp", "dp"))
+    pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    n_chunks = pp.stages * pp.stages_per_rank
+    split = split_blocks(model.args.n_layers, n_chunks)
+    mine = [pp_rank + k * pp.stages for k in range(pp.stages_per_rank)]
+    if world.rank == 0:
+        for c, blocks in enumerate(split):
+            what = [f"blocks {blocks.start}-{blocks.stop - 1}" if len(blocks) > 1
+                    else f"block {blocks.start}"]
+            if c == 0:
+                what.insert(0, "embedding")
+            if c == n_chunks - 1:
+                what.append("final norm and output")
+            log.info("pipeline: stage %d (on pipeline rank %d) holds %s", c, c % pp.stages,
+                     ", ".join(what))
+    local_blocks = [i for c in mine for i in split[c]]
+    local = Parts(model, local_blocks, first=0 in mine, last=n_chunks - 1 in mine)
+    chunks = [Parts(model, list(split[c]), first=c == 0, last=c == n_chunks - 1) for c in mine]
+    # Materialise and initialise before sharding: FSDP2 then keeps each rank's slice of the
+    # weights a one-stage run starts from (DTensor random ops on CPU meshes would not).
+    local.to_empty(device=world.device)
+    init_like_whole_model(model, {n for n, _ in local.named_parameters()}, seed, world.device)
+    for chunk in chunks:
+        chunk.rope.to_empty(device=world.device)
+        chunk.rope.init_weights()
+    for name, block in list(local.layers.items()):
+        if compile:
+            block.compile(fullgraph=True)
+        if activation_checkpointing:  # after the init, which reads the blocks' own names
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=False)
+            for part in [local, *chunks]:
+                if name in part.layers:
+                    part.layers[name] = wrapped
+    if dp > 1 or param_dtype is not None:
+        mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) \
+            if param_dtype is not None else MixedPrecisionPolicy()
+        for chunk in chunks:
+            # Every micro-batch runs forward again: keep the gathered parameters (torchtitan
+            # does the same under a pipeline).
+            for block in chunk.layers.values():
+                fully_shard(block, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+            fully_shard(chunk, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+    group = mesh["pp"].get_group()
+    stages = [PipelineStage(chunk, c, n_chunks, world.device, group=group)
+              for chunk, c in zip(chunks, mine)]
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+
+    if pp.schedule == "interleaved-1f1b":
+        schedule = ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
+    else:
+        cls = ScheduleGPipe if pp.schedule == "gpipe" else Schedule1F1B
+        schedule = cls(stages[0], microbatches, loss_fn=loss_fn)
+    return Pipeline(local=local, chunks=chunks, schedule=schedule, first=0 in mine,
+                    last=n_chunks - 1 in mine, pp_group=group, stages=pp.stages,
+                    dp_rank=dp_rank, dp=dp, microbatches=microbatches,
+                    bubble=theoretical_bubble(pp.schedule, pp.stages, pp.stages_per_rank,
+                                              microbatches))
