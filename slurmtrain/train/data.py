@@ -8,13 +8,18 @@ The data position is one number, ``consumed``: training sequences taken so far b
 together. Which sequences rank r gets at step s follows from it alone, so resuming (even with
 another world size) continues the exact order, and the checkpoint only stores that number.
 
-Every rank reads and tokenizes the whole corpus. That is fine for corpora of up to a few
-hundred MB; bigger ones want pre-tokenized shards (not done yet).
+Two sources give the same token stream: raw .jsonl/.txt files, which every rank reads and
+tokenizes whole into memory (fine up to a few hundred MB; a warning above ``RAW_WARN_BYTES``),
+and a folder written by ``slurmtrain tokenize`` (``shards.py``), memory-mapped, so a rank
+reads only the sequences it trains on. Sequences, the held-out split and the order are
+decided from the token count alone, so both sources train on the same sequences in the same
+order for the same seed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -23,14 +28,53 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from . import shards
 from .inputs import corpus_files
 from .tokenizer import Tokenizer
+
+log = logging.getLogger("slurmtrain.train")
+RAW_WARN_BYTES = 1 << 30  # raw corpora bigger than this get a pointer to `slurmtrain tokenize`
+
+
+class Sequences:
+    """Some of the corpus's sequences of ``seq_len + 1`` tokens: ``seqs[rows]`` is an int32
+    array [len(rows), seq_len + 1]. Sequence k is tokens[k * (seq_len + 1):][:seq_len + 1] of
+    the stream; which k belong here is ``ids`` (an array), or every k not in the sorted
+    ``excluded`` (the training set: stored as the few held-out ids, not the many others)."""
+
+    def __init__(self, tokens, seq_len: int, n: int, ids: np.ndarray | None = None,
+                 excluded: np.ndarray | None = None):
+        self.tokens, self.width = tokens, seq_len + 1
+        self.ids = ids
+        self._excl = excluded if excluded is not None else np.zeros(0, np.int64)
+        # the j-th kept id is j + (number of excluded ids e_i with e_i - i <= j)
+        self._shift = self._excl - np.arange(len(self._excl))
+        self._len = len(ids) if ids is not None else n - len(self._excl)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def seq_id(self, j: int) -> int:
+        if self.ids is not None:
+            return int(self.ids[j])
+        return j + int(np.searchsorted(self._shift, j, side="right"))
+
+    def __getitem__(self, rows) -> np.ndarray:
+        out = np.empty((len(rows), self.width), np.int32)
+        for i, j in enumerate(rows):
+            k = self.seq_id(int(j))
+            out[i] = self.tokens[k * self.width:(k + 1) * self.width]
+        return out
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self), self.width)
 
 
 @dataclass
 class PackedCorpus:
-    train: np.ndarray  # [n_train, seq_len + 1] int32
-    val: np.ndarray  # [n_val, seq_len + 1] int32
+    train: Sequences
+    val: Sequences
     n_docs: int
     n_tokens: int
 
@@ -77,7 +121,18 @@ def tokenize(docs: Iterator[str], tok: Tokenizer, batch: int = 1024) -> tuple[np
 
 def load_corpus(path: Path, tok: Tokenizer, seq_len: int, val_fraction: float, seed: int,
                 source: str) -> PackedCorpus:
-    stream, n_docs = tokenize(read_documents(corpus_files(path, source)), tok)
+    if shards.is_tokenized(path):
+        index = shards.read_index(path, source)
+        check_tokenizer(index, tok, path, source)
+        stream, n_docs = shards.ShardTokens(path, index), index["n_docs"]
+    else:
+        files = corpus_files(path, source)
+        size = sum(f.stat().st_size for f in files)
+        if size > RAW_WARN_BYTES:
+            log.warning("data: %s is %.1f GB of raw text, which every rank tokenizes into memory at "
+                        "every start; tokenize it once with `slurmtrain tokenize` and set data.path "
+                        "to the result", path, size / 1e9)
+        stream, n_docs = tokenize(read_documents(files), tok)
     n = len(stream) // (seq_len + 1)
     n_val = 0 if val_fraction == 0 else max(1, round(n * val_fraction))
     if n - n_val < 1:
@@ -85,16 +140,26 @@ def load_corpus(path: Path, tok: Tokenizer, seq_len: int, val_fraction: float, s
                           f"corpus {path} is too small: {len(stream)} tokens in {n_docs} documents "
                           f"make {n} sequences of {seq_len + 1} tokens, and at least "
                           f"{n_val + 1} are needed (lower data.max_seq_len or add text)")
-    seqs = stream[: n * (seq_len + 1)].reshape(n, seq_len + 1)
-    is_val = np.zeros(n, bool)
-    is_val[np.random.default_rng([seed, 1]).choice(n, n_val, replace=False)] = True
-    return PackedCorpus(train=seqs[~is_val], val=seqs[is_val], n_docs=n_docs, n_tokens=len(stream))
+    val_ids = np.sort(np.random.default_rng([seed, 1]).choice(n, n_val, replace=False))
+    return PackedCorpus(train=Sequences(stream, seq_len, n, excluded=val_ids),
+                        val=Sequences(stream, seq_len, n, ids=val_ids),
+                        n_docs=n_docs, n_tokens=len(stream))
+
+
+def check_tokenizer(index: dict, tok: Tokenizer, path: Path, source: str) -> None:
+    """The shards were written with the recipe's tokenizer (same file contents)."""
+    theirs, ours = index["tokenizer"], shards.tokenizer_identity(tok)
+    if theirs["sha256"] != ours["sha256"]:
+        raise ConfigError(source, "data.tokenizer",
+                          f"{path} was tokenized with {theirs['name']} (sha256 {theirs['sha256'][:12]}), "
+                          f"but the recipe's tokenizer is {ours['name']} (sha256 {ours['sha256'][:12]}); "
+                          "tokenize again with the recipe's tokenizer, or set data.tokenizer to it")
 
 
 class TrainStream:
     """This rank's micro-batches, in a deterministic order that depends only on ``consumed``."""
 
-    def __init__(self, sequences: np.ndarray, seed: int, rank: int, world: int, micro_batch: int):
+    def __init__(self, sequences: Sequences | np.ndarray, seed: int, rank: int, world: int, micro_batch: int):
         self.seqs = sequences
         self.seed, self.rank, self.world, self.micro = seed, rank, world, micro_batch
         self.consumed = 0
@@ -128,10 +193,11 @@ class TrainStream:
         self.consumed = int(state["consumed"])
 
 
-def val_batches(val: np.ndarray, rank: int, world: int, micro: int, limit: int) -> list[torch.Tensor]:
+def val_batches(val: Sequences | np.ndarray, rank: int, world: int, micro: int, limit: int) -> list[torch.Tensor]:
     """Rank r's share of the held-out sequences: rows r, r + world, ... in micro-batches.
     Every rank gets the same number of batches (a short last share is cut) so that the
     collectives inside the forward pass line up."""
     per_rank = min(len(val) // world // micro, limit)
-    mine = val[rank::world][: per_rank * micro]
-    return [torch.from_numpy(mine[i * micro:(i + 1) * micro].astype(np.int64)) for i in range(per_rank)]
+    mine = list(range(len(val)))[rank::world][: per_rank * micro]
+    return [torch.from_numpy(val[mine[i * micro:(i + 1) * micro]].astype(np.int64))
+            for i in range(per_rank)]

@@ -49,9 +49,13 @@ def test_packing_and_held_out_split(tmp_path):
     assert c.n_docs == 50 and c.train.shape[1] == 32
     n = len(c.train) + len(c.val)
     assert n == c.n_tokens // 32 and len(c.val) == round(0.1 * n)
-    assert c.train[0, 0] == ByteTokenizer.bos_id or len(c.val)  # the stream starts with BOS
-    rows = {tuple(r) for r in c.train}
-    assert not rows & {tuple(r) for r in c.val}
+    train, val = c.train[range(len(c.train))], c.val[range(len(c.val))]
+    assert train[0, 0] == ByteTokenizer.bos_id or len(c.val)  # the stream starts with BOS
+    rows = {tuple(r) for r in train}
+    assert not rows & {tuple(r) for r in val}
+    # every sequence is in exactly one of the two, in stream order
+    ids = sorted([c.train.seq_id(j) for j in range(len(c.train))] + list(c.val.ids))
+    assert ids == list(range(n))
 
 
 def test_folder_of_txt_and_jsonl(tmp_path):

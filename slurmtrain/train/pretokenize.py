@@ -1,0 +1,348 @@
+"""``slurmtrain tokenize``: raw text -> memory-mappable token shards (format in ``shards.py``).
+
+The work is cut into units that do not depend on the number of processes: one per
+compressed or .txt file, and byte ranges of ``unit_bytes`` for plain .jsonl (a line belongs
+to the range its first byte lies in). Each unit becomes one shard, so 1 and N processes
+write byte-identical shards, and a resumed run skips every shard whose ``.json`` exists.
+
+Documents: a .jsonl line's ``field`` (blank lines and empty texts skipped), a .txt file as
+one document: what the trainer's raw-text path reads (``data.read_documents``).
+Torch-free: numpy and ``tokenizers``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import multiprocessing
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ..errors import ConfigError, SlurmtrainError, UsageError
+from . import shards
+
+SUFFIXES = tuple(f"{s}{c}" for s in (".jsonl", ".txt") for c in ("", ".gz", ".zst"))
+MAX_SKIPPED_SHOWN = 20
+_BATCH = 1024  # documents per encode_batch call
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str  # shard name
+    input: int  # index into the inputs
+    path: str
+    start: int
+    end: int  # -1: to the end (compressed and .txt files)
+
+
+@dataclass
+class Result:
+    name: str
+    docs: int
+    tokens: int
+    bytes: int
+    n_skipped: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def input_files(inputs: list[Path]) -> list[Path]:
+    """The files to read: each INPUT, or the corpus files under it (sorted, as the trainer
+    reads a folder)."""
+    files: list[Path] = []
+    for p in inputs:
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES))
+            if not found:
+                raise UsageError(f"{p} holds no {', '.join(SUFFIXES)} files")
+            files += found
+        elif p.exists():
+            if not p.name.endswith(SUFFIXES):
+                raise UsageError(f"{p}: not a corpus file (expected one of {', '.join(SUFFIXES)})")
+            files.append(p)
+        else:
+            raise UsageError(f"no such file or folder: {p}")
+    return files
+
+
+def plan_units(files: list[Path], unit_bytes: int) -> list[Unit]:
+    units: list[Unit] = []
+    for i, f in enumerate(files):
+        size = f.stat().st_size
+        if f.name.endswith(".jsonl") and size > unit_bytes:
+            ranges = [(s, min(s + unit_bytes, size)) for s in range(0, size, unit_bytes)]
+        else:
+            ranges = [(0, -1)]
+        for s, e in ranges:
+            units.append(Unit(f"{len(units):05d}", i, str(f), s, e))
+    return units
+
+
+def _open_binary(path: str) -> io.BufferedIOBase:
+    if path.endswith(".gz"):
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if path.endswith(".zst"):
+        try:
+            import zstandard
+        except ModuleNotFoundError:
+            raise UsageError(f"{path}: reading .zst needs the zstandard package: "
+                             "pip install 'slurmtrain[train]'") from None
+        raw = open(path, "rb")
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True))
+    return open(path, "rb")
+
+
+class _BadLine(Exception):
+    pass
+
+
+def _lines_before(path: str, offset: int) -> int:
+    """Newlines in the first ``offset`` bytes: a unit's first line number, counted only when
+    a message needs it."""
+    n = 0
+    with open(path, "rb") as fh:
+        while offset > 0:
+            block = fh.read(min(offset, 1 << 22))
+            if not block:
+                break
+            n += block.count(b"\n")
+            offset -= len(block)
+    return n
+
+
+def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result) -> Iterator[str]:
+    """The unit's documents; a bad line raises (or, with ``skip_bad``, is counted in ``res``)."""
+    base: list[int] = []  # line number of the unit's first line, found lazily
+    first = [unit.start]  # byte offset of the unit's first line
+
+    def bad(k: int, why: str) -> None:
+        if not base:
+            base.append(_lines_before(unit.path, first[0]) if first[0] else 0)
+        where = f"{unit.path}:{base[0] + k}: {why}"
+        if not skip_bad:
+            raise _BadLine(where)
+        res.n_skipped += 1
+        if len(res.skipped) < MAX_SKIPPED_SHOWN:
+            res.skipped.append(where)
+
+    try:
+        with _open_binary(unit.path) as fh:
+            if unit.path.endswith(SUFFIXES[3:6]):  # .txt*: the file is one document
+                data = fh.read()
+                res.bytes += os.path.getsize(unit.path)
+                text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+                yield text
+                return
+            if unit.start:
+                fh.seek(unit.start - 1)
+                fh.readline()  # the rest of a line that began in the previous unit
+            pos, end = fh.tell(), unit.end if unit.end >= 0 else float("inf")
+            first[0] = pos
+            k = 0
+            while pos < end:
+                line = fh.readline()
+                if not line:
+                    break
+                k += 1
+                pos += len(line)
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line.decode("utf-8", "replace"))
+                except json.JSONDecodeError as err:
+                    bad(k, f"not JSON ({err.msg})")
+                    continue
+                if not isinstance(obj, dict) or text_field not in obj:
+                    bad(k, f'no "{text_field}" field' + ("" if text_field != "text" else
+                                                         " (--field names another)"))
+                    continue
+                text = obj[text_field]
+                if not isinstance(text, str):
+                    bad(k, f'"{text_field}" is a {type(text).__name__}, not a string')
+                    continue
+                if text:
+                    yield text
+            res.bytes += (unit.end if unit.end >= 0 else os.path.getsize(unit.path)) - unit.start
+    except (OSError, EOFError) as err:  # unreadable, or a broken .gz/.zst
+        raise _BadLine(f"{unit.path}: cannot read: {err}") from None
+    except Exception as err:  # zstandard.ZstdError does not derive from OSError
+        if type(err).__module__.startswith("zstandard"):
+            raise _BadLine(f"{unit.path}: cannot read: {err}") from None
+        raise
+
+
+_TOK: dict[str, Any] = {}
+
+
+def _tokenizer(spec: str) -> Any:
+    if spec not in _TOK:
+        from .tokenizer import load_tokenizer
+        _TOK[spec] = load_tokenizer(None if spec == "bytes" else spec)
+    return _TOK[spec]
+
+
+def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
+    """Tokenize one unit into ``out/shards/<name>.{bin,idx,json}`` (the .json last)."""
+    unit, out, tok_spec, text_field, skip_bad, dtype = job
+    tok = _tokenizer(tok_spec)
+    res = Result(unit.name, 0, 0, 0)
+    d = Path(out) / "shards"
+    tmp_bin = d / f"{unit.name}.bin.tmp"
+    ends: list[int] = []
+    bos, eos = np.array([tok.bos_id], dtype), np.array([tok.eos_id], dtype)
+    try:
+        with tmp_bin.open("wb") as fh:
+            pending: list[str] = []
+
+            def flush() -> None:
+                for ids in tok.encode_batch(pending):
+                    fh.write(bos.tobytes())
+                    fh.write(ids.astype(dtype).tobytes())
+                    fh.write(eos.tobytes())
+                    res.tokens += len(ids) + 2
+                    ends.append(res.tokens)
+                pending.clear()
+
+            for text in read_unit(unit, text_field, skip_bad, res):
+                pending.append(text)
+                if len(pending) >= _BATCH:
+                    flush()
+            flush()
+    except _BadLine as err:
+        tmp_bin.unlink(missing_ok=True)
+        raise SlurmtrainError(str(err)) from None
+    res.docs = len(ends)
+    os.replace(tmp_bin, d / f"{unit.name}.bin")
+    tmp_idx = d / f"{unit.name}.idx.tmp"
+    np.asarray(ends, np.int64).tofile(tmp_idx)
+    os.replace(tmp_idx, d / f"{unit.name}.idx")
+    shards.write_json(d / f"{unit.name}.json", res.__dict__)
+    return res
+
+
+def _init_worker() -> None:
+    # One process per core: the tokenizer's own thread pool would oversubscribe them.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+class Progress:
+    """A line every ``every`` seconds (rewritten in place on a terminal)."""
+
+    def __init__(self, total_units: int, total_bytes: int, every: float, stream=sys.stderr):
+        self.total_units, self.total_bytes, self.every, self.stream = total_units, total_bytes, every, stream
+        self.t0 = self.last = time.monotonic()
+        self.tty = stream.isatty()
+        self.units = self.docs = self.tokens = self.bytes = 0
+        self.done_before = 0  # bytes of shards found finished (resume): not in the rate
+
+    def add(self, r: Result, resumed: bool = False) -> None:
+        self.units += 1
+        self.docs += r.docs
+        self.tokens += r.tokens
+        self.bytes += r.bytes
+        if resumed:
+            self.done_before += r.bytes
+        now = time.monotonic()
+        if now - self.last >= self.every or self.units == self.total_units:
+            self.last = now
+            self.show(now)
+
+    def show(self, now: float) -> None:
+        rate = (self.bytes - self.done_before) / max(now - self.t0, 1e-9)
+        left = max(self.total_bytes - self.bytes, 0)
+        eta = time.strftime("%H:%M:%S", time.gmtime(left / rate)) if rate > 0 else "?"
+        line = (f"tokenize: {self.units}/{self.total_units} shards, {self.docs:,} documents, "
+                f"{self.tokens:,} tokens, {rate / 1e6:.1f} MB/s, "
+                f"{self.tokens / max(now - self.t0, 1e-9):,.0f} tokens/s, ETA {eta}")
+        if self.tty:
+            end = "\n" if self.units == self.total_units else ""
+            print("\r" + line, end=end, file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+
+
+def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field: str = "text",
+                    processes: int | None = None, skip_bad: bool = False,
+                    unit_bytes: int = 64 << 20, progress_every: float = 5.0,
+                    echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Tokenize ``inputs`` into ``out``; returns the index. Resumes a run that stopped."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        tok = _tokenizer(tokenizer)
+    except ConfigError as err:
+        raise UsageError(f"{err.source}: {err.message}") from None
+    files = input_files(inputs)
+    readable, unreadable = [], []
+    for f in files:
+        if os.access(f, os.R_OK):
+            readable.append(f)
+        elif skip_bad:
+            unreadable.append(f"{f}: cannot read: permission denied")
+        else:
+            raise SlurmtrainError(f"{f}: cannot read: permission denied")
+    files = readable
+    ident = shards.tokenizer_identity(tok)
+    dtype = shards.token_dtype(tok.vocab_size)
+    units = plan_units(files, unit_bytes)
+    plan = {"format": shards.FORMAT, "version": shards.VERSION, "dtype": dtype, "tokenizer": ident,
+            "field": text_field, "unit_bytes": unit_bytes,
+            "inputs": [{"path": str(f.resolve()), "size": f.stat().st_size,
+                        "mtime": f.stat().st_mtime} for f in files],
+            "units": [u.__dict__ for u in units]}
+    (out / "shards").mkdir(parents=True, exist_ok=True)
+    plan_file = out / "plan.json"
+    if plan_file.exists():
+        if json.loads(plan_file.read_text()) != json.loads(json.dumps(plan)):
+            raise UsageError(f"{out} holds a tokenization of other inputs or with another tokenizer "
+                             "or options; remove it or choose another --out")
+        if (out / shards.INDEX).exists():
+            echo(f"{out} is complete already")
+            return json.loads((out / shards.INDEX).read_text())
+    else:
+        shards.write_json(plan_file, plan)
+
+    progress = Progress(len(units), sum(p["size"] for p in plan["inputs"]), progress_every)
+    results: dict[str, Result] = {}
+    todo = []
+    for u in units:
+        done = out / "shards" / f"{u.name}.json"
+        if done.exists():
+            results[u.name] = Result(**json.loads(done.read_text()))
+            progress.add(results[u.name], resumed=True)
+        else:
+            todo.append((u, str(out), tokenizer, text_field, skip_bad, dtype))
+    if len(results):
+        echo(f"resuming: {len(results)} of {len(units)} shards done already")
+    n_proc = max(1, min(processes or os.cpu_count() or 1, len(todo) or 1))
+    if n_proc == 1:
+        for job in todo:
+            results[job[0].name] = r = tokenize_unit(job)
+            progress.add(r)
+    else:
+        ctx = multiprocessing.get_context("spawn")  # no fork of a parent's tokenizer threads
+        with ctx.Pool(n_proc, initializer=_init_worker) as pool:
+            # in order: the first bad line reported is the first in the corpus, whatever finished first
+            for r in pool.imap(tokenize_unit, todo):
+                results[r.name] = r
+                progress.add(r)
+
+    ordered = [results[u.name] for u in units]
+    n_docs = sum(r.docs for r in ordered)
+    n_skipped = sum(r.n_skipped for r in ordered) + len(unreadable)
+    skipped = (unreadable + [s for r in ordered for s in r.skipped])[:MAX_SKIPPED_SHOWN]
+    if n_docs == 0:
+        raise SlurmtrainError(f"no documents in {', '.join(map(str, inputs))}"
+                              + (f" ({n_skipped} bad lines skipped)" if n_skipped else ""))
+    index = {k: plan[k] for k in ("format", "version", "dtype", "tokenizer", "field", "inputs")}
+    index["shards"] = [{"name": u.name, "input": u.input, "start": u.start, "end": u.end,
+                        "docs": r.docs, "tokens": r.tokens} for u, r in zip(units, ordered)]
+    index.update(n_docs=n_docs, n_tokens=sum(r.tokens for r in ordered), n_skipped=n_skipped,
+                 skipped=skipped)
+    shards.write_json(out / shards.INDEX, index)
+    return index

@@ -1,0 +1,216 @@
+"""`slurmtrain tokenize`: shards that do not depend on the number of processes, equal to
+tokenizing each document alone, resumable, with one-line errors naming file and line; and
+the trainer's data module reading them like the raw files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.train import shards
+from slurmtrain.train.tokenizer import load_tokenizer
+
+REPO = Path(__file__).resolve().parents[2]
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """Two jsonl files (one gzipped), a txt file and a BPE tokenizer.json."""
+    d = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    docs = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 60))) for _ in range(1500)]
+    (d / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:1000]))
+    with gzip.open(d / "b.jsonl.gz", "wt") as fh:
+        fh.write("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(docs[1000:])))
+    (d / "c.txt").write_text("a plain text file\nof two lines\n")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([str(d / "a.jsonl")], trainers.BpeTrainer(vocab_size=120,
+                                                        special_tokens=["<s>", "</s>", "[UNK]"]))
+    tok.save(str(d / "tokenizer.json"))
+    return d
+
+
+def run(*args: str, ok: bool = True):
+    res = CliRunner().invoke(main, ["tokenize", *args])
+    if ok:
+        assert res.exit_code == 0, res.output
+    return res
+
+
+def shard_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((out / "shards").iterdir())
+            if p.suffix in (".bin", ".idx")}
+
+
+def all_docs(d: Path) -> list[str]:
+    docs = [json.loads(line)["text"] for line in (d / "a.jsonl").read_text().splitlines()]
+    with gzip.open(d / "b.jsonl.gz", "rt") as fh:
+        docs += [json.loads(line)["text"] for line in fh]
+    return docs + [(d / "c.txt").read_text()]
+
+
+def test_two_processes_write_the_same_shards_as_one_and_as_each_document_alone(corpus, tmp_path):
+    common = [str(corpus / "a.jsonl"), str(corpus / "b.jsonl.gz"), str(corpus / "c.txt"),
+              "--tokenizer", str(corpus / "tokenizer.json"), "--shard-mb", "0.01"]
+    run(*common, "--out", str(tmp_path / "one"), "-j", "1")
+    run(*common, "--out", str(tmp_path / "two"), "-j", "2")
+    one = shard_bytes(tmp_path / "one")
+    assert len(one) > 6 and one == shard_bytes(tmp_path / "two")  # several byte ranges of a.jsonl
+    index = shards.read_index(tmp_path / "one", "test")
+    assert index["dtype"] == "uint16" and index["n_docs"] == 1501
+    assert [Path(i["path"]).name for i in index["inputs"]] == ["a.jsonl", "b.jsonl.gz", "c.txt"]
+    assert index["tokenizer"]["sha256"] == shards.file_sha256(corpus / "tokenizer.json")
+    assert {"size", "mtime"} <= set(index["inputs"][0])
+
+    tok = load_tokenizer(str(corpus / "tokenizer.json"))
+    stream = shards.ShardTokens(tmp_path / "one", index)
+    assert len(stream) == index["n_tokens"]
+    docs = all_docs(corpus)
+    ends = np.concatenate([np.fromfile(tmp_path / "one" / "shards" / f"{s['name']}.idx", np.int64) + start
+                           for s, start in zip(index["shards"], np.cumsum(
+                               [0] + [s["tokens"] for s in index["shards"]]))])
+    starts = np.concatenate([[0], ends[:-1]])
+    for i in [0, 1, 499, 500, 999, 1000, 1001, 1499, 1500] + random.Random(1).sample(range(1501), 30):
+        want = [tok.bos_id, *tok.encode_batch([docs[i]])[0], tok.eos_id]
+        assert stream[starts[i]:ends[i]].tolist() == want, i
+    # a read across a shard boundary
+    first = index["shards"][0]["tokens"]
+    assert stream[first - 3:first + 3].tolist() == (
+        np.fromfile(tmp_path / "one/shards/00000.bin", np.uint16)[-3:].tolist()
+        + np.fromfile(tmp_path / "one/shards/00001.bin", np.uint16)[:3].tolist())
+
+
+def test_bad_input_names_file_and_line(corpus, tmp_path):
+    tok = ["--tokenizer", str(corpus / "tokenizer.json")]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n\n{"text": "fine"\n{"content": "x"}\n{"text": 3}\n')
+    res = run(str(bad), *tok, "--out", str(tmp_path / "o"), ok=False)
+    assert res.exit_code == 1
+    assert res.output.strip() == f"slurmtrain: error: {bad}:3: not JSON (Expecting ',' delimiter)"
+    # the same line found in the second byte range (of 17 bytes) of the file
+    res = run(str(bad), *tok, "--out", str(tmp_path / "o2"), "--shard-mb", "0.000017", ok=False)
+    assert f"{bad}:3: not JSON" in res.output
+    res = run(str(bad), *tok, "--out", str(tmp_path / "o3"), "--skip-bad")
+    assert "skipped 3 bad lines" in res.output
+    assert f'{bad}:4: no "text" field (--field names another)' in res.output
+    assert f'{bad}:5: "text" is a int, not a string' in res.output
+    assert ": 1 documents," in res.output
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    res = run(str(empty), *tok, "--out", str(tmp_path / "o4"), ok=False)
+    assert res.output.strip() == f"slurmtrain: error: no documents in {empty}"
+    res = run(str(tmp_path / "missing.jsonl"), *tok, "--out", str(tmp_path / "o5"), ok=False)
+    assert "no such file or folder" in res.output and res.exit_code == 2
+    (tmp_path / "broken.json").write_text("{")
+    res = run(str(bad), "--tokenizer", str(tmp_path / "broken.json"), "--out", str(tmp_path / "o6"),
+              ok=False)
+    assert res.exit_code == 2 and "broken.json: cannot read tokenizer" in res.output
+    trunc = tmp_path / "trunc.jsonl.gz"
+    trunc.write_bytes(gzip.compress(b'{"text": "x"}\n' * 100)[:-20])
+    res = run(str(trunc), *tok, "--out", str(tmp_path / "o7"), ok=False)
+    assert f"{trunc}: cannot read" in res.output
+    if os.geteuid() != 0:  # root reads anything
+        locked = tmp_path / "locked.jsonl"
+        locked.write_text('{"text": "x"}\n')
+        locked.chmod(0)
+        res = run(str(locked), *tok, "--out", str(tmp_path / "o8"), ok=False)
+        assert f"{locked}: cannot read: permission denied" in res.output
+
+
+def test_field_and_zstd(corpus, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    z = tmp_path / "d.jsonl.zst"
+    z.write_bytes(zstandard.ZstdCompressor().compress(
+        b"".join(json.dumps({"body": f"alpha beta {i}"}).encode() + b"\n" for i in range(50))))
+    res = run(str(z), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "--field", "body")
+    assert "50 documents" in res.output
+    index = shards.read_index(tmp_path / "o", "test")
+    stream = shards.ShardTokens(tmp_path / "o", index)
+    assert bytes(stream[1:13].astype(np.uint8)) == b"alpha beta 0"
+
+
+def test_interrupted_tokenize_resumes_to_the_same_result(corpus, tmp_path):
+    """Killed mid-way (after some shards), run again: finished shards are kept and the
+    result is byte-identical to an uninterrupted run."""
+    args = [sys.executable, "-c", "from slurmtrain.cli import main; main()", "tokenize"]
+    common = [str(corpus / "a.jsonl"), "--tokenizer", str(corpus / "tokenizer.json"),
+              "--shard-mb", "0.002", "-j", "1", "--progress-every", "0"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(args + common + ["--out", str(out)], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # a progress line per shard: kill after the 5th
+        if line.startswith("tokenize: 5/"):
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait()
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "index.json").exists()
+    done = len(list((out / "shards").glob("*.json")))
+    total = len(json.loads((out / "plan.json").read_text())["units"])
+    assert 5 <= done < total
+    res = run(*common, "--out", str(out))
+    assert f"resuming: {done} of {total} shards done already" in res.output
+    run(*common, "--out", str(tmp_path / "straight"))
+    assert shard_bytes(out) == shard_bytes(tmp_path / "straight")
+    assert (json.loads((out / "index.json").read_text())
+            == json.loads((tmp_path / "straight" / "index.json").read_text()))
+    res = run(str(corpus / "c.txt"), "--tokenizer", "bytes", "--out", str(out), ok=False)
+    assert "holds a tokenization of other inputs" in res.output
+
+
+@pytest.mark.torch
+def test_trainer_data_reads_shards_like_the_raw_files(corpus, tmp_path):
+    """Same sequences, same held-out split, same order, from shards and from raw text; and
+    a tokenizer that differs from the index's is refused, naming both."""
+    pytest.importorskip("torch")
+    from slurmtrain.errors import ConfigError
+    from slurmtrain.train import data
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("a.jsonl", "c.txt"):
+        (raw / name).write_bytes((corpus / name).read_bytes())
+    run(str(raw), "--tokenizer", str(corpus / "tokenizer.json"), "--out", str(tmp_path / "tok"),
+        "--shard-mb", "0.01")
+    tok = load_tokenizer(str(corpus / "tokenizer.json"))
+    a = data.load_corpus(raw, tok, 31, 0.05, 3, "test")
+    b = data.load_corpus(tmp_path / "tok", tok, 31, 0.05, 3, "test")
+    assert (a.n_docs, a.n_tokens, len(a.train), len(a.val)) == (b.n_docs, b.n_tokens, len(b.train), len(b.val))
+    assert np.array_equal(a.val[range(len(a.val))], b.val[range(len(b.val))])
+    for world in (1, 2):
+        sa = [data.TrainStream(a.train, 3, r, world, 2) for r in range(world)]
+        sb = [data.TrainStream(b.train, 3, r, world, 2) for r in range(world)]
+        for _ in range(5):
+            for x, y in zip(sa, sb):
+                assert all(np.array_equal(p.numpy(), q.numpy())
+                           for p, q in zip(x.next_step(2), y.next_step(2)))
+    with pytest.raises(ConfigError, match=r"was tokenized with .*tokenizer.json \(sha256 [0-9a-f]{12}\), "
+                                          r"but the recipe's tokenizer is bytes"):
+        data.load_corpus(tmp_path / "tok", load_tokenizer(None), 31, 0.05, 3, "test")
+
+
+def test_tokenize_does_not_import_torch(corpus, tmp_path):
+    code = ("import sys; from slurmtrain.cli import main\n"
+            "try: main(['tokenize', sys.argv[1], '--tokenizer', 'bytes', '--out', sys.argv[2], '-j', '1'])\n"
+            "except SystemExit: pass\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(corpus / "c.txt"), str(tmp_path / "o")],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.splitlines()[-1] == "False", out.stderr
