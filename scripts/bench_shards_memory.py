@@ -4,7 +4,7 @@ Writes two synthetic tokenized corpora in the format of ``slurmtrain tokenize``
 (``slurmtrain/train/shards.py``; random byte-level tokens, documents of 200 to 2000 tokens):
 a small one (``--small-mb``, default 20 MB of shards) and a big one (``--big-gb``, default
 2.1 GB), then runs the trainer (``tiny-demo`` recipe, one process, a few steps) on each,
-alternating, and reports each run's peak RSS (``wait4``) and the time from start to the first
+alternating, and reports each run's peak RSS (the process's ``VmHWM``, polled) and the time from start to the first
 metrics line. The corpora are written under ``--dir`` (default: a temporary folder, removed).
 
     python scripts/bench_shards_memory.py [--big-gb 2.1] [--small-mb 20] [--rounds 2] [--steps 3]
@@ -75,15 +75,23 @@ def run_trainer(data: Path, work: Path, steps: int) -> tuple[float, float]:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     first = None
     metrics = run_dir / "metrics.jsonl"
-    while proc.poll() is None and first is None:
-        if metrics.exists() and any("loss" in json.loads(line) for line in metrics.read_text().splitlines()):
+    hwm = 0
+    while proc.poll() is None:
+        # VmHWM: the trainer process's own peak RSS (wait4's ru_maxrss would also count
+        # any child it ran)
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            hwm = max(hwm, int(next(x for x in status.splitlines() if x.startswith("VmHWM")).split()[1]))
+        except (OSError, StopIteration):
+            pass
+        if first is None and metrics.exists() and any(
+                "loss" in json.loads(line) for line in metrics.read_text().splitlines()):
             first = time.monotonic() - t0
         time.sleep(0.02)
-    _, status, usage = os.wait4(proc.pid, 0)
     err = proc.stderr.read().decode()
-    if os.waitstatus_to_exitcode(status) != 0:
+    if proc.returncode != 0:
         raise SystemExit(f"trainer failed on {data}:\n{err[-3000:]}")
-    return usage.ru_maxrss / 1024, first if first is not None else float("nan")
+    return hwm / 1024, first if first is not None else float("nan")
 
 
 def main() -> None:
@@ -92,13 +100,15 @@ def main() -> None:
     ap.add_argument("--small-mb", type=float, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--dir", type=Path, default=None,
+                    help="write the corpora here and keep them (default: a temporary folder)")
     a = ap.parse_args()
     base = a.dir or Path(tempfile.mkdtemp(prefix="bench-shards-"))
     try:
         t = time.monotonic()
-        small = synthetic_corpus(base / "small", int(a.small_mb * 1e6))
-        big = synthetic_corpus(base / "big", int(a.big_gb * 1e9))
+        small, big = (shards.read_index(base / n, "bench") if (base / n / "index.json").exists()
+                      else synthetic_corpus(base / n, int(size))
+                      for n, size in (("small", a.small_mb * 1e6), ("big", a.big_gb * 1e9)))
         print(f"corpora: small {small['n_tokens'] * 2 / 1e6:.0f} MB ({small['n_tokens']:,} tokens), "
               f"big {big['n_tokens'] * 2 / 1e9:.2f} GB ({big['n_tokens']:,} tokens, "
               f"{len(big['shards'])} shards), written in {time.monotonic() - t:.0f} s", flush=True)

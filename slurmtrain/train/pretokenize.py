@@ -201,12 +201,14 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
             pending: list[str] = []
 
             def flush() -> None:
+                if not pending:
+                    return
+                parts = []
                 for ids in tok.encode_batch(pending):
-                    fh.write(bos.tobytes())
-                    fh.write(ids.astype(dtype).tobytes())
-                    fh.write(eos.tobytes())
+                    parts += (bos, ids, eos)
                     res.tokens += len(ids) + 2
                     ends.append(res.tokens)
+                fh.write(np.concatenate(parts).astype(dtype, copy=False).tobytes())
                 pending.clear()
 
             for text in read_unit(unit, text_field, skip_bad, res):
