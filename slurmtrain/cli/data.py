@@ -30,10 +30,15 @@ from .base import main
               help="Count and report bad lines and unreadable files instead of stopping.")
 @click.option("--shard-mb", type=click.FloatRange(min=1e-6), default=64.0, show_default=True,
               help="Plain .jsonl files are cut into pieces of this many MB, one shard each.")
+@click.option("--part", default=None, metavar="P/N",
+              help="Only the P-th of N groups of shards (1-based), for one task of a Slurm array "
+                   "(--part $((SLURM_ARRAY_TASK_ID + 1))/$SLURM_ARRAY_TASK_COUNT); no index. Run the "
+                   "command without --part afterwards to write the index.")
 @click.option("--progress-every", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between progress lines.")
 def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: str,
-             processes: int | None, skip_bad: bool, shard_mb: float, progress_every: float) -> None:
+             processes: int | None, skip_bad: bool, shard_mb: float, part: str | None,
+             progress_every: float) -> None:
     """Tokenize INPUT... (.jsonl, .txt, and .gz/.zst of them; folders are searched) into
     token shards that the trainer memory-maps.
 
@@ -49,10 +54,25 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
     index = tokenize_corpus(list(inputs), tokenizer, out, text_field=text_field,
                             processes=processes, skip_bad=skip_bad,
                             unit_bytes=max(1, int(shard_mb * 1e6)), progress_every=progress_every,
-                            echo=click.echo)
+                            part=_part(part), echo=click.echo)
+    if index is None:
+        return
     click.echo(f"wrote {out}: {index['n_docs']:,} documents, {index['n_tokens']:,} tokens "
                f"({index['dtype']}) in {len(index['shards'])} shards")
     if index["n_skipped"]:
         click.echo(f"skipped {index['n_skipped']} bad lines or files; the first:", err=True)
         for s in index["skipped"]:
             click.echo(f"  {s}", err=True)
+
+
+def _part(value: str | None) -> tuple[int, int] | None:
+    """"P/N" (1-based) -> (P - 1, N)."""
+    if value is None:
+        return None
+    try:
+        p, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise UsageError(f"--part {value}: expected P/N, e.g. 1/4") from None
+    if not 1 <= p <= n:
+        raise UsageError(f"--part {value}: P must be between 1 and N")
+    return p - 1, n

@@ -272,8 +272,13 @@ class Progress:
 def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field: str = "text",
                     processes: int | None = None, skip_bad: bool = False,
                     unit_bytes: int = 64 << 20, progress_every: float = 5.0,
-                    echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Tokenize ``inputs`` into ``out``; returns the index. Resumes a run that stopped."""
+                    part: tuple[int, int] | None = None,
+                    echo: Callable[[str], None] = print) -> dict[str, Any] | None:
+    """Tokenize ``inputs`` into ``out``; returns the index. Resumes a run that stopped.
+
+    ``part = (p, n)``: only the p-th of n contiguous groups of shards (0-based; a task of a
+    Slurm array), no index; the same call without ``part`` then finds every shard done and
+    writes the index."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         tok = _tokenizer(tokenizer)
@@ -309,10 +314,13 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
     else:
         shards.write_json(plan_file, plan)
 
-    progress = Progress(len(units), sum(p["size"] for p in plan["inputs"]), progress_every)
+    mine = units
+    if part:
+        mine = units[part[0] * len(units) // part[1]:(part[0] + 1) * len(units) // part[1]]
+    progress = Progress(len(mine), sum(p["size"] for p in plan["inputs"]), progress_every)
     results: dict[str, Result] = {}
     todo = []
-    for u in units:
+    for u in mine:
         done = out / "shards" / f"{u.name}.json"
         if done.exists():
             results[u.name] = Result(**json.loads(done.read_text()))
@@ -320,7 +328,7 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
         else:
             todo.append((u, str(out), tokenizer, text_field, skip_bad, dtype))
     if len(results):
-        echo(f"resuming: {len(results)} of {len(units)} shards done already")
+        echo(f"resuming: {len(results)} of {len(mine)} shards done already")
     n_proc = max(1, min(processes or os.cpu_count() or 1, len(todo) or 1))
     if n_proc == 1:
         for job in todo:
@@ -334,6 +342,10 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
                 results[r.name] = r
                 progress.add(r)
 
+    if part:
+        echo(f"part {part[0] + 1} of {part[1]}: shards {mine[0].name if mine else '-'} to "
+             f"{mine[-1].name if mine else '-'} done ({len(mine)} of {len(units)})")
+        return None
     ordered = [results[u.name] for u in units]
     n_docs = sum(r.docs for r in ordered)
     n_skipped = sum(r.n_skipped for r in ordered) + len(unreadable)

@@ -66,7 +66,7 @@ def is_tokenized(path: Path) -> bool:
 
 def write_json(path: Path, obj: Any) -> None:
     """Atomically: a reader (or a resumed run) never sees half a file."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # array tasks may write plan.json together
     tmp.write_text(json.dumps(obj, indent=1) + "\n")
     os.replace(tmp, path)
 

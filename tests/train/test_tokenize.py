@@ -214,3 +214,19 @@ def test_tokenize_does_not_import_torch(corpus, tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(corpus / "c.txt"), str(tmp_path / "o")],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert out.stdout.splitlines()[-1] == "False", out.stderr
+
+
+def test_parts_then_the_index_equal_one_run(corpus, tmp_path):
+    """What each task of a Slurm array does (--part P/N), then the same command without
+    --part writes the index: the same result as one run."""
+    common = [str(corpus / "a.jsonl"), str(corpus / "c.txt"), "--tokenizer",
+              str(corpus / "tokenizer.json"), "--shard-mb", "0.05", "-j", "1"]
+    for p in (2, 1, 3):
+        res = run(*common, "--out", str(tmp_path / "parts"), "--part", f"{p}/3")
+        assert f"part {p} of 3: shards" in res.output
+    assert not (tmp_path / "parts" / "index.json").exists()
+    res = run(*common, "--out", str(tmp_path / "parts"))
+    assert "resuming: 5 of 5 shards done already" in res.output
+    run(*common, "--out", str(tmp_path / "one"))
+    assert shard_bytes(tmp_path / "parts") == shard_bytes(tmp_path / "one")
+    assert run(*common, "--out", str(tmp_path / "x"), "--part", "4/3", ok=False).exit_code == 2
