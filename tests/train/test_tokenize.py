@@ -230,3 +230,12 @@ def test_parts_then_the_index_equal_one_run(corpus, tmp_path):
     run(*common, "--out", str(tmp_path / "one"))
     assert shard_bytes(tmp_path / "parts") == shard_bytes(tmp_path / "one")
     assert run(*common, "--out", str(tmp_path / "x"), "--part", "4/3", ok=False).exit_code == 2
+
+
+@pytest.mark.torch
+def test_a_big_raw_corpus_points_at_tokenize(corpus, monkeypatch, caplog):
+    pytest.importorskip("torch")
+    from slurmtrain.train import data
+    monkeypatch.setattr(data, "RAW_WARN_BYTES", 1000)
+    data.load_corpus(corpus / "a.jsonl", load_tokenizer(None), 31, 0.05, 3, "test")
+    assert "tokenize it once with `slurmtrain tokenize`" in caplog.text
