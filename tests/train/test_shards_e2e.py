@@ -39,17 +39,28 @@ def test_shards_train_like_the_raw_jsonl(on_shards, tmp_path):
     assert sorted(got) == list(range(1, 21)) and got == losses(tmp_path / "run")
 
 
-def test_resume_from_shards_at_another_world_size(on_shards, tmp_path):
-    """Stopped at step 10 on two ranks, resumed on one: steps 11-20 train on the same
-    sequences (the loss matches up to the order of the gradient sums)."""
-    recipe = setup_run(tmp_path, steps=20)
-    args = ["--recipe", str(recipe), "--run-dir", "run", "--data-path", tokenize(tmp_path)]
-    first = train(args + ["--set", "debug.stop_at_step=10"], tmp_path, nproc=2)
+def test_resume_from_shards_exact_and_at_another_world_size(on_shards, tmp_path):
+    """Stopped at step 10 on two ranks, then resumed on two ranks: the same loss at every step
+    as the uninterrupted run. Resumed on one rank instead (a copy of the stopped run): steps
+    11-20 train on the same sequences (the loss matches up to the order of gradient sums)."""
+    import shutil
+    work = tmp_path / "two"
+    recipe = setup_run(work, steps=20)
+    args = ["--recipe", str(recipe), "--run-dir", "run", "--data-path", tokenize(work)]
+    first = train(args + ["--set", "debug.stop_at_step=10"], work, nproc=2)
     assert 75 in rank_exit_codes(first) <= {75, -15}, show(first)
-    second = train(args, tmp_path, nproc=1)
-    assert second.returncode == 0, show(second)
-    assert ("resumed", 10) in events(tmp_path / "run")
-    ref, got = losses(on_shards / "run"), losses(tmp_path / "run")
-    assert sorted(got) == list(range(1, 21))
-    assert all(got[s] == ref[s] for s in range(1, 11))
-    assert [got[s] for s in range(11, 21)] == pytest.approx([ref[s] for s in range(11, 21)], rel=1e-4)
+    shutil.copytree(work, tmp_path / "one")
+    ref = losses(on_shards / "run")
+    for where, nproc in ((work, 2), (tmp_path / "one", 1)):
+        again = train(["--recipe", str(where / "recipe.toml"), "--run-dir", "run", "--data-path",
+                       str(where / "tok")], where, nproc=nproc)
+        assert again.returncode == 0, show(again)
+        assert ("resumed", 10) in events(where / "run")
+        got = losses(where / "run")
+        assert sorted(got) == list(range(1, 21))
+        if nproc == 2:
+            assert got == ref
+        else:
+            assert all(got[s] == ref[s] for s in range(1, 11))
+            assert [got[s] for s in range(11, 21)] == pytest.approx([ref[s] for s in range(11, 21)],
+                                                                    rel=1e-4)
