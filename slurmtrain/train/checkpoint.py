@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import time
@@ -27,7 +28,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.checkpoint.stateful import Stateful
 
 from .. import events
@@ -94,14 +95,21 @@ class _ModelState(Stateful):
 
 
 class _OptimState(Stateful):
-    def __init__(self, model: torch.nn.Module, optim: torch.optim.Optimizer):
+    """The optimizer's state keyed by parameter name, hyper-parameters included
+    (``state.<name>.exp_avg``, ``param_groups.<name>.lr``): no key depends on which
+    parameters a rank holds, so a checkpoint loads on another pipeline layout.
+    ``flatten=False`` reads checkpoints saved before (``param_groups.0.params``: the names
+    one rank held, which differ between pipeline stages)."""
+
+    def __init__(self, model: torch.nn.Module, optim: torch.optim.Optimizer, flatten: bool = True):
         self.model, self.optim = model, optim
+        self.options = StateDictOptions(flatten_optimizer_state_dict=flatten)
 
     def state_dict(self) -> dict[str, Any]:
-        return get_optimizer_state_dict(self.model, self.optim)
+        return get_optimizer_state_dict(self.model, self.optim, options=self.options)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_optimizer_state_dict(self.model, self.optim, state)
+        set_optimizer_state_dict(self.model, self.optim, state, options=self.options)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -215,6 +223,8 @@ class Checkpointer:
             # Saved with fewer ranks: this rank keeps its fresh RNG state.
             log.warning("checkpoint %s has no RNG state for rank %d", path, self.rank)
             del state["rng"]
+        if any(re.match(r"optim\.param_groups\.\d+\.", k) for k in available):
+            state["optim"] = _OptimState(self.model, self.optim, flatten=False)  # older format
         dcp.load(state, checkpoint_id=str(path))
         self.data.load_state_dict(state["train"]["data"])
         self.scheduler.load_state_dict(state["train"]["scheduler"])

@@ -161,3 +161,34 @@ def test_gen_with_a_recipe_stays_torch_free(work):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=work,
                          env=env, check=True).stdout.strip()
     assert out == "", f"gen --recipe imported: {out}"
+
+
+PIPELINE = "\n[pipeline]\n{}\n"
+
+
+@pytest.mark.parametrize("keys, expected", [
+    # local: 2 nodes x 2 processes = world size 4; the tiny preset has 2 blocks
+    ("stages = 4", "pipeline.stages: 4 stages x 1 per rank = 4 model chunks, but the model has "
+                   "2 blocks (model.n_layers)"),
+    ("stages = 3", "pipeline.stages: world size 4 (2 nodes x 2 processes "
+                                          "per node, from profile local) is not divisible by 3 stages"),
+    ('stages = 2\nschedule = "zero-bubble"', "pipeline.schedule: expected one of"),
+    ("stages = 2\nmicrobatches = 1", "pipeline.microbatches: 1 micro-batches per step, fewer than "
+                                     "the 2 stages schedule 1f1b needs"),
+    ('stages = 2\nschedule = "interleaved-1f1b"', "pipeline.stages_per_rank: 1: schedule "
+                                                  "interleaved-1f1b needs 2 or more"),
+])
+def test_pipeline_keys_are_checked_against_the_profiles_world(work, keys, expected):
+    corpus(work / "corpus.jsonl")
+    path = recipe(work / "r.toml", extra=PIPELINE.format(keys))
+    path.write_text(path.read_text().replace('preset = "tiny"', 'preset = "tiny"\nn_layers = 4')
+                    if "stages = 3" in keys else path.read_text())
+    r = str(path)
+    line = one_error(gen("-p", "local", "--recipe", r))
+    assert f"{work / 'r.toml'}: {expected}" in line, line
+
+
+def test_a_pipeline_that_fits_the_world_passes(work):
+    corpus(work / "corpus.jsonl")
+    r = str(recipe(work / "r.toml", extra=PIPELINE.format('stages = 2\nschedule = "gpipe"')))
+    assert gen("-p", "local", "--recipe", r).exit_code == 0
