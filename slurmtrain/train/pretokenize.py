@@ -116,8 +116,11 @@ def _lines_before(path: str, offset: int) -> int:
     return n
 
 
-def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result) -> Iterator[str]:
-    """The unit's documents; a bad line raises (or, with ``skip_bad``, is counted in ``res``)."""
+def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result,
+              seen: list[int] | None = None) -> Iterator[str]:
+    """The unit's documents; a bad line raises (or, with ``skip_bad``, is counted in ``res``).
+    ``seen[0]``: bytes of a plain .jsonl read so far (for progress)."""
+    seen = seen if seen is not None else [0]
     base: list[int] = []  # line number of the unit's first line, found lazily
     first = [unit.start]  # byte offset of the unit's first line
 
@@ -144,13 +147,15 @@ def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result) -> Itera
                 fh.readline()  # the rest of a line that began in the previous unit
             pos, end = fh.tell(), unit.end if unit.end >= 0 else float("inf")
             first[0] = pos
-            k = 0
+            k, plain = 0, unit.path.endswith(".jsonl")
             while pos < end:
                 line = fh.readline()
                 if not line:
                     break
                 k += 1
                 pos += len(line)
+                if plain:  # a compressed file's position is in decompressed bytes
+                    seen[0] = pos - unit.start
                 if not line.strip():
                     continue
                 try:
@@ -178,6 +183,9 @@ def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result) -> Itera
 
 
 _TOK: dict[str, Any] = {}
+# Where a unit reports how far it got (name, documents, tokens, bytes) after each batch:
+# a queue to the parent in a worker process, the progress display itself in-process.
+_REPORT: Callable[[tuple[str, int, int, int]], None] | None = None
 
 
 def _tokenizer(spec: str) -> Any:
@@ -195,6 +203,7 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
     d = Path(out) / "shards"
     tmp_bin = d / f"{unit.name}.bin.tmp"
     ends: list[int] = []
+    seen = [0]
     bos, eos = np.array([tok.bos_id], dtype), np.array([tok.eos_id], dtype)
     try:
         with tmp_bin.open("wb") as fh:
@@ -210,8 +219,10 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
                     ends.append(res.tokens)
                 fh.write(np.concatenate(parts).astype(dtype, copy=False).tobytes())
                 pending.clear()
+                if _REPORT is not None:
+                    _REPORT((unit.name, len(ends), res.tokens, seen[0]))
 
-            for text in read_unit(unit, text_field, skip_bad, res):
+            for text in read_unit(unit, text_field, skip_bad, res, seen):
                 pending.append(text)
                 if len(pending) >= _BATCH:
                     flush()
@@ -228,9 +239,11 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
     return res
 
 
-def _init_worker() -> None:
+def _init_worker(queue: Any) -> None:
+    global _REPORT
     # One process per core: the tokenizer's own thread pool would oversubscribe them.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _REPORT = queue.put
 
 
 class Progress:
@@ -241,27 +254,44 @@ class Progress:
         self.t0 = self.last = time.monotonic()
         self.tty = stream.isatty()
         self.units = self.docs = self.tokens = self.bytes = 0
-        self.done_before = 0  # bytes of shards found finished (resume): not in the rate
+        self.bytes_before = self.tokens_before = 0  # shards found finished (resume): not in rates
+        self.running: dict[str, tuple[int, int, int]] = {}  # unfinished units: docs, tokens, bytes
+        self.finished: set[str] = set()
+
+    def partial(self, report: tuple[str, int, int, int]) -> None:
+        if report[0] not in self.finished:  # a worker's report may come after its result
+            self.running[report[0]] = report[1:]
+            self.maybe_show()
 
     def add(self, r: Result, resumed: bool = False) -> None:
+        self.running.pop(r.name, None)
+        self.finished.add(r.name)
         self.units += 1
         self.docs += r.docs
         self.tokens += r.tokens
         self.bytes += r.bytes
         if resumed:
-            self.done_before += r.bytes
+            self.bytes_before += r.bytes
+            self.tokens_before += r.tokens
+        self.maybe_show(force=self.units == self.total_units)
+
+    def maybe_show(self, force: bool = False) -> None:
         now = time.monotonic()
-        if now - self.last >= self.every or self.units == self.total_units:
+        if force or now - self.last >= self.every:
             self.last = now
             self.show(now)
 
     def show(self, now: float) -> None:
-        rate = (self.bytes - self.done_before) / max(now - self.t0, 1e-9)
-        left = max(self.total_bytes - self.bytes, 0)
+        docs, tokens, n_bytes = (self.docs + sum(d for d, _, _ in self.running.values()),
+                                 self.tokens + sum(t for _, t, _ in self.running.values()),
+                                 self.bytes + sum(b for _, _, b in self.running.values()))
+        dt = max(now - self.t0, 1e-9)
+        rate = (n_bytes - self.bytes_before) / dt
+        left = max(self.total_bytes - n_bytes, 0)
         eta = time.strftime("%H:%M:%S", time.gmtime(left / rate)) if rate > 0 else "?"
-        line = (f"tokenize: {self.units}/{self.total_units} shards, {self.docs:,} documents, "
-                f"{self.tokens:,} tokens, {rate / 1e6:.1f} MB/s, "
-                f"{self.tokens / max(now - self.t0, 1e-9):,.0f} tokens/s, ETA {eta}")
+        line = (f"tokenize: {self.units}/{self.total_units} shards, {docs:,} documents, "
+                f"{tokens:,} tokens, {rate / 1e6:.1f} MB/s, "
+                f"{(tokens - self.tokens_before) / dt:,.0f} tokens/s, ETA {eta}")
         if self.tty:
             end = "\n" if self.units == self.total_units else ""
             print("\r" + line, end=end, file=self.stream, flush=True)
@@ -330,15 +360,30 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
     if len(results):
         echo(f"resuming: {len(results)} of {len(mine)} shards done already")
     n_proc = max(1, min(processes or os.cpu_count() or 1, len(todo) or 1))
+    global _REPORT
     if n_proc == 1:
-        for job in todo:
-            results[job[0].name] = r = tokenize_unit(job)
-            progress.add(r)
+        _REPORT = progress.partial
+        try:
+            for job in todo:
+                results[job[0].name] = r = tokenize_unit(job)
+                progress.add(r)
+        finally:
+            _REPORT = None
     else:
         ctx = multiprocessing.get_context("spawn")  # no fork of a parent's tokenizer threads
-        with ctx.Pool(n_proc, initializer=_init_worker) as pool:
+        queue = ctx.Queue()
+        with ctx.Pool(n_proc, initializer=_init_worker, initargs=(queue,)) as pool:
             # in order: the first bad line reported is the first in the corpus, whatever finished first
-            for r in pool.imap(tokenize_unit, todo):
+            it = pool.imap(tokenize_unit, todo)
+            for _ in todo:
+                while True:
+                    while not queue.empty():
+                        progress.partial(queue.get())
+                    try:
+                        r = it.next(timeout=0.5)
+                        break
+                    except multiprocessing.TimeoutError:
+                        continue
                 results[r.name] = r
                 progress.add(r)
 

@@ -239,3 +239,18 @@ def test_a_big_raw_corpus_points_at_tokenize(corpus, monkeypatch, caplog):
     monkeypatch.setattr(data, "RAW_WARN_BYTES", 1000)
     data.load_corpus(corpus / "a.jsonl", load_tokenizer(None), 31, 0.05, 3, "test")
     assert "tokenize it once with `slurmtrain tokenize`" in caplog.text
+
+
+def test_progress_counts_unfinished_shards_and_ignores_late_reports():
+    import io
+    from slurmtrain.train.pretokenize import Progress, Result
+    out = io.StringIO()
+    p = Progress(total_units=2, total_bytes=2000, every=0, stream=out)
+    p.partial(("00000", 10, 100, 500))
+    p.partial(("00001", 5, 50, 250))
+    assert "0/2 shards, 15 documents, 150 tokens" in out.getvalue().splitlines()[-1]
+    p.add(Result("00000", 20, 200, 1000))
+    p.partial(("00000", 10, 100, 500))  # from the queue, after the shard's result
+    assert "1/2 shards, 25 documents, 250 tokens" in out.getvalue().splitlines()[-1]
+    p.add(Result("00001", 20, 200, 1000))
+    assert "2/2 shards, 40 documents, 400 tokens" in out.getvalue().splitlines()[-1]
