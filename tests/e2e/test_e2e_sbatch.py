@@ -17,6 +17,9 @@ pytestmark = pytest.mark.slurm
 @pytest.mark.parametrize("launcher", ["torchrun", "srun-loop", "deepspeed"])
 @pytest.mark.parametrize("job", [["--", "python", "train.py", "--lr", "3e-4"], ["--recipe", "tiny-demo"]])
 def test_sbatch_test_only_accepts_gen_output(tmp_path, launcher, job):
+    if "--recipe" in job:  # gen checks the recipe's corpus where the job will start
+        made = cli(tmp_path, "demo-corpus", "--max-mb", "0.1")
+        assert made.returncode == 0, made.stderr
     gen = cli(tmp_path, "gen", "--profile", "local", "--launcher", launcher, *job)
     assert gen.returncode == 0, gen.stderr
     script = tmp_path / "job.sbatch"

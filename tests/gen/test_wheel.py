@@ -22,10 +22,13 @@ def test_wheel_in_fresh_venv_renders_every_builtin(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
     # Dependencies come from the package index (click, jinja2, submitit: small, no torch).
-    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, cwd=tmp_path, timeout=600)
+    # Without PYTHONPATH: a checkout on it (with the egg-info `pip wheel` leaves) would make
+    # pip take slurmtrain as installed already.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, cwd=tmp_path, timeout=600,
+                   env=env)
     away = tmp_path / "elsewhere"
     away.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
     where = subprocess.run([str(py), "-c", "import slurmtrain; print(slurmtrain.__file__)"], cwd=away, env=env,
                            capture_output=True, text=True, check=True).stdout
     assert str(venv) in where, where

@@ -89,7 +89,7 @@ def test_a_program_without_a_handler_is_stopped_and_not_requeued(workdir, runs_d
     (outcome,) = classify.ends(run)
     assert outcome.kind == classify.STOPPED_UNSAVED, outcome
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
-    assert "saved no checkpoint" in status and "not requeued" in status, status
+    assert "reported no checkpoint" in status and "not requeued" in status, status
 
 
 def test_a_checkpoint_of_40_s_survives_preemption_under_torchrun(workdir, runs_dir):
