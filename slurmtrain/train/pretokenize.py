@@ -17,6 +17,7 @@ import io
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -299,6 +300,26 @@ class Progress:
             print(line, file=self.stream, flush=True)
 
 
+class _term_as_exit:
+    """SIGTERM (scancel, a preemption) as SystemExit, so that leaving the Pool's block
+    terminates the workers instead of leaving them to finish their shard as orphans."""
+
+    def __enter__(self) -> None:
+        self._old = signal.getsignal(signal.SIGTERM)
+        try:
+            signal.signal(signal.SIGTERM, self._exit)
+        except ValueError:  # not the main thread: leave the handler alone
+            self._old = None
+
+    @staticmethod
+    def _exit(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
 def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field: str = "text",
                     processes: int | None = None, skip_bad: bool = False,
                     unit_bytes: int = 64 << 20, progress_every: float = 5.0,
@@ -372,7 +393,7 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
     else:
         ctx = multiprocessing.get_context("spawn")  # no fork of a parent's tokenizer threads
         queue = ctx.Queue()
-        with ctx.Pool(n_proc, initializer=_init_worker, initargs=(queue,)) as pool:
+        with ctx.Pool(n_proc, initializer=_init_worker, initargs=(queue,)) as pool, _term_as_exit():
             # in order: the first bad line reported is the first in the corpus, whatever finished first
             it = pool.imap(tokenize_unit, todo)
             for _ in todo:
