@@ -71,8 +71,12 @@ def test_1f1b_on_2_stages_agrees_with_one_stage(reference, straight_1f1b):
     # micro-batches: global 8 / (micro-batch 2 x 1 data-parallel rank) = 4; 1 / (4 + 1)
     assert {r["bubble_theoretical"] for r in records(run_dir) if "loss" in r} == {0.2}
     # The whole model's names, whatever the layout: export and other layouts read it.
-    _, state = load_consolidated(run_dir)
+    from slurmtrain.train.hf import export_hf, read_hf_state_dict
+    args, state = load_consolidated(run_dir)
     assert "layers.3.attention.wq.weight" in state and "tok_embeddings.weight" in state
+    export_hf(state, args, run_dir / "hf")  # what `slurmtrain export RUN --hf OUT` does
+    back = read_hf_state_dict(run_dir / "hf", args)
+    assert sorted(back) == sorted(state) and all(torch.equal(back[k], state[k]) for k in state)
 
 
 def test_interleaved_1f1b_agrees_with_one_stage(work, reference):
