@@ -254,3 +254,34 @@ def test_progress_counts_unfinished_shards_and_ignores_late_reports():
     assert "1/2 shards, 25 documents, 250 tokens" in out.getvalue().splitlines()[-1]
     p.add(Result("00001", 20, 200, 1000))
     assert "2/2 shards, 40 documents, 400 tokens" in out.getvalue().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_workers_too(corpus, tmp_path):
+    """scancel or a preemption sends SIGTERM: no worker process is left behind."""
+    big = tmp_path / "big.jsonl"
+    big.write_bytes((corpus / "a.jsonl").read_bytes() * 20)
+    proc = subprocess.Popen([sys.executable, "-c", "from slurmtrain.cli import main; main()", "tokenize",
+                             str(big), "--tokenizer", str(corpus / "tokenizer.json"), "--out",
+                             str(tmp_path / "o"), "--shard-mb", "0.05", "-j", "2", "--progress-every", "0"],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=subprocess.PIPE, text=True)
+
+    def children() -> list[int]:  # the pool's workers (not multiprocessing's resource tracker)
+        out = subprocess.run(["ps", "-ww", "-o", "pid=", "-o", "args=", "--ppid", str(proc.pid)], capture_output=True,
+                             text=True)
+        return [int(line.split()[0]) for line in out.stdout.splitlines() if "spawn_main" in line]
+
+    workers: list[int] = []
+    while len(workers) < 2 and proc.poll() is None:  # the pool's workers have started
+        workers = children()
+    assert len(workers) == 2, f"tokenize ended before its workers were seen: {proc.stderr.read()[-2000:]}"
+    proc.send_signal(signal.SIGTERM)
+    proc.wait()
+    proc.stderr.close()
+    assert proc.returncode != 0 and not (tmp_path / "o" / "index.json").exists()
+    for pid in workers:  # gone, or a zombie until init reaps it
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+        except FileNotFoundError:
+            continue
+        assert state == "Z", f"worker {pid} still running"
