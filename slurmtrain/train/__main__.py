@@ -70,7 +70,7 @@ def _recipe_keys() -> str:
     from .recipe import Recipe
     rows = [f"  {key:<32} {doc}" + (f" (default: {default!r})" if default is not None else "")
             for key, doc, default in docs(Recipe)]
-    return "recipe keys (TOML sections [model], [data], [train], [debug]; --set KEY=VALUE):\n" \
+    return "recipe keys (TOML sections [model], [data], [train], [pipeline], [debug]; --set KEY=VALUE):\n" \
         + "\n".join(rows) + "\n\nexit status: 0 finished, 75 stopped after a checkpoint, " \
         "2 bad input, 1 training failed"
 
