@@ -4,9 +4,9 @@ for ``tiny`` and a wider CPU-sized model; with the schedule's theoretical bubble
 
 Each layout trains ``--steps`` steps with log_steps = 1 (so ``step_time`` is per step);
 the median step time after the first ``--warmup`` steps is reported. Layouts alternate
-over ``--rounds`` rounds so that other load on the machine hits both alike. The bubble in
-the table is the schedule's (p - 1) / (m + p - 1), not a measurement: the trainer does not
-measure the idle share of a stage yet.
+over ``--rounds`` rounds so that other load on the machine hits both alike. The bubble
+columns: the trainer's measured ``bubble`` (median over the timed steps) and the
+schedule's (p - 1) / (m + p - 1).
 
     python scripts/bench_pipeline_cpu.py [--steps 30] [--rounds 3] [--threads 1]
 """
@@ -69,8 +69,8 @@ def main() -> None:
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
           f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
           f"OMP_NUM_THREADS={a.threads}, {a.steps} steps x {a.rounds} rounds")
-    print("| model | layout | steps/s (median) | theoretical bubble |")
-    print("|---|---|---|---|")
+    print("| model | layout | steps/s (median) | bubble, measured | bubble, theoretical |")
+    print("|---|---|---|---|---|")
     for model, extra_model in MODELS.items():
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
@@ -78,14 +78,17 @@ def main() -> None:
             (work / "recipe.toml").write_text(RECIPE.format(model=extra_model, steps=a.steps))
             times: dict[str, list[float]] = {k: [] for k in LAYOUTS}
             bubble: dict[str, float | None] = {}
+            measured: dict[str, list[float]] = {k: [] for k in LAYOUTS}
             for r in range(a.rounds):
                 for layout, extra in LAYOUTS.items():
                     recs = run(work, f"{len(bubble)}-{r}-{hash(layout) & 0xffff}", extra, a.threads)
                     times[layout] += [x["step_time"] for x in recs[a.warmup:]]
                     bubble[layout] = recs[-1].get("bubble_theoretical")
+                    measured[layout] += [x["bubble"] for x in recs[a.warmup:] if "bubble" in x]
             for layout in LAYOUTS:
-                b = bubble[layout]
+                b, m = bubble[layout], measured[layout]
                 print(f"| {model} | {layout} | {1 / statistics.median(times[layout]):.2f} | "
+                      f"{f'{statistics.median(m):.3f}' if m else '-'} | "
                       f"{'-' if b is None else f'{b:.3f}'} |", flush=True)
 
 

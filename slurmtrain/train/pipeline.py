@@ -53,6 +53,39 @@ def theoretical_bubble(schedule: str, stages: int, per_rank: int, microbatches: 
     return (stages - 1) / (v * microbatches + stages - 1)
 
 
+class BusyClock:
+    """Seconds this rank computed (forward and backward of its chunks) during a step: the
+    measured bubble is the rest of the step. Backward is timed by two identity autograd
+    functions around each chunk's blocks: gradients reach the output's first and the
+    input's last."""
+
+    def __init__(self):
+        self.busy = 0.0
+        self._backward_start: list[float] = []
+
+    def mark_output(self, h: torch.Tensor) -> torch.Tensor:
+        return _Mark.apply(h, self, True) if h.requires_grad else h
+
+    def mark_input(self, h: torch.Tensor) -> torch.Tensor:
+        return _Mark.apply(h, self, False) if h.requires_grad else h
+
+
+class _Mark(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, clock, is_output):
+        ctx.clock, ctx.is_output = clock, is_output
+        return h.view_as(h)
+
+    @staticmethod
+    def backward(ctx, grad):
+        clock = ctx.clock
+        if ctx.is_output:
+            clock._backward_start.append(time.perf_counter())
+        elif clock._backward_start:
+            clock.busy += time.perf_counter() - clock._backward_start.pop()
+        return grad, None, None
+
+
 class Parts(nn.Module):
     """Some of a Transformer's modules under their own names: one model chunk (its
     ``forward`` runs them), or all of a rank's chunks together (for state dicts)."""
@@ -65,13 +98,21 @@ class Parts(nn.Module):
         self.layers = nn.ModuleDict({str(i): model.layers[i] for i in blocks})
         self.norm = model.norm if last else None
         self.output = model.output if last else None
+        self.clock: BusyClock | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
+        if self.clock is not None:
+            h = self.clock.mark_input(h)
         cos, sin = self.rope(h.shape[1])
         for layer in self.layers.values():
             h = layer(h, cos, sin)
-        return self.output(self.norm(h)) if self.output is not None else h
+        out = self.output(self.norm(h)) if self.output is not None else h
+        if self.clock is not None:
+            out = self.clock.mark_output(out)
+            self.clock.busy += time.perf_counter() - start
+        return out
 
 
 @torch.no_grad()
@@ -120,20 +161,30 @@ class Pipeline:
     dp: int
     microbatches: int
     bubble: float           # the schedule's theoretical bubble
+    clock: BusyClock | None = None
 
     def train_step(self, tokens: torch.Tensor, device: torch.device
                    ) -> tuple[torch.Tensor, float]:
         """Forward and backward of one step's batch (this data-parallel rank's share);
-        returns the mean loss, the same on every stage, and the seconds the step took."""
+        returns the mean loss, the same on every stage, and the measured bubble: the share
+        of the schedule's time this rank did not compute."""
         tokens = tokens.to(device, non_blocking=True)
         x, y = tokens[:, :-1], tokens[:, 1:]
         losses: list[torch.Tensor] = []
         args = (x,) if self.first else ()
         kwargs = {"target": y, "losses": losses} if self.last else {}
+        self.clock = BusyClock()
+        for chunk in self.chunks:
+            chunk.clock = self.clock
         start = time.perf_counter()
-        self.schedule.step(*args, return_outputs=False, **kwargs)
+        try:
+            self.schedule.step(*args, return_outputs=False, **kwargs)
+        finally:
+            for chunk in self.chunks:
+                chunk.clock = None
         seconds = time.perf_counter() - start
-        return self._shared_loss(losses, device), seconds
+        idle = max(0.0, 1.0 - self.clock.busy / seconds) if seconds > 0 else 0.0
+        return self._shared_loss(losses, device), idle
 
     @torch.no_grad()
     def eval_loss(self, tokens: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -75,6 +75,7 @@ class Trainer:
     autocast_dtype: torch.dtype | None = None
     step: int = 0
     pipeline: Any = None  # a pipeline.Pipeline when the recipe has pipeline.stages > 1
+    bubble: float = 0.0   # measured idle share of this rank's last pipeline step
 
     @property
     def _rank0(self) -> bool:
@@ -114,7 +115,7 @@ class Trainer:
         # This data-parallel rank's whole share of the step; the schedule cuts it into
         # pipeline.microbatches micro-batches and scales the gradients by their number.
         tokens = torch.cat(self.stream.next_step(self.accum))
-        loss, _ = self.pipeline.train_step(tokens, self.world.device)
+        loss, self.bubble = self.pipeline.train_step(tokens, self.world.device)
         grad_norm = self.pipeline.clip_grads(self.recipe.train.grad_clip or float("inf"))
         self.optim.step()
         self.scheduler.step()
@@ -210,7 +211,10 @@ class Trainer:
                   "step_time": round(step_time, 5), "mfu": mfu,
                   "peak_mem": round(peak_mem_gib(self.world.device), 3),
                   "epoch": round(self.stream.epoch, 4)}
-        if self.pipeline is not None:  # the schedule's, not measured
+        if self.pipeline is not None:
+            # Measured: the idle share of the step's schedule on each rank (the step in
+            # the log), averaged over ranks; and the schedule's own figure.
+            record["bubble"] = round(self._mean_over_ranks(torch.tensor(self.bubble)), 4)
             record["bubble_theoretical"] = round(self.pipeline.bubble, 4)
         metrics.write(record)
         log.info("step %d/%d | loss %.4f | %s tok/s | lr %.3g", step, self.recipe.train.steps,

@@ -70,6 +70,7 @@ def test_1f1b_on_2_stages_agrees_with_one_stage(reference, straight_1f1b):
         in proc.stdout
     # micro-batches: global 8 / (micro-batch 2 x 1 data-parallel rank) = 4; 1 / (4 + 1)
     assert {r["bubble_theoretical"] for r in records(run_dir) if "loss" in r} == {0.2}
+    assert all(0 <= r["bubble"] < 1 for r in records(run_dir) if "loss" in r)  # measured
     # The whole model's names, whatever the layout: export and other layouts read it.
     from slurmtrain.train.hf import export_hf, read_hf_state_dict
     args, state = load_consolidated(run_dir)
