@@ -181,7 +181,7 @@ def program_exit_code(run: RunDir, job_id: str | None = None) -> int | None:
     return None
 
 
-_SRUN_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): task \d+: (Exited with exit code \d+|Killed|Terminated)")
+_SRUN_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): tasks? [\d,-]+: (Exited with exit code \d+|Killed|Terminated)")
 
 
 def tail(path: Path, lines: int = 20) -> list[str]:
