@@ -23,7 +23,14 @@ import sys
 import time
 from pathlib import Path
 
+from .. import stop as early_stop
 from ..errors import SlurmtrainError
+
+if __name__ == "__main__":
+    # Before torch loads (seconds): a stop signal in that window sets a flag the training
+    # loop finds at its first step boundary, instead of ending the process (workers get
+    # the signal's default action) before any checkpoint could be written.
+    early_stop.install()
 
 OVERRIDES = {  # command-line option -> recipe key
     "data_path": "data.path", "train_steps": "train.steps", "save_steps": "train.save_steps",

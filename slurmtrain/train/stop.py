@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from .. import stop as early_stop
+
 STOP_EXIT_CODE = 75  # "stopped after checkpoint": the job script requeues on it
 
 
@@ -61,6 +63,8 @@ class StopRequest:
         self._file = Path(file) if file and rank0 else None
         for sig in _signals():
             signal.signal(sig, self._on_signal)
+        if early_stop.reason():  # a stop signal that came while the trainer was starting
+            self.request(f"{early_stop.reason()} before training began")
 
     def _on_signal(self, signum: int, _frame) -> None:
         self._flag = True

@@ -5,6 +5,7 @@ file; every rank stops after the same step, the step at which the request was se
 from __future__ import annotations
 
 import json
+import signal
 import os
 from pathlib import Path
 
@@ -112,3 +113,25 @@ def test_nccl_default_group_gets_a_gloo_group_for_the_flag(monkeypatch):
         monkeypatch.setattr(stop_mod.dist, "get_backend_config", lambda group=None, c=config: c)
         assert stop_mod.cpu_group() is None
     assert len(made) == 1
+
+
+@pytest.mark.slow
+def test_a_stop_signal_while_the_trainer_starts_is_kept_not_fatal(tmp_path):
+    """Workers get the stop signal's default action (it ends a program with no handler).
+    The trainer installs its flag handler before torch loads, so a signal in its first
+    second is kept: it saves at step 1 and exits 75 (requeue and resume), not killed."""
+    import subprocess
+    import time
+
+    from trainer_util import command, env, events, setup_run
+
+    recipe = setup_run(tmp_path, steps=50)
+    proc = subprocess.Popen(command(["--recipe", str(recipe), "--run-dir", "run"]), cwd=tmp_path,
+                            env=env(SLURMTRAIN_STOP_SIGNAL="USR2"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.5)  # python has started; torch has not loaded yet
+    proc.send_signal(signal.SIGUSR2)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 75, out[-3000:]
+    assert ("stopped", 1) in events(tmp_path / "run"), out[-3000:]
+    assert "SIGUSR2 before training began" in out
