@@ -28,6 +28,17 @@ step "pip install torch==2.13.0 (CPU build), deepspeed, slurmtrain[train,test]"
 "$PY" -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 "$PY" -m pip install -q --no-build-isolation deepspeed
 "$PY" -m pip install -q --disable-pip-version-check -e '.[train,test]'
 
+# The oldest Python setup.cfg allows (3.10) imports and runs the CLI in a test
+# (tests/test_python310.py): give it the CLI's dependencies where this machine has one.
+PY310=""
+for c in /root/.pyenv/versions/3.10.*/bin/python "$(command -v python3.10 || true)"; do
+  if [ -x "$c" ] && "$c" -c 'import sys; assert sys.version_info[:2] == (3, 10)' 2>/dev/null; then PY310=$c; break; fi
+done
+if [ -n "$PY310" ]; then
+  step "$PY310 -m pip install click jinja2 tomli (the Python 3.10 test)"
+  "$PY310" -m pip install -q --disable-pip-version-check click jinja2 tomli
+fi
+
 if [ "$(id -u)" = 0 ]; then
   step "slurmtrain sandbox up"
   slurmtrain sandbox up

@@ -31,10 +31,7 @@ def unguarded_imports() -> list[str]:
     return hits
 
 
-# profile.py is being reworked by another change and still imports tomllib itself; its
-# fix is the same one line (`from ._toml import tomllib`). Listed here so the rest stays
-# checked meanwhile; remove once it lands (the tests then run in full by themselves).
-PENDING = {"slurmtrain/profile.py"}
+PENDING: set[str] = set()  # modules allowed to import tomllib themselves for now: none
 
 
 def test_no_module_imports_tomllib_itself():
