@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -104,6 +105,11 @@ def main(argv: list[str] | None = None) -> int:
             # torchrun ends every rank as soon as one exits: let rank 0 be that one, so its
             # message is printed once rather than cut off (torchrun stops this rank right
             # after). Still here later: rank 0 did not share the problem, so say it here.
+            # SIGTERM ends this rank again (the early stop handler only sets a flag); one that
+            # came already was torchrun's, after rank 0 left with its message.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if early_stop.reason() == "SIGTERM":
+                return err.exit_code
             time.sleep(10)
             print(f"slurmtrain: error: rank {env_rank()}: {err}", file=sys.stderr, flush=True)
         return err.exit_code
