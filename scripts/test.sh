@@ -45,4 +45,5 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 step "pytest"
-exec "$PY" -m pytest -q -rs "$@"
+# Two lanes (tests/conftest.py): the Slurm tests in one worker, the rest in the other.
+exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -84,6 +84,16 @@ def pytest_report_header(config):
     return f"slurm sandbox: available ({where}; {'up' if sandbox.is_up() else 'will start on first use'})"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n 2``), every Slurm test runs in one worker, in file order:
+    they share one sandbox (some restart it, some take all its nodes), while the tests
+    that only compute spread over the other worker. Slurm tests mostly wait on the
+    scheduler, so the two lanes overlap well on two cores."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 @pytest.fixture(scope="session")
 def _sandbox_session():
     return _bring_up(None)
