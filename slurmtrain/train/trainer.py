@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from .. import events
 from ..errors import ConfigError
 from . import data as data_mod
+from . import speed
 from .checkpoint import Checkpointer
 from .distributed import World
 from .inputs import check_batch, check_pipeline, corpus_files  # noqa: F401 (check_batch: tests)
@@ -82,7 +83,7 @@ class Trainer:
         return self.world.rank == 0
 
     def _micro_loss(self, tokens: torch.Tensor) -> torch.Tensor:
-        tokens = tokens.to(self.world.device, non_blocking=True)
+        tokens = data_mod.to_device(tokens, self.world.device)  # pinned on a GPU: no host wait
         with self._autocast():
             logits = self.model(tokens[:, :-1])
         return F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
@@ -298,7 +299,8 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
 
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                               weight_decay=cfg.weight_decay,
-                              fused=world.device.type == "cuda")
+                              fused=speed.fused_adamw(world.device)[0])
+    log.info("speed: %s", speed.describe(speed.options(recipe, optim, world.device, accum)))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optim, WarmupCosine(cfg.warmup_steps, cfg.steps, cfg.min_lr / cfg.lr))
     meta = {"recipe": recipe_to_dict(recipe), "recipe_source": sources.default,
