@@ -6,12 +6,14 @@ light; the work lives in :mod:`slurmtrain.train.pretokenize`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from ..errors import UsageError
 from .base import main
+from .refs import runs_dir_option
 
 
 @main.command()
@@ -31,21 +33,48 @@ from .base import main
 @click.option("--shard-mb", type=click.FloatRange(min=1e-6), default=64.0, show_default=True,
               help="Plain .jsonl files are cut into pieces of this many MB, one shard each.")
 @click.option("--part", default=None, metavar="P/N",
-              help="Only the P-th of N groups of shards (1-based), for one task of a Slurm array "
-                   "(--part $((SLURM_ARRAY_TASK_ID + 1))/$SLURM_ARRAY_TASK_COUNT); no index. Run the "
-                   "command without --part afterwards to write the index.")
+              help="Only the P-th of N groups of shards (1-based), for one task of a Slurm job; "
+                   "'slurm' takes P and N from the task's SLURM_ARRAY_TASK_ID/COUNT or "
+                   "SLURM_PROCID/NTASKS. The part that finds every shard done writes the index.")
 @click.option("--progress-every", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between progress lines.")
+@click.option("--profile", "-p", default=None,
+              help="Submit the work as a Slurm job on this cluster profile instead of running it "
+                   "here: one task per node, each a group of shards; tracked in a run directory.")
+@click.option("--nodes", "-N", type=click.IntRange(min=1), help="With --profile: nodes (slurm.nodes).")
+@click.option("--time", "-t", "time_limit", help="With --profile: time limit (slurm.time).")
+@click.option("--partition", help="With --profile: partition (slurm.partition).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="With --profile: override a profile key (repeatable).")
+@click.option("--name", "job_name", default="tokenize", show_default=True, help="With --profile: job name.")
+@runs_dir_option
 def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: str,
              processes: int | None, skip_bad: bool, shard_mb: float, part: str | None,
-             progress_every: float) -> None:
+             progress_every: float, profile: str | None, nodes: int | None, time_limit: str | None,
+             partition: str | None, sets: tuple[str, ...], job_name: str, runs_dir: str) -> None:
     """Tokenize INPUT... (.jsonl, .txt, and .gz/.zst of them; folders are searched) into
     token shards that the trainer memory-maps.
 
     Uses every core (one process each); the shards do not depend on the number of
     processes. Run the same command again to resume after an interruption: finished
     shards are kept. A .txt file is one document; a .jsonl line is one document.
+
+    With --profile, submits the same work as a Slurm job (one task per node, each a group
+    of shards; the last task to finish writes the index) in a run directory that
+    `slurmtrain status` and `logs` follow. --out must be on a file system every node sees.
+
+    \b
+      slurmtrain tokenize corpus/ --tokenizer tokenizer.json --out data/tok
+      slurmtrain tokenize corpus/ --tokenizer tokenizer.json --out data/tok -p mycluster -N 8
     """
+    if profile is not None:
+        if part is not None:
+            raise UsageError("--part is for one task of a job; with --profile slurmtrain chooses the parts")
+        _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
+                profile, nodes, time_limit, partition, sets, job_name, runs_dir)
+        return
+    if any(v is not None for v in (nodes, time_limit, partition)) or sets:
+        raise UsageError("--nodes, --time, --partition and --set need --profile (a Slurm job)")
     try:
         from ..train.pretokenize import tokenize_corpus
     except ModuleNotFoundError as err:
@@ -65,10 +94,42 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
             click.echo(f"  {s}", err=True)
 
 
+def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
+            profile, nodes, time_limit, partition, sets, job_name, runs_dir) -> None:
+    """Check what can be checked here (inputs exist), then render and submit the job."""
+    import sys
+
+    from ..runs import tokenize_job
+    from .options import overrides
+    from ..runs.submit import submit as submit_job
+    from ..train.pretokenize import input_files  # numpy only
+
+    input_files(list(inputs))
+    if tokenizer != "bytes" and not Path(tokenizer).exists():
+        raise UsageError(f"--tokenizer {tokenizer}: no such file or folder")
+    argv = tokenize_job.tokenize_argv(list(inputs), tokenizer, out, text_field=text_field,
+                                      processes=processes, skip_bad=skip_bad, shard_mb=shard_mb,
+                                      progress_every=progress_every)
+    assigned = overrides(nodes, None, time_limit, partition, None, None, sets)
+    loaded, job = tokenize_job.build(profile, assigned, job_name, argv, sys.argv[2:])
+    done = submit_job(loaded, job, runs_dir)
+    hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
+    click.echo(f"submitted job {done.job_id}: {loaded.profile.slurm.nodes} tasks, one per node")
+    click.echo(f"run directory: {done.run.path}")
+    click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
+    click.echo(f"when it completes, {out / 'index.json'} exists: set the recipe's data.path to {out}")
+
+
 def _part(value: str | None) -> tuple[int, int] | None:
-    """"P/N" (1-based) -> (P - 1, N)."""
+    """"P/N" (1-based) -> (P - 1, N); "slurm": this task's place in its job or array."""
     if value is None:
         return None
+    if value == "slurm":
+        env = os.environ
+        for k, n in (("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT"), ("SLURM_PROCID", "SLURM_NTASKS")):
+            if env.get(k, "").isdigit() and env.get(n, "").isdigit():
+                return _part(f"{int(env[k]) + 1}/{env[n]}")
+        raise UsageError("--part slurm: not in a Slurm task (no SLURM_PROCID/SLURM_NTASKS)")
     try:
         p, n = (int(x) for x in value.split("/"))
     except ValueError:

@@ -240,6 +240,14 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
     return res
 
 
+def _cores() -> int:
+    """The cores this process may run on (a Slurm task's allocation, not the whole node)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _init_worker(queue: Any) -> None:
     global _REPORT
     # One process per core: the tokenizer's own thread pool would oversubscribe them.
@@ -328,8 +336,8 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
     """Tokenize ``inputs`` into ``out``; returns the index. Resumes a run that stopped.
 
     ``part = (p, n)``: only the p-th of n contiguous groups of shards (0-based; a task of a
-    Slurm array), no index; the same call without ``part`` then finds every shard done and
-    writes the index."""
+    Slurm job or array); the part that finds every shard done writes the index, the
+    others return None. The same call without ``part`` finishes whatever is missing."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         tok = _tokenizer(tokenizer)
@@ -380,7 +388,7 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
             todo.append((u, str(out), tokenizer, text_field, skip_bad, dtype))
     if len(results):
         echo(f"resuming: {len(results)} of {len(mine)} shards done already")
-    n_proc = max(1, min(processes or os.cpu_count() or 1, len(todo) or 1))
+    n_proc = max(1, min(processes or _cores(), len(todo) or 1))
     global _REPORT
     if n_proc == 1:
         _REPORT = progress.partial
@@ -411,7 +419,16 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
     if part:
         echo(f"part {part[0] + 1} of {part[1]}: shards {mine[0].name if mine else '-'} to "
              f"{mine[-1].name if mine else '-'} done ({len(mine)} of {len(units)})")
-        return None
+        # The last part to finish writes the index. Each part writes its shards' .json
+        # before it looks, so the last one sees them all (two that finish together both
+        # write the same index, atomically).
+        for u in units:
+            if u.name not in results:
+                done = out / "shards" / f"{u.name}.json"
+                if not done.exists():
+                    return None
+                results[u.name] = Result(**json.loads(done.read_text()))
+        echo(f"part {part[0] + 1} of {part[1]}: every shard is done; writing the index")
     ordered = [results[u.name] for u in units]
     n_docs = sum(r.docs for r in ordered)
     n_skipped = sum(r.n_skipped for r in ordered) + len(unreadable)

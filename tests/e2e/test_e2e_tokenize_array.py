@@ -1,78 +1,56 @@
-"""`slurmtrain tokenize` as a Slurm job array on the sandbox: each task tokenizes its group
-of shards (--part), a job that depends on the array writes the combined index, and a
-training run on the result completes.
+"""`slurmtrain tokenize ... --profile local --nodes 2` on the sandbox: one rendered, tracked
+job whose two tasks (one per node) each tokenize a group of a multi-file corpus's shards;
+the task that finishes last writes the combined index; `status` and `logs` follow the run
+like a training run's; then `slurmtrain submit --recipe` trains on the result.
 
-The array is written by hand here (sbatch --array): `tokenize` has no --profile/--nodes
-surface through the rendered scripts and `runs` yet."""
+Rendezvous ports: this file's range, 29840-29859."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-import waiting
+from e2e_util import cli, submit, wait_final
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "train"))
 from trainer_util import RECIPE, write_corpus  # noqa: E402
 
-TOKENIZE = f"{sys.executable} -c 'from slurmtrain.cli import main; main()' tokenize corpus --tokenizer bytes --out tok -j 1"
-ARRAY = f"""#!/bin/bash
-#SBATCH --array=0-1
-#SBATCH --nodes=1
-#SBATCH --ntasks=1
-#SBATCH --output=logs/tokenize-%A_%a.out
-set -euo pipefail
-echo "$SLURMD_NODENAME" > "nodes/$SLURM_ARRAY_TASK_ID"
-{TOKENIZE} --shard-mb 0.01 --part $((SLURM_ARRAY_TASK_ID + 1))/$SLURM_ARRAY_TASK_COUNT
-"""
-FINAL = f"""#!/bin/bash
-#SBATCH --nodes=1
-#SBATCH --ntasks=1
-#SBATCH --output=logs/final-%j.out
-set -euo pipefail
-{TOKENIZE} --shard-mb 0.01
-OMP_NUM_THREADS=1 {sys.executable} -m slurmtrain.train --recipe recipe.toml --data-path tok --run-dir run
-"""
+PORTS = ("--set", "launch.rdzv_port=29840", "--set", "launch.rdzv_port_spread=20")
 
 
-def sbatch(cwd: Path, *args: str) -> str:
-    out = subprocess.run(["sbatch", "--parsable", *args], cwd=cwd, capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().split(";")[0]
-
-
-def test_array_tokenizes_then_a_run_trains_on_it(tmp_path):
+def test_tokenize_job_on_two_nodes_then_a_run_trains_on_it(tmp_path):
     (tmp_path / "corpus").mkdir()
-    for i in range(4):  # 4 files, 4 shards: 2 per task
+    for i in range(4):  # 4 files of ~9 KB in 5 KB pieces: 8 shards, 4 per task
         write_corpus(tmp_path / "corpus" / f"{i}.jsonl", 50)
-    (tmp_path / "recipe.toml").write_text(RECIPE.format(steps=5, save_steps=0))
-    for d in ("logs", "nodes"):
-        (tmp_path / d).mkdir()
-    (tmp_path / "array.sbatch").write_text(ARRAY)
-    (tmp_path / "final.sbatch").write_text(FINAL)
-    array = sbatch(tmp_path, "array.sbatch")
-    final = sbatch(tmp_path, f"--dependency=afterok:{array}", "final.sbatch")
+    proc = cli(tmp_path, "tokenize", "corpus", "--tokenizer", "bytes", "--out", "tok", "--shard-mb", "0.005",
+               "-j", "1", "--profile", "local", "--nodes", "2", "--progress-every", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    name = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines()
+                     if line.startswith("run directory: "))).name
+    script = (tmp_path / "runs" / name / "job.sbatch").read_text()
+    assert "#SBATCH --nodes=2" in script and "--part slurm" in script  # rendered like any job
 
-    def queued() -> str:
-        return subprocess.run(["squeue", "-h", "-j", f"{array},{final}", "-o", "%i %T"],
-                              capture_output=True, text=True, timeout=60).stdout
-
-    def logs() -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted((tmp_path / "logs").iterdir()))
-
-    waiting.wait_for("the array and the final job", lambda: not queued().strip(),
-                     lambda: (queued(), waiting.files_fingerprint(tmp_path)), poll=1, details=logs)
+    final = wait_final(tmp_path, [name])[name]
+    logs = cli(tmp_path, "logs", name).stdout
+    assert (final["state"], final["exit_code"]) == ("COMPLETED", 0), logs[-4000:]
     index = json.loads((tmp_path / "tok" / "index.json").read_text())
-    assert index["n_docs"] == 200 and len(index["shards"]) == 4, logs()  # one per file
-    assert sorted(p.name for p in (tmp_path / "nodes").iterdir()) == ["0", "1"]
-    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert max(m["step"] for m in metrics if "loss" in m) == 5, logs()
-    assert "part 1 of 2: shards" in logs() and "part 2 of 2: shards" in logs()
+    assert index["n_docs"] == 200 and len(index["shards"]) == 8, logs[-4000:]
+    assert {s["input"] for s in index["shards"]} == {0, 1, 2, 3}
+    # one group per node, and the later of the two wrote the index
+    assert "part 1 of 2: shards 00000 to 00003" in logs and "part 2 of 2: shards 00004 to 00007" in logs
+    assert logs.count("every shard is done; writing the index") == 1, logs[-4000:]
+    assert "==> stnode1" in logs and "==> stnode2" in logs
+
+    recipe = RECIPE.format(steps=5, save_steps=0).replace('path = "corpus.jsonl"', f'path = "{tmp_path / "tok"}"')
+    (tmp_path / "recipe.toml").write_text(recipe)
+    train = submit(tmp_path, "--profile", "local", "--recipe", str(tmp_path / "recipe.toml"), "--nodes", "1",
+                   "--set", "launch.procs_per_node=1", *PORTS, "--name", "on-tok")
+    final = wait_final(tmp_path, [train])[train]
+    assert (final["state"], final["exit_code"]) == ("COMPLETED", 0), cli(tmp_path, "logs", train).stdout[-4000:]
+    metrics = [json.loads(line) for line in (tmp_path / "runs" / train / "metrics.jsonl").read_text().splitlines()]
+    assert max(m["step"] for m in metrics if "loss" in m) == 5

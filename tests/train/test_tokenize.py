@@ -216,20 +216,60 @@ def test_tokenize_does_not_import_torch(corpus, tmp_path):
     assert out.stdout.splitlines()[-1] == "False", out.stderr
 
 
-def test_parts_then_the_index_equal_one_run(corpus, tmp_path):
-    """What each task of a Slurm array does (--part P/N), then the same command without
-    --part writes the index: the same result as one run."""
+def test_parts_then_the_index_equal_one_run(corpus, tmp_path, monkeypatch):
+    """What each task of a Slurm job does (--part P/N, or --part slurm from the task's
+    environment): the part that finishes last writes the index; the result is the same
+    as one run's."""
     common = [str(corpus / "a.jsonl"), str(corpus / "c.txt"), "--tokenizer",
               str(corpus / "tokenizer.json"), "--shard-mb", "0.05", "-j", "1"]
-    for p in (2, 1, 3):
-        res = run(*common, "--out", str(tmp_path / "parts"), "--part", f"{p}/3")
-        assert f"part {p} of 3: shards" in res.output
-    assert not (tmp_path / "parts" / "index.json").exists()
-    res = run(*common, "--out", str(tmp_path / "parts"))
-    assert "resuming: 5 of 5 shards done already" in res.output
+    parts = str(tmp_path / "parts")
+    for p in (2, 1):
+        res = run(*common, "--out", parts, "--part", f"{p}/3")
+        assert f"part {p} of 3: shards" in res.output and "writing the index" not in res.output
+        assert not (tmp_path / "parts" / "index.json").exists()
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    res = run(*common, "--out", parts, "--part", "slurm")
+    assert "part 3 of 3: every shard is done; writing the index" in res.output
+    assert "complete already" in run(*common, "--out", parts).output
     run(*common, "--out", str(tmp_path / "one"))
     assert shard_bytes(tmp_path / "parts") == shard_bytes(tmp_path / "one")
+    assert (tmp_path / "parts" / "index.json").read_text() == (tmp_path / "one" / "index.json").read_text()
     assert run(*common, "--out", str(tmp_path / "x"), "--part", "4/3", ok=False).exit_code == 2
+
+
+def test_tokenize_job_is_rendered_from_the_profile_without_torch(corpus, tmp_path):
+    """--profile: the job script comes from render() with the profile's settings, one
+    srun task per node running `tokenize --part slurm`, no GPUs; the path imports no torch."""
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from slurmtrain.runs import tokenize_job\n"
+            "from slurmtrain.render import render\n"
+            "argv = tokenize_job.tokenize_argv([Path(sys.argv[1])], 'bytes', Path('tok'), text_field='text',\n"
+            "    processes=None, skip_bad=True, shard_mb=8.0, progress_every=5.0)\n"
+            "loaded, job = tokenize_job.build('aws-p4d', ['slurm.nodes=3'], 'tok', argv, [])\n"
+            "print(render(loaded, job))\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(corpus / "a.jsonl")], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    script = out.stdout
+    assert script.splitlines()[-1] == "False"
+    assert "#SBATCH --nodes=3" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert "--gres" not in script and "--nv" not in script.split("exec ")[-1]
+    assert f"slurmtrain tokenize {corpus / 'a.jsonl'} --tokenizer bytes --out {tmp_path / 'tok'}" in script
+    assert "--part slurm" in script and "--skip-bad" in script
+    # a stopped job is requeued though it reports no trainer checkpoint: finished shards are kept
+    assert 'scontrol requeue "$SLURM_JOB_ID"' in script and "the program saved nothing" not in script
+
+
+def test_tokenize_job_options_need_a_profile(corpus, tmp_path):
+    res = run(str(corpus / "a.jsonl"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "-N", "2", ok=False)
+    assert res.exit_code == 2 and "need --profile" in res.output
+    res = run(str(tmp_path / "missing.jsonl"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"),
+              "--profile", "local", ok=False)
+    assert res.exit_code == 2 and "missing.jsonl" in res.output
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.torch
