@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import __version__, command, resources
+from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
 from .profile import LoadedProfile, Profile
@@ -28,6 +28,7 @@ class JobSpec:
     job_name: str = "slurmtrain"
     run_dir: str | None = None         # absolute; None: the script picks runs/<name>-<jobid>
     regen_command: str = ""            # shown in the script's header comment
+    exclude: tuple[str, ...] = ()      # nodes sbatch must not give the job (the bad-node ledger's)
 
 
 class Raw(str):
@@ -65,6 +66,8 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
         out.append(f"--output={job.run_dir}/logs/job-%j.out")
     else:
         out.append("--output=slurm-%x-%j.out")
+    if job.exclude:
+        out.append("--exclude=" + ",".join(job.exclude))
     out.append("--open-mode=append")
     out.append("--requeue" if r.requeue else "--no-requeue")
     out.append(f"--signal=B:{_signal_name(r.signal)}@{r.signal_seconds}")
@@ -303,6 +306,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "rendezvous_timeout": p.resilience.rendezvous_timeout,
         "env_exports": _env_exports(p),
         "secrets": list(p.env.secrets),
+        "tracking": tracking.template_context(p.tracking, job.job_name),
         "rdzv_port": p.launch.rdzv_port,
         "rdzv_port_spread": p.launch.rdzv_port_spread,
         "procs_per_node": _procs_per_node(p),

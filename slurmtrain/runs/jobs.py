@@ -96,20 +96,21 @@ class ScriptExecutor(submitit.SlurmExecutor):
 
     job_class = TrackedJob
 
-    def __init__(self, run_dir: str | Path, script: str | Path):
+    def __init__(self, run_dir: str | Path, script: str | Path, sbatch_args: tuple[str, ...] = ()):
         try:
             super().__init__(folder=Path(run_dir) / SUBMITIT_DIR)
         except RuntimeError:  # submitit's "Could not detect srun"
             raise SlurmError("srun: command not found; slurmtrain needs the Slurm client commands: "
                              "run it on a login node, or start the sandbox (`slurmtrain sandbox up`)") from None
         self.script = Path(script)
+        self.sbatch_args = tuple(sbatch_args)  # e.g. --exclude on a resubmit: overrides the #SBATCH line
         self.folder.mkdir(parents=True, exist_ok=True)  # _submit_command writes its file here
 
     def _make_submission_file_text(self, command: str, uid: str) -> str:
         return self.script.read_text()
 
     def _make_submission_command(self, submission_file_path: Path) -> list[str]:
-        return ["timeout", "--kill-after=5", str(SBATCH_TIMEOUT_S), "sbatch", str(self.script)]
+        return ["timeout", "--kill-after=5", str(SBATCH_TIMEOUT_S), "sbatch", *self.sbatch_args, str(self.script)]
 
     def _num_tasks(self) -> int:
         return 1  # one batch script; its tasks are ours to track, not submitit's

@@ -64,7 +64,11 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
         raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
                          "nothing to continue (use --force to submit it again anyway)")
     previous = run.job_id
-    done = submit_run(run)
+    from ..doctor import ledger
+    bad = ledger.excluded(run.path.parent, ledger.hours_of_run(run.path))
+    if bad:
+        events.append(run.path, "nodes_excluded", nodes=" ".join(bad), source="bad-node ledger")
+    done = submit_run(run, (f"--exclude={','.join(bad)}",) if bad else ())
     events.append(run.path, "resubmitted", job_id=done.job_id, previous_job_id=previous or "")
     return done
 

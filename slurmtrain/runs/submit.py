@@ -26,9 +26,15 @@ class Submitted:
 
 
 def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
-            cwd: str | os.PathLike | None = None) -> RunDir:
-    """A new run directory holding job.sbatch, profile.toml and the manifest (state "created")."""
+            cwd: str | os.PathLike | None = None, use_ledger: bool = True) -> RunDir:
+    """A new run directory holding job.sbatch, profile.toml and the manifest (state "created").
+    The bad-node ledger's nodes (``<runs_dir>/bad-nodes.jsonl``) are excluded unless
+    ``use_ledger`` is false (doctor: it is how a node gets checked again)."""
     cwd = Path(cwd or Path.cwd())
+    if use_ledger:
+        from ..doctor import ledger
+        job = dataclasses.replace(job, exclude=tuple(sorted(set(job.exclude) | set(
+            ledger.excluded(runs_dir, loaded.profile.resilience.bad_node_hours)))))
     run = rundir.create(runs_dir, job.job_name)
     try:
         job = dataclasses.replace(job, run_dir=str(run.path))
@@ -39,15 +45,18 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     run.script.write_text(script)
     (run.path / PROFILE).write_text(loaded.to_toml())
     run.update_manifest(**rundir.initial_manifest(run, loaded=loaded, job=job, cwd=cwd))
+    if job.exclude:
+        events.append(run.path, "nodes_excluded", nodes=" ".join(job.exclude), source="bad-node ledger")
     return run
 
 
-def submit_run(run: RunDir) -> Submitted:
-    """sbatch ``run``'s job.sbatch; a refusal is recorded in the run directory and re-raised."""
+def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
+    """sbatch ``run``'s job.sbatch (with ``sbatch_args`` before it); a refusal is recorded
+    in the run directory and re-raised."""
     from .jobs import ScriptExecutor  # submitit: imported only when submitting
 
     try:
-        tracked = ScriptExecutor(run.path, run.script).submit_script()
+        tracked = ScriptExecutor(run.path, run.script, sbatch_args).submit_script()
     except SlurmError as err:
         message = str(err)
         run.update_manifest(state="refused", refusal=message)

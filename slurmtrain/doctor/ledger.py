@@ -1,0 +1,102 @@
+"""The bad-node ledger: ``<runs dir>/bad-nodes.jsonl``, shared by every run under it.
+
+One JSON object a line: ``{"time": <epoch s>, "node", "reason", "run", "job_id",
+"source"}`` where source is ``doctor``, ``watchdog`` (the start-up watchdog named the
+node), ``node_failure`` or ``gate`` (the in-job preflight). Job scripts append to it
+from bash (a line is written with one ``printf``, under the size an append keeps
+whole); the ledger path is the parent of the run directory, i.e. the runs directory.
+
+An entry counts for ``resilience.bad_node_hours`` (a profile key) after its time;
+``submit`` and ``resubmit`` pass the nodes with a counting entry to sbatch as
+``--exclude``. ``slurmtrain nodes`` lists them, ``slurmtrain nodes forget`` removes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+FILE = "bad-nodes.jsonl"
+
+
+@dataclass(frozen=True)
+class Entry:
+    time: float
+    node: str
+    reason: str
+    run: str = ""
+    job_id: str = ""
+    source: str = ""
+
+
+def path(runs_dir: str | os.PathLike) -> Path:
+    return Path(runs_dir) / FILE
+
+
+def add(runs_dir: str | os.PathLike, node: str, reason: str, *, run: str = "", job_id: str = "",
+        source: str = "", now: float | None = None) -> Entry:
+    entry = Entry(time.time() if now is None else now, node, reason, run, str(job_id), source)
+    p = path(runs_dir)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "a", encoding="utf-8") as f:
+        f.write(json.dumps(asdict(entry)) + "\n")
+    return entry
+
+
+def read(runs_dir: str | os.PathLike) -> list[Entry]:
+    """Every entry, oldest first; a line that is not an entry (a torn write) is skipped."""
+    try:
+        lines = path(runs_dir).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            d = json.loads(line)
+            out.append(Entry(float(d["time"]), str(d["node"]), str(d.get("reason", "")), str(d.get("run", "")),
+                             str(d.get("job_id", "")), str(d.get("source", ""))))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def active(entries: list[Entry], hours: float, now: float | None = None) -> dict[str, Entry]:
+    """node -> its newest entry younger than ``hours`` (0: none counts)."""
+    now = time.time() if now is None else now
+    out: dict[str, Entry] = {}
+    for e in entries:
+        if hours > 0 and now - e.time < hours * 3600:
+            out[e.node] = e
+    return out
+
+
+def excluded(runs_dir: str | os.PathLike, hours: float, now: float | None = None) -> list[str]:
+    """The nodes a new job under ``runs_dir`` should not get, sorted."""
+    return sorted(active(read(runs_dir), hours, now))
+
+
+def forget(runs_dir: str | os.PathLike, nodes: list[str] | None) -> int:
+    """Remove the entries of ``nodes`` (None: all); returns how many went. The file is
+    replaced whole (a rename), so a reader never sees half of it."""
+    entries = read(runs_dir)
+    keep = [] if nodes is None else [e for e in entries if e.node not in set(nodes)]
+    p = path(runs_dir)
+    if not p.exists():
+        return 0
+    tmp = p.with_name(f".{FILE}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps(asdict(e)) + "\n" for e in keep), encoding="utf-8")
+    tmp.replace(p)
+    return len(entries) - len(keep)
+
+
+def hours_of_run(run_dir: str | os.PathLike, default: float = 24.0) -> float:
+    """``resilience.bad_node_hours`` of the profile a run was submitted with (its profile.toml)."""
+    from .._toml import tomllib
+    try:
+        data = tomllib.loads((Path(run_dir) / "profile.toml").read_text(encoding="utf-8"))
+        return float(data.get("resilience", {}).get("bad_node_hours", default))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return default

@@ -1,0 +1,155 @@
+"""Run the doctor: render the check job through the same path as a training job (so
+its container, fabric environment, setup lines and launcher are the run's), submit it
+(or run it inside the allocation the command was started from), wait, and report.
+
+Torch-free: torch runs only in :mod:`.node`, on the nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .. import events
+from ..errors import ConfigError
+from ..profile import LoadedProfile
+from ..render import JobSpec
+from . import checks as checks_mod
+from . import ledger, report
+from .report import FAIL, PASS, SLURM_NODE, WARN, Row
+
+# Profile settings the doctor job always runs with: one process per node (the checks
+# are per node), no requeue (a doctor that failed should say so, not start again).
+OVERRIDES = ("launch.procs_per_node=1", "resilience.requeue=false")
+DEFAULT_TIME = "00:10:00"
+MULTI_NODE = ("allreduce", "clock")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_dir: Path
+    job_id: str
+    rows: list[Row]
+
+    @property
+    def failed(self) -> bool:
+        return bool(report.failures(self.rows))
+
+
+def require(loaded: LoadedProfile, chosen: tuple[str, ...], explicit: bool) -> None:
+    """What a check needs from the profile; asked-for checks that cannot run are an error."""
+    p = loaded.profile
+    if explicit and p.slurm.nodes < 2:
+        for name in chosen:
+            if name in MULTI_NODE:
+                raise ConfigError(loaded.source, "slurm.nodes", f"check {name!r} needs at least 2 nodes, the "
+                                  f"profile runs {p.slurm.nodes} (give --nodes 2 or more)")
+
+
+def job_spec(loaded: LoadedProfile, chosen: tuple[str, ...], check_timeout: float, seconds: float) -> JobSpec:
+    node_checks = [c for c in chosen if c in checks_mod.NODE_CHECKS] or ["versions"]
+    cmd = ["python3", "-m", "slurmtrain.doctor.node", "--checks", ",".join(node_checks),
+           "--check-timeout", f"{check_timeout:g}", "--seconds", f"{seconds:g}",
+           "--rdzv-port", str(loaded.profile.launch.rdzv_port),
+           "--rdzv-port-spread", str(loaded.profile.launch.rdzv_port_spread)]
+    if loaded.profile.launch.launcher == "deepspeed":
+        cmd.append("--deepspeed")
+    return JobSpec(command=tuple(cmd), job_name="doctor", regen_command="slurmtrain doctor")
+
+
+def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.PathLike, *,
+           check_timeout: float = 60.0, seconds: float = 2.0, say: Callable[[str], None] = print,
+           poll_s: float = 2.0) -> Outcome:
+    from ..runs import submit as submit_mod
+
+    run = submit_mod.prepare(loaded, job_spec(loaded, chosen, check_timeout, seconds), runs_dir,
+                             use_ledger=False)  # doctor is how a ledger node gets checked again
+    if os.environ.get("SLURM_JOB_ID"):
+        job_id = os.environ["SLURM_JOB_ID"]
+        say(f"inside allocation {job_id}: running the checks on its nodes; run directory {run.path}")
+        with open(run.logs / f"job-{job_id}.out", "ab") as log:
+            subprocess.run(["bash", str(run.script)], stdout=log, stderr=subprocess.STDOUT, check=False)
+    else:
+        job_id = submit_mod.submit_run(run).job_id
+        say(f"submitted doctor job {job_id}; run directory {run.path}")
+        _wait(job_id, say, poll_s)
+    arrived_dir = run.path / f".arrived-{job_id}"  # the start-up watchdog's marks (nodes.j2)
+    arrived = {p.name for p in arrived_dir.iterdir()} if arrived_dir.is_dir() else set()
+    rows = report.rows(_nodes(run.path), report.load_results(run.path / "doctor"), chosen,
+                       report.Expect(loaded.profile.slurm.gpus_per_node, loaded.profile.fabric.expected_busbw_gbps),
+                       arrived)
+    if not _nodes(run.path):
+        rows.append(Row("(job)", "setup", "-", FAIL, f"the doctor job {job_id} never started its nodes; see {run.logs}"))
+    if "slurm" in chosen:
+        rows += slurm_rows(loaded, job_id)
+    out = Outcome(run.path, job_id, rows)
+    (run.path / "doctor.json").write_text(report.to_json(rows, job_id=job_id, profile=loaded.name,
+                                                         checks=list(chosen), run_dir=str(run.path)))
+    for r in report.failures(rows):
+        if r.node not in (SLURM_NODE, "(job)"):
+            ledger.add(runs_dir, r.node, f"doctor: {r.check}: {r.detail or r.figure}", run=run.name,
+                       job_id=job_id, source="doctor")
+    events.append(run.path, "doctor", passed=not out.failed)
+    return out
+
+
+def _wait(job_id: str, say: Callable[[str], None], poll_s: float) -> None:
+    from ..runs import slurmquery
+    last = None
+    while True:
+        info = slurmquery.query([job_id]).get(job_id)
+        state = info.raw_state if info else "gone"
+        if state != last:
+            say(f"job {job_id}: {state}")
+            last = state
+        if info is None or not info.state.is_active:
+            return
+        time.sleep(poll_s)
+
+
+def _nodes(run_dir: Path) -> list[str]:
+    """The job's nodes, from its ``started`` event (the script writes Slurm's list)."""
+    for e in reversed(events.read(run_dir)):
+        if e.get("event") == "started" and e.get("nodes"):
+            return str(e["nodes"]).split()
+    return []
+
+
+def slurm_rows(loaded: LoadedProfile, job_id: str) -> list[Row]:
+    """Partition facts from scontrol, and whether sacct answers."""
+    from ..runs.slurmquery import parse_key_values, run_slurm
+    part = loaded.profile.slurm.partition
+    proc = run_slurm(["scontrol", "show", "partition", "-o"] + ([part] if part else []))
+    parts = [parse_key_values(line) for line in proc.stdout.splitlines() if line.strip()]
+    info = next((p for p in parts if part or p.get("Default") == "YES"), None)
+    if proc.returncode != 0 or info is None:
+        return [Row(SLURM_NODE, "slurm", f"partition {part or '(default)'}", FAIL,
+                    (proc.stderr.strip() or "scontrol shows no such partition"))]
+    rows = [_partition_row(info)]
+    conf = run_slurm(["scontrol", "show", "config"])
+    requeue = next((line.split("=", 1)[1].strip() for line in conf.stdout.splitlines()
+                    if line.startswith("JobRequeue")), "?")
+    rows.append(Row(SLURM_NODE, "slurm", f"JobRequeue={requeue}", PASS,
+                    "requeue by default" if requeue == "1" else "jobs requeue only when asked (the script asks: --requeue)"))
+    acct = run_slurm(["sacct", "-n", "-X", "-P", "-o", "JobID", "-j", str(job_id)])
+    answers = acct.returncode == 0 and bool(acct.stdout.strip())
+    rows.append(Row(SLURM_NODE, "slurm", "sacct answers" if answers else "sacct: no answer", PASS if answers else WARN,
+                    "" if answers else "no accounting: slurmtrain reads scontrol (finished jobs are forgotten "
+                    "after MinJobAge)"))
+    return rows
+
+
+def _partition_row(info: dict[str, str]) -> Row:
+    mode, grace, state = info.get("PreemptMode", "?"), info.get("GraceTime", "0"), info.get("State", "?")
+    figure = f"partition {info.get('PartitionName')}: State={state} PreemptMode={mode} GraceTime={grace}"
+    if state != "UP":
+        return Row(SLURM_NODE, "slurm", figure, FAIL, "the partition does not start jobs")
+    if "CANCEL" in mode:
+        return Row(SLURM_NODE, "slurm", figure, WARN, "preemption cancels jobs: runs are not requeued")
+    if mode not in ("OFF", "?") and grace in ("0", "00:00:00"):
+        return Row(SLURM_NODE, "slurm", figure, WARN, "preemption with GraceTime=0: no time to checkpoint")
+    return Row(SLURM_NODE, "slurm", figure, PASS)
