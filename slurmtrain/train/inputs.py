@@ -139,3 +139,26 @@ def check_files(recipe: Recipe, sources: Sources, base: Path, where: str = "",
     if knowable(data, env):
         corpus_files(expand(data, base, env), sources.of("data.path"), data,
                      where if is_relative(data, env) else "")
+        if not tok or knowable(tok, env):
+            check_tokenized_with(expand(data, base, env), tokenizer_file(tok, base, env=env) if tok else None,
+                                 sources.of("data.tokenizer"))
+
+
+def check_tokenized_with(corpus: Path, tok: Path | None, source: str) -> None:
+    """A tokenized ``corpus`` (its index.json) was written with the tokenizer file ``tok``
+    (None: the byte-level one), compared by content hash as the trainer does
+    (``data.check_tokenizer``); json and hashlib only, so `gen` stays light. An unfinished
+    tokenization (no index yet, its job may still run) is left to the trainer."""
+    index_file = corpus / "index.json"
+    if not index_file.is_file():
+        return
+    import hashlib
+    import json
+
+    theirs = json.loads(index_file.read_text()).get("tokenizer", {})
+    ours = "bytes" if tok is None else hashlib.sha256(tok.read_bytes()).hexdigest()
+    if theirs.get("sha256") != ours:
+        raise ConfigError(source, "data.tokenizer",
+                          f"{corpus} was tokenized with {theirs.get('name')} (sha256 {str(theirs.get('sha256'))[:12]}), "
+                          f"but the recipe's tokenizer is {tok or 'bytes'} (sha256 {ours[:12]}); "
+                          "tokenize again with the recipe's tokenizer, or set data.tokenizer to it")

@@ -273,6 +273,25 @@ def test_tokenize_job_options_need_a_profile(corpus, tmp_path):
 
 
 @pytest.mark.torch
+def test_gen_refuses_shards_of_another_tokenizer(corpus, tmp_path, monkeypatch):
+    """gen/submit check the tokenized corpus's index against the recipe's tokenizer before
+    anything is queued: exit 2, one line naming the recipe, both tokenizers."""
+    from trainer_util import RECIPE
+
+    run(str(corpus / "a.jsonl"), "--tokenizer", str(corpus / "tokenizer.json"), "--out", str(tmp_path / "tok"), "-j", "1")
+    monkeypatch.chdir(tmp_path)
+    recipe = RECIPE.format(steps=5, save_steps=0).replace('path = "corpus.jsonl"', 'path = "tok"')
+    (tmp_path / "bytes.toml").write_text(recipe)
+    (tmp_path / "bpe.toml").write_text(recipe.replace('path = "tok"', f'path = "tok"\ntokenizer = "{corpus / "tokenizer.json"}"'))
+    res = CliRunner().invoke(main, ["gen", "--profile", "local", "--recipe", "bytes.toml"])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert "\n" not in line and "bytes.toml" in line and "data.tokenizer" in line, line
+    assert f"was tokenized with {corpus / 'tokenizer.json'} (sha256 " in line and "recipe's tokenizer is bytes" in line
+    res = CliRunner().invoke(main, ["gen", "--profile", "local", "--recipe", "bpe.toml"])
+    assert res.exit_code == 0, res.output
+
+
 def test_a_big_raw_corpus_points_at_tokenize(corpus, monkeypatch, caplog):
     pytest.importorskip("torch")
     from slurmtrain.train import data
