@@ -1,0 +1,184 @@
+"""doctor without a cluster: check names, the verdicts that compare nodes, the table and
+JSON, the bad-node ledger and how submit/resubmit exclude its nodes (a fake sbatch)."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+from slurmtrain.doctor import checks, ledger, report
+from slurmtrain.doctor.report import FAIL, PASS, SKIP, WARN, Expect
+from slurmtrain.errors import UsageError
+
+
+def node_result(node, torch="2.5.0", gflops=100.0, busbw=1.0, offset=0.0, wrote=True, missing=()):
+    return {"node": node, "results": {
+        "versions": {"ok": True, "figure": f"python 3.11 torch {torch}", "data": {"python": "3.11", "torch": torch}},
+        "gpus": {"ok": True, "value": 0, "figure": "0"},
+        "rundir": {"ok": wrote, "figure": "/r", "data": {"wrote": wrote, "missing": list(missing)}},
+        "matmul": {"ok": True, "value": gflops, "figure": f"{gflops} GFLOP/s"},
+        "allreduce": {"ok": True, "value": busbw, "figure": f"{busbw} GB/s", "data": {"world": 3}},
+        "clock": {"ok": True, "value": offset, "figure": f"{offset} s"}}}
+
+
+def verdicts(rows):
+    return {(r.node, r.check): r.verdict for r in rows}
+
+
+NODES = ["n1", "n2", "n3"]
+
+
+def test_unknown_check_is_named_with_the_known_ones():
+    with pytest.raises(UsageError, match=r"unknown check 'allreduc' \(did you mean \"allreduce\"\?\); known checks: setup"):
+        checks.parse("versions,allreduc")
+    assert checks.parse("clock,versions") == ("versions", "clock")  # canonical order
+    assert checks.parse(None) == checks.DEFAULT
+
+
+def test_healthy_nodes_pass_every_check():
+    rows = report.rows(NODES, {n: node_result(n) for n in NODES}, checks.DEFAULT, Expect())
+    assert report.failures(rows) == []
+    assert {r.verdict for r in rows} == {PASS}
+    assert verdicts(rows)[("n1", "gpus")] == PASS and "no GPUs in profile" in rows[[
+        (r.node, r.check) for r in rows].index(("n1", "gpus"))].detail
+    assert report.summary(rows) == "doctor: every check passed"
+
+
+def test_the_odd_node_is_named_for_each_check():
+    results = {"n1": node_result("n1"), "n2": node_result("n2", torch="2.4.0", gflops=50, offset=9.0),
+               "n3": node_result("n3", gflops=95)}
+    rows = report.rows(NODES, results, checks.DEFAULT, Expect(gpus_per_node=8, expected_busbw_gbps=10.0))
+    v = verdicts(rows)
+    assert v[("n2", "versions")] == FAIL and v[("n1", "versions")] == PASS
+    assert v[("n2", "matmul")] == WARN and v[("n3", "matmul")] == PASS  # 95 of median 95: not slow
+    assert v[("n2", "clock")] == FAIL
+    assert all(v[(n, "gpus")] == FAIL for n in NODES)          # 0 GPUs, profile says 8
+    assert all(v[(n, "allreduce")] == FAIL for n in NODES)     # 1 GB/s < 90% of 10
+    assert report.summary(rows) == ("doctor: failing: n2: versions, gpus, allreduce, clock; "
+                                    "n1: gpus, allreduce; n3: gpus, allreduce")
+
+
+def test_setup_failure_blames_the_node_that_did_not_start_only():
+    results = {"n1": node_result("n1")}
+    rows = report.rows(NODES, results, checks.DEFAULT, Expect(), arrived={"n1", "n3"})
+    v = verdicts(rows)
+    assert v[("n2", "setup")] == FAIL and v[("n3", "setup")] == PASS
+    assert v[("n3", "checks")] == SKIP   # taken down by n2's failure, not blamed
+    assert [(r.node, r.check) for r in report.failures(rows)] == [("n2", "setup")]
+    # every node started, one wrote nothing: that node fails
+    rows = report.rows(NODES, results, checks.DEFAULT, Expect(), arrived=set(NODES))
+    assert {(r.node, r.check) for r in report.failures(rows)} == {("n2", "checks"), ("n3", "checks")}
+
+
+def test_rundir_blames_the_reader_not_a_writer_that_failed():
+    results = {"n1": node_result("n1", missing=["n3"]), "n2": node_result("n2", missing=["n1"]),
+               "n3": node_result("n3", wrote=False, missing=["n3"])}
+    results["n3"]["results"]["rundir"]["detail"] = "cannot write"
+    v = verdicts(report.rows(NODES, results, ("rundir",), Expect()))
+    assert v == {("n1", "rundir"): PASS, ("n2", "rundir"): FAIL, ("n3", "rundir"): FAIL}
+
+
+def test_table_and_json_carry_the_same_rows(tmp_path):
+    rows = report.rows(["n1", "n2"], {"n1": node_result("n1")}, ("setup", "versions"), Expect(), arrived={"n1"})
+    text = report.table(rows)
+    assert text.splitlines()[0].split() == ["NODE", "CHECK", "VERDICT", "FIGURE", "DETAIL"]
+    assert any(line.split()[:3] == ["n2", "setup", "FAIL"] for line in text.splitlines())
+    data = json.loads(report.to_json(rows, job_id="7"))
+    assert data["passed"] is False and data["failing"] == [{"node": "n2", "check": "setup"}]
+    assert len(data["rows"]) == len(rows) and data["job_id"] == "7"
+
+
+def test_ledger_expiry_forget_and_torn_lines(tmp_path):
+    ledger.add(tmp_path, "n1", "old", now=1000.0)
+    ledger.add(tmp_path, "n2", "doctor: rundir", run="r1", source="doctor", now=10_000.0)
+    ledger.add(tmp_path, "n3", "watchdog", now=10_500.0)
+    with open(ledger.path(tmp_path), "a") as f:
+        f.write('{"time": 1, "node"\n')  # a torn write is skipped
+    assert [e.node for e in ledger.read(tmp_path)] == ["n1", "n2", "n3"]
+    assert ledger.excluded(tmp_path, hours=1, now=11_000.0) == ["n2", "n3"]   # n1 is older than 1 h
+    assert ledger.excluded(tmp_path, hours=0, now=11_000.0) == []             # 0: never excluded
+    assert ledger.forget(tmp_path, ["n2"]) == 1
+    assert [e.node for e in ledger.read(tmp_path)] == ["n1", "n3"]
+    assert ledger.forget(tmp_path, None) == 2 and ledger.read(tmp_path) == []
+
+
+def test_a_script_written_ledger_line_reads_back(tmp_path):
+    """The job script's ledger_add (templates/rundir.j2) writes what ledger.read parses."""
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec, render
+    script = render(load_profile("local"), JobSpec(command=("true",), run_dir=str(tmp_path / "run1")))
+    start, end = script.index("SLURMTRAIN_LEDGER="), script.index("}\n", script.index("ledger_add()")) + 2
+    (tmp_path / "run1").mkdir()
+    bash = f'RUN_DIR={tmp_path}/run1; SLURM_JOB_ID=12\n{script[start:end]}ledger_add stnode2 watchdog "did not join"\n'
+    subprocess.run(["bash", "-c", bash], check=True)
+    [e] = ledger.read(tmp_path)
+    assert (e.node, e.source, e.run, e.job_id, e.reason) == ("stnode2", "watchdog", "run1", "12", "did not join")
+
+
+FAKE_SBATCH = '#!/bin/bash\necho "$@" >> "$(dirname "$0")/sbatch.calls"\necho "Submitted batch job 4242"\n'
+
+
+@pytest.fixture
+def fake_sbatch(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/sh\nexit 0\n"),
+                       ("scontrol", "#!/bin/sh\nexit 0\n"), ("sacct", "#!/bin/sh\nexit 0\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    return bin_dir
+
+
+def test_submit_excludes_ledger_nodes_and_nodes_forget_clears(fake_sbatch, tmp_path):
+    runs = tmp_path / "runs"
+    ledger.add(runs, "stnode2", "start-up watchdog: did not join", source="watchdog")
+    r = CliRunner().invoke(main, ["submit", "--runs-dir", str(runs), "--name", "x", "--", "python", "x.py"])
+    assert r.exit_code == 0, r.output
+    run = next(p for p in runs.iterdir() if p.is_dir())
+    assert "#SBATCH --exclude=stnode2\n" in (run / "job.sbatch").read_text()
+    listed = CliRunner().invoke(main, ["nodes", "--runs-dir", str(runs)])
+    assert listed.output.startswith("stnode2\t") and "watchdog" in listed.output
+    r = CliRunner().invoke(main, ["nodes", "--runs-dir", str(runs), "forget", "stnode2"])
+    assert r.exit_code == 0 and "forgot 1 entry" in r.output
+    assert "no bad nodes" in CliRunner().invoke(main, ["nodes", "--runs-dir", str(runs)]).output
+    r = CliRunner().invoke(main, ["submit", "--runs-dir", str(runs), "--name", "y", "--", "python", "x.py"])
+    assert "--exclude" not in next(runs.glob("y-*/job.sbatch")).read_text()
+
+
+def test_resubmit_passes_exclude_to_sbatch(fake_sbatch, tmp_path, monkeypatch):
+    from slurmtrain.runs import resubmit, rundir, submit
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec
+    runs = tmp_path / "runs"
+    run = submit.prepare(load_profile("local"), JobSpec(command=("true",), job_name="z"), runs)
+    ledger.add(runs, "stnode1", "doctor: matmul", source="doctor")
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    resubmit.resubmit(rundir.RunDir(run.path))
+    assert (fake_sbatch / "sbatch.calls").read_text().split()[:2] == ["--exclude=stnode1", str(run.script)]
+
+
+def test_bad_input_is_one_line_exit_2(fake_sbatch):
+    r = CliRunner().invoke(main, ["doctor", "--checks", "versions,bogus"])
+    assert r.exit_code == 2 and "unknown check 'bogus'" in r.output and "Traceback" not in r.output
+    r = CliRunner().invoke(main, ["doctor", "-N", "1", "--checks", "allreduce"])
+    assert r.exit_code == 2 and "slurm.nodes: check 'allreduce' needs at least 2 nodes" in r.output
+    r = CliRunner().invoke(main, ["doctor", "--set", "fabric.expected_busbw_gbps=-1"])
+    assert r.exit_code == 2 and "fabric.expected_busbw_gbps: expected a positive number" in r.output
+    r = CliRunner().invoke(main, ["nodes", "forget"])
+    assert r.exit_code == 2 and "give node names or --all" in r.output
+
+
+def test_doctor_cli_path_imports_no_torch():
+    code = ("import sys; from slurmtrain.cli import main\nfrom click.testing import CliRunner\n"
+            "CliRunner().invoke(main, ['doctor', '--help']); CliRunner().invoke(main, ['nodes'])\n"
+            "import slurmtrain.doctor.run, slurmtrain.doctor.report, slurmtrain.doctor.ledger\n"
+            "print(' '.join(m for m in ('torch', 'numpy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"the doctor's CLI path imported: {out}"
