@@ -28,6 +28,7 @@ _TIME = matches(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE",
 _MEM = matches(r"\d+[KMGT]?", "a Slurm memory size such as 64G or 0")
 _SIGNAL = matches(r"(SIG)?(USR1|USR2|TERM|INT|HUP|QUIT|ALRM|URG|CONT|[0-9]{1,2})",
                   "a signal name such as USR2 or TERM")
+_TRACK_WORD = matches(r"[A-Za-z0-9_.:/+\-]+", "a W&B name: letters, digits, _ . : / + - (no spaces or commas)")
 _BIND = matches(r"[^:\s]+(:[^:\s]+(:(ro|rw))?)?", "a bind mount src[:dst[:ro|rw]] without spaces")
 
 
@@ -106,6 +107,23 @@ class EnvSection:
 
 
 @dataclass(frozen=True)
+class TrackingSection:
+    """Experiment tracking: one W&B run and one TensorBoard log across every requeue (docs/tracking.md)."""
+
+    wandb: bool = field("report to Weights & Biases (the wandb package; the built-in trainer logs, and "
+                        "WANDB_RUN_ID/WANDB_RESUME/WANDB_PROJECT/WANDB_DIR are exported for any program)", False)
+    tensorboard: bool = field("the built-in trainer writes TensorBoard events into <run dir>/tensorboard", False)
+    mode: Literal["offline", "online"] = field("W&B mode: offline (files in the run directory, `slurmtrain sync RUN` "
+                                               "uploads them later) or online", "offline")
+    project: str | None = field("W&B project (default: the job name)", None, check=_TRACK_WORD)
+    entity: str | None = field("W&B entity, a user or team (default: the API key's)", None, check=_TRACK_WORD)
+    name: str | None = field("W&B run display name (default: the run directory's name)", None)
+    tags: tuple[str, ...] = field("W&B run tags", (), check=_TRACK_WORD)
+    api_key_var: str = field("variable holding the W&B API key in the submitting environment, passed through "
+                             "by name in online mode, never written", "WANDB_API_KEY", check=ENV_NAME)
+
+
+@dataclass(frozen=True)
 class ResilienceSection:
     """Requeue and signal handling (see the preemption docs)."""
 
@@ -136,6 +154,7 @@ class Profile:
     launch: LaunchSection = field("launcher", factory=LaunchSection)
     env: EnvSection = field("environment", factory=EnvSection)
     resilience: ResilienceSection = field("requeue and signals", factory=ResilienceSection)
+    tracking: TrackingSection = field("experiment tracking (W&B, TensorBoard)", factory=TrackingSection)
     allowed_launchers: tuple[Literal["torchrun", "srun-loop", "deepspeed", "srun"], ...] = field(
         "launchers that work on this cluster (default: all)", ("torchrun", "srun-loop", "deepspeed", "srun"))
 

@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import __version__, command, resources
+from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
 from .profile import LoadedProfile, Profile
@@ -306,6 +306,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "rendezvous_timeout": p.resilience.rendezvous_timeout,
         "env_exports": _env_exports(p),
         "secrets": list(p.env.secrets),
+        "tracking": tracking.template_context(p.tracking, job.job_name),
         "rdzv_port": p.launch.rdzv_port,
         "rdzv_port_spread": p.launch.rdzv_port_spread,
         "procs_per_node": _procs_per_node(p),

@@ -46,9 +46,11 @@ def submit(runs_dir: str, **opts) -> None:
     """
     from ..runs.submit import submit as submit_job
     from ..train.jobcheck import check_job  # torch-free
+    from ..tracking import check_installed
 
     loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)
     check_job(loaded, job)  # before the run directory exists and anything is queued
+    check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
     done = submit_job(loaded, job, runs_dir)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
     click.echo(f"submitted job {done.job_id}")

@@ -5,6 +5,7 @@ Layout (the batch script writes the last three)::
     runs/train-20250101-120000/
       job.sbatch        the exact script given to sbatch
       profile.toml      the resolved profile (after extends and --set)
+      wandb-run-id      the W&B run id every start resumes (with [tracking] wandb = true)
       manifest.json     what was submitted, from where, and what Slurm answered
       events.jsonl      submitted, started, finished, failed, ... (slurmtrain.events)
       logs/job-<jobid>.out           the batch script's output
@@ -25,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from .. import __version__, tracking
 from ..errors import UsageError
 
 MANIFEST = "manifest.json"
@@ -216,4 +217,6 @@ def initial_manifest(run: RunDir, *, loaded, job, cwd: str | os.PathLike) -> dic
         "state": "created",
         "job_ids": [],
         "submitted_at": None,
+        # Draws the W&B run id now (wandb-run-id): every start of this run resumes it.
+        "tracking": tracking.manifest_entry(p.tracking, job.job_name, run.path),
     }

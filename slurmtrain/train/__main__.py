@@ -123,6 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     from .. import events
     from . import trainer
     from .distributed import close_world, env_world_size, init_world
+    from .tracking import close_trackers
     trainer.preflight(recipe, sources, env_world_size())
     world = init_world()
     try:
@@ -136,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
                               error=f"{type(err).__name__}: {err}")
             raise
     finally:
+        close_trackers()  # W&B writes the end of its run here: the exit below skips atexit
         close_world()
 
 

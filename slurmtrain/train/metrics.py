@@ -50,9 +50,10 @@ def peak_mem_gib(device: torch.device) -> float:
 class MetricsLog:
     """Rank 0's metrics file and the one human line per log step."""
 
-    def __init__(self, run_dir: Path, enabled: bool):
+    def __init__(self, run_dir: Path, enabled: bool, trackers: Any = None):
         self.path = Path(run_dir) / METRICS_FILE
         self.enabled = enabled
+        self.trackers = trackers  # train.tracking.Trackers: W&B/TensorBoard get every record too
 
     def write(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -60,6 +61,8 @@ class MetricsLog:
         record = {"time": round(time.time(), 3), **record}
         with self.path.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
+        if self.trackers is not None:
+            self.trackers.log(record)
 
 
 class Throughput:

@@ -34,6 +34,7 @@ from .presets import flops_per_token, human_count
 from ..schema import Sources
 from .recipe import Recipe, model_args, recipe_to_dict, resolve_data_path
 from .stop import STOP_EXIT_CODE, StopRequest
+from .tracking import open_trackers
 from .tokenizer import Tokenizer, load_tokenizer
 
 log = logging.getLogger("slurmtrain.train")
@@ -156,7 +157,9 @@ class Trainer:
         """Train to the last step; returns the process exit status (0, or 75 when stopped)."""
         cfg, debug = self.recipe.train, self.recipe.debug
         stop = StopRequest()
-        metrics = MetricsLog(self.run_dir, self._rank0)
+        # Opened before the first record: it reads which steps earlier starts logged.
+        metrics = MetricsLog(self.run_dir, self._rank0,
+                             open_trackers(self.run_dir, recipe_to_dict(self.recipe), self._rank0))
         peak = peak_flops(self.world.device)
         seq_len = self.recipe.data.max_seq_len
         meter = Throughput()
