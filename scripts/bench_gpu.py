@@ -30,7 +30,10 @@ of a run of square matmuls: bf16 8192 on a GPU, fp32 512 on CPU).
 Host syncs: on CUDA, ``torch.cuda.set_sync_debug_mode("warn")`` is on over the timed steps
 but off while the trainer logs (a log step reads the loss on purpose), and every warning is
 reported; on CPU the Python-level counting hook of ``slurmtrain.train.syncwatch`` does the
-same. The output is printed and written as JSON (``--out``, default bench_gpu.json).
+same. ``--profile`` runs one more trainer step under torch.profiler after the timed ones:
+the top kernels by self time (CPU: operators), the share of the step the GPU spent in
+kernels (the rest is idle: launch gaps, host work), and a Chrome trace next to the JSON.
+The output is printed and written as JSON (``--out``, default bench_gpu.json).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from slurmtrain.train.presets import flops_per_token, get_preset, param_count  #
 from slurmtrain.train.recipe import load_recipe_sources, model_args  # noqa: E402
 from slurmtrain.train.syncwatch import SyncWatch  # noqa: E402
 
+LR, WEIGHT_DECAY = 3e-4, 0.1  # the same for both loops (AdamW does the same work)
 FORMULA = ("mfu = (6*N + 12*L*d*s) * tokens_per_s / peak_bf16; N = parameters a token "
            "multiplies through (all but input embedding and norms), L layers, d width, s "
            "sequence length; attention term not halved for the causal mask")
@@ -82,8 +86,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    help="activation checkpointing")
     p.add_argument("--quick", action="store_true",
                    help="smoke run on CPU: tiny preset, seq 64, 3+2 steps; not a speed figure")
-    p.add_argument("--out", default="bench_gpu.json", help="JSON output file")
+    p.add_argument("--profile", action="store_true",
+                   help="profile one more trainer step: top kernels, GPU busy share, Chrome trace")
+    p.add_argument("--out", default="bench_gpu.json",
+                   help="JSON output file (the trace goes next to it: <out>.trace.json)")
     a = p.parse_args(argv)
+    if a.steps < 1 or a.warmup < 1:
+        p.error("--steps and --warmup must be at least 1")
     if a.quick:
         a.preset, a.seq, a.micro_batch, a.steps, a.warmup = "tiny", 64, 2, 3, 2
         a.compile = bool(a.compile)
@@ -111,51 +120,64 @@ class SyncReport:
     """Host syncs over the timed steps, with the trainer's log calls left out."""
 
     def __init__(self, device: torch.device):
-        self.device, self.seen, self.on = device, [], False
+        self.on = False
         self._watch = SyncWatch() if device.type == "cpu" else None
-        self._caught = None
+        self._caught, self._seen = None, []
+
+    def _arm(self, on: bool) -> None:
+        if self._watch is not None:
+            self._watch.armed = on
+        else:
+            torch.cuda.set_sync_debug_mode("warn" if on else 0)
 
     def start(self) -> None:
-        self.on = True
         if self._watch is not None:
             self._watch.__enter__()
-            self._watch.armed = True
         else:
             self._caught = warnings.catch_warnings(record=True)
-            self.seen = self._caught.__enter__()
+            self._seen = self._caught.__enter__()
             warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
+        self.on = True
+        self._arm(True)
 
     def pause(self, paused: bool) -> None:
-        if not self.on:
-            return
-        if self._watch is not None:
-            self._watch.armed = not paused
-        else:
-            torch.cuda.set_sync_debug_mode(0 if paused else "warn")
+        if self.on:
+            self._arm(not paused)
 
-    def stop(self) -> dict:
+    def finish(self) -> dict:
+        if not self.on:
+            return {"method": "not reached", "count": None, "sites": []}
+        self._arm(False)
+        self.on = False
         if self._watch is not None:
             self._watch.__exit__(None, None, None)
             sites = list(self._watch.calls)
-            method = "syncwatch (Python-level count of item/cpu/tolist/float/bool... from slurmtrain code; CPU)"
+            method = ("syncwatch: Python-level count of item/cpu/tolist/float/bool... reached "
+                      "from slurmtrain code (CPU)")
         else:
-            torch.cuda.set_sync_debug_mode(0)
             self._caught.__exit__(None, None, None)
-            sites = [f"{w.filename}:{w.lineno}: {w.message}" for w in self.seen
+            sites = [f"{w.filename}:{w.lineno}: {w.message}" for w in self._seen
                      if "synchroniz" in str(w.message).lower()]
             method = 'torch.cuda.set_sync_debug_mode("warn") over the timed steps, log calls excluded'
         return {"method": method, "count": len(sites), "sites": sorted(set(sites))[:20]}
 
 
-def run_trainer(a, world, tmp: Path) -> tuple[dict, dict, dict]:
+def run_trainer(a, world, tmp: Path, trace: Path) -> tuple[dict, dict, dict, dict | None]:
+    """The trainer's own loop: ``warmup`` steps, ``steps`` timed ones, and one more whose
+    start ends the timed window (and which ``--profile`` profiles). The window runs from a
+    device sync before the first timed step to one after the last, so it holds whole
+    steps, stop checks and the log calls of the metrics every ``warmup`` steps."""
+    w, n_timed = a.warmup, a.steps
+    total = w + n_timed + 1
     sets = [("model.preset", a.preset, "bench"), ("data.path", str(tmp / "unused.jsonl"), "bench"),
             ("data.max_seq_len", a.seq, "bench"), ("data.val_fraction", 0.0, "bench"),
-            ("train.steps", a.warmup + a.steps, "bench"),
+            ("train.steps", total, "bench"),
             ("train.global_batch_size", a.micro_batch, "bench"),
             ("train.micro_batch_size", a.micro_batch, "bench"),
-            ("train.log_steps", a.warmup, "bench"), ("train.eval_steps", 0, "bench"),
+            ("train.log_steps", w, "bench"), ("train.eval_steps", 0, "bench"),
             ("train.save_steps", 0, "bench"), ("train.warmup_steps", 2, "bench"),
+            ("train.lr", LR, "bench"), ("train.min_lr", LR / 10, "bench"),
+            ("train.weight_decay", WEIGHT_DECAY, "bench"),
             ("train.grad_clip", 1.0, "bench"), ("train.compile", a.compile, "bench"),
             ("train.activation_checkpointing", a.ac, "bench"), ("train.dtype", "auto", "bench")]
     if a.layers:
@@ -164,38 +186,82 @@ def run_trainer(a, world, tmp: Path) -> tuple[dict, dict, dict]:
     args = model_args(recipe)
     (tmp / "run").mkdir()
     (tmp / "unused.jsonl").write_text('{"text": "synthetic tokens are used instead"}\n')
-    n = (a.warmup + a.steps) * a.micro_batch + 1
     real_load = trainer_mod.data_mod.load_corpus
-    trainer_mod.data_mod.load_corpus = lambda *_a, **_k: synthetic_corpus(args.vocab_size, a.seq, n)
+    trainer_mod.data_mod.load_corpus = lambda *_a, **_k: synthetic_corpus(
+        args.vocab_size, a.seq, total * a.micro_batch + 1)
     try:
         t = trainer_mod.build(recipe, sources, world, tmp / "run", None)
     finally:
         trainer_mod.data_mod.load_corpus = real_load
     t.ckpt = NoSave()
     opts = speed.options(recipe, t.optim, world.device, t.accum)
-    syncs = SyncReport(world.device)
-    real_log, logged = t._log, []
+    device, syncs, clock, found, prof = world.device, SyncReport(world.device), {}, {}, {}
+    real_step, real_log = t._train_step, t._log
+
+    def step_hook():
+        if t.step == w:  # the first timed step begins
+            sync(device)
+            clock["start"] = time.perf_counter()
+            syncs.start()
+        elif t.step == w + n_timed:  # the timed steps are done
+            found.update(syncs.finish())
+            sync(device)
+            clock["end"] = time.perf_counter()
+            if a.profile:
+                return profile_step(real_step, device, prof, trace)
+        return real_step()
 
     def log_hook(*args_, **kwargs):
-        syncs.pause(True)
-        real_log(*args_, **kwargs)
-        logged.append(1)
-        if len(logged) == 1:
-            syncs.start()  # the warm-up window has been logged: the timed steps begin
-        syncs.pause(False)
-    t._log = log_hook
-    if world.device.type == "cuda":
+        syncs.pause(True)  # a log step reads the loss on purpose
+        try:
+            real_log(*args_, **kwargs)
+        finally:
+            syncs.pause(False)
+    t._train_step, t._log = step_hook, log_hook
+    if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     try:
         t.train()
     finally:
-        report = syncs.stop() if syncs.on else {"method": "not started", "count": None, "sites": []}
+        if syncs.on:
+            syncs.finish()
     records = [json.loads(x) for x in (tmp / "run" / "metrics.jsonl").read_text().splitlines()]
-    last = [r for r in records if r.get("step") == a.warmup + a.steps][0]
-    result = {"step_time_s": last["step_time"], "peak_mem_gib": peak_mem_gib(world.device),
-              "final_loss": last["loss"]}
-    del t
-    return result, opts, report
+    losses = [r["loss"] for r in records if "loss" in r]
+    result = {"step_time_s": (clock["end"] - clock["start"]) / n_timed,
+              "peak_mem_gib": peak_mem_gib(device), "final_loss": losses[-1]}
+    del t, real_step, real_log
+    return result, opts, found, (prof or None)
+
+
+def profile_step(step, device: torch.device, out: dict, trace: Path):
+    """One step under torch.profiler: the top kernels (CPU: operators) by self time, the
+    share of the step's wall time the GPU spent in kernels, and a Chrome trace file."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        result = step()
+        sync(device)
+    wall = time.perf_counter() - start
+    # On a GPU only the kernels' own entries count (an operator's row repeats its kernels).
+    rows = [(e.key, e.self_device_time_total if cuda else e.self_cpu_time_total, e.count)
+            for e in prof.key_averages()
+            if not cuda or e.device_type == torch.autograd.DeviceType.CUDA]
+    rows = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
+    busy = sum(r[1] for r in rows) / 1e6
+    prof.export_chrome_trace(str(trace))
+    out.update({
+        "what": "the step after the timed ones, under torch.profiler (slower than unprofiled)",
+        "wall_s": round(wall, 6),
+        "gpu_kernel_share": round(busy / wall, 4) if cuda else None,
+        "idle_note": ("1 - gpu_kernel_share is the step's time with no kernel running "
+                      "(launch gaps, host work, syncs)") if cuda else "CPU: no device timeline",
+        "top": [{"name": k[:120], "self_ms": round(us / 1e3, 3), "calls": c}
+                for k, us, c in rows[:15]],
+        "trace": str(trace)})
+    return result
 
 
 def hand_loop(a, args, device: torch.device, dtype: torch.dtype | None) -> dict:
@@ -219,8 +285,8 @@ def hand_loop(a, args, device: torch.device, dtype: torch.dtype | None) -> dict:
         for block in model.layers:
             block.compile(fullgraph=True)
     fused = device.type == "cuda"
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1,
-                            fused=fused)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95),
+                            weight_decay=WEIGHT_DECAY, fused=fused)
     data = torch.randint(0, args.vocab_size, (a.warmup + a.steps, a.micro_batch, a.seq + 1),
                          device=device)
     if device.type == "cuda":
@@ -294,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     device = world.device
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            ours, opts, syncs = run_trainer(a, world, Path(tmp))
+            ours, opts, syncs, prof = run_trainer(a, world, Path(tmp),
+                                                  Path(a.out).with_suffix(".trace.json"))
     finally:
         close_world()
     torch._dynamo.reset()
@@ -334,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                       "fused_optimizer": hand["fused_optimizer"]},
         "ratio_trainer_over_hand_loop": round(t_fig["tokens_per_s"] / h_fig["tokens_per_s"], 4),
         "host_syncs_in_timed_steps": syncs,
+        "profile": prof,
         "peak_mem_kind": ("torch.cuda.max_memory_allocated per phase" if cuda else
                           "process max RSS (CPU: not per phase)"),
     }

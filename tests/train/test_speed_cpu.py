@@ -21,7 +21,7 @@ def quick(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench_gpu")
     out = tmp / "out.json"
     proc = waiting.run([sys.executable, str(REPO / "scripts" / "bench_gpu.py"), "--quick",
-                        "--out", str(out)], "bench_gpu.py --quick", [tmp], cwd=tmp, env=env())
+                        "--profile", "--out", str(out)], "bench_gpu.py --quick --profile", [tmp], cwd=tmp, env=env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text()), proc
 
@@ -32,7 +32,7 @@ def test_bench_gpu_quick_reports_every_field(quick):
     assert json.loads(proc.stdout[:proc.stdout.rindex("}") + 1]) == data  # printed = written
     assert data["kind"].startswith("cpu-smoke") and "not a speed figure" in data["kind"]
     assert data["torch"] == torch.__version__ and data["device"] and data["date"]
-    assert data["command"].startswith("python scripts/bench_gpu.py --quick --out ")
+    assert data["command"].startswith("python scripts/bench_gpu.py --quick --profile --out ")
     assert data["model"] == {"preset": "tiny", "n_layers": 2, "dim": 64, "params": 131904,
                              "seq": 64, "vocab": 320}
     cfg = data["config"]
@@ -59,6 +59,12 @@ def test_bench_gpu_quick_reports_every_field(quick):
     syncs = data["host_syncs_in_timed_steps"]
     assert syncs["method"].startswith("syncwatch") and syncs["count"] == 0 and syncs["sites"] == []
     assert "ratio" in proc.stderr and "host syncs in timed steps: 0" in proc.stderr
+    prof = data["profile"]
+    assert prof["wall_s"] > 0 and prof["gpu_kernel_share"] is None and len(prof["top"]) == 15
+    names = [row["name"] for row in prof["top"]]
+    assert any("mm" in n for n in names) and all(row["self_ms"] > 0 for row in prof["top"])
+    assert any("scaled_dot_product" in n for n in names)  # the attention ran through SDPA
+    assert json.loads(Path(prof["trace"]).read_text())["traceEvents"]
 
 
 @pytest.mark.slow
