@@ -81,6 +81,9 @@ class TrainSection:
                             check=non_negative)
     keep_last: int = field("complete checkpoints to keep", 2, check=positive)
     async_save: bool = field("save checkpoints in the background (dcp.async_save)", False)
+    engine: Literal["fsdp2", "deepspeed"] = field(
+        "training engine: fsdp2 (torch FSDP2 / pipelining) or deepspeed (ZeRO via the "
+        "[deepspeed] section)", "fsdp2")
 
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")  # pipeline schedules, as recipes name them
@@ -96,6 +99,17 @@ class PipelineSection:
                                  "else 1)", 1, check=positive)
     microbatches: int = field("micro-batches per step on each pipeline (0: global_batch_size / "
                               "(micro_batch_size x data-parallel ranks))", 0, check=non_negative)
+
+
+@dataclass(frozen=True)
+class DeepSpeedSection:
+    config: str | None = field("ds_config.json for train.engine = \"deepspeed\": a path "
+                               "(against the current directory, then the recipe's folder) or "
+                               "a shipped name (zero1, zero2, zero3, zero3-offload, pipeline)",
+                               None)
+    json: str | None = field("inline DeepSpeed keys, a JSON object merged over the file", None)
+    zero_stage: int | None = field("ZeRO stage (0-3), over the file's", None,
+                                   check=non_negative)
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,8 @@ class Recipe:
     data: DataSection = field("corpus, tokenizer and packing", factory=DataSection)
     pipeline: PipelineSection = field("pipeline parallelism (torch.distributed.pipelining)",
                                       factory=PipelineSection)
+    deepspeed: DeepSpeedSection = field("DeepSpeed config (train.engine = \"deepspeed\")",
+                                        factory=DeepSpeedSection)
     debug: DebugSection = field("test hooks; leave empty in real runs", factory=DebugSection)
     description: str = field("one line saying what this recipe is for", "")
 
@@ -161,6 +177,7 @@ def load_recipe_sources(name_or_path: str, sets: Sequence[tuple[str, Any, str]] 
         apply_set(data, key, value, sources, origin)
     recipe = build(Recipe, data, sources)
     _check_preset(recipe, sources)
+    _check_engine(recipe, sources)
     return recipe, sources
 
 
@@ -186,6 +203,19 @@ def _check_preset(recipe: Recipe, sources: Sources) -> None:
                           f"{recipe.data.max_seq_len} is longer than the model's max_seq_len "
                           f"{args.max_seq_len}; lower it or set model.max_seq_len")
     _check_pipeline_model(recipe.pipeline, args, sources)
+
+
+def _check_engine(recipe: Recipe, sources: Sources) -> None:
+    ds = recipe.deepspeed
+    given = [k for k in ("config", "json", "zero_stage") if getattr(ds, k) is not None]
+    if recipe.train.engine != "deepspeed":
+        if given:
+            key = f"deepspeed.{given[0]}"
+            raise ConfigError(sources.of(key), key, 'is only read with train.engine = '
+                              f'"deepspeed" (train.engine = {recipe.train.engine!r})')
+        return
+    from .engines.ds_config import load
+    load(recipe, sources)
 
 
 def _check_pipeline_model(pp: PipelineSection, args, sources: Sources) -> None:

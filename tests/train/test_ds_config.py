@@ -1,0 +1,130 @@
+"""The recipe's engine choice and DeepSpeed config: read at load, "auto" filled from the
+recipe, contradictions and DeepSpeed's pipeline restriction refused (torch-free, fast)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmtrain.errors import ConfigError
+from slurmtrain.train.engines import ds_config
+from slurmtrain.train.recipe import load_recipe_sources
+
+HERE = Path(__file__).parent
+CONFIGS = HERE / "ds_configs"
+SHIPPED = ["zero1", "zero2", "zero3", "zero3-offload", "pipeline"]
+
+BASE = """\
+[model]
+preset = "tiny"
+[train]
+steps = 20
+global_batch_size = 8
+micro_batch_size = 2
+lr = {lr}
+weight_decay = {wd}
+warmup_steps = {warmup}
+engine = "deepspeed"
+[deepspeed]
+{ds}
+"""
+
+
+def recipe(tmp_path: Path, ds: str, lr: float = 3e-3, wd: float = 0.01, warmup: int = 3,
+           extra: str = "") -> Path:
+    path = tmp_path / "r.toml"
+    path.write_text(BASE.format(ds=ds, lr=lr, wd=wd, warmup=warmup) + extra)
+    return path
+
+
+def resolved(path: Path, world: int = 2, bf16: bool = False) -> dict:
+    r, sources = load_recipe_sources(str(path))
+    cfg = ds_config.load(r, sources)
+    accum = r.train.global_batch_size // (r.train.micro_batch_size * world)
+    return ds_config.resolve(cfg, r, sources, accum, bf16)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_configs_load_with_auto_filled(tmp_path, name):
+    extra = '[pipeline]\nstages = 2\n' if name == "pipeline" else ""
+    out = resolved(recipe(tmp_path, f'config = "{name}"', extra=extra))
+    assert out["train_batch_size"] == 8 and out["train_micro_batch_size_per_gpu"] == 2
+    assert out["gradient_accumulation_steps"] == 2 and out["gradient_clipping"] == 1.0
+    assert out["bf16"]["enabled"] is False and "optimizer" not in out
+    stage = {"zero1": 1, "zero2": 2, "zero3": 3, "zero3-offload": 3, "pipeline": 1}[name]
+    assert out["zero_optimization"]["stage"] == stage
+
+
+def test_hf_all_auto_config_loads(tmp_path):
+    out = resolved(recipe(tmp_path, f'config = "{CONFIGS / "hf-auto.json"}"'), bf16=True)
+    assert out["bf16"]["enabled"] is True and out["fp16"]["enabled"] is False
+    assert out["zero_optimization"]["stage"] == 2 and "scheduler" not in out
+
+
+def test_mistral_guide_config_loads_when_recipe_agrees(tmp_path):
+    path = recipe(tmp_path, f'config = "{CONFIGS / "mistral-z2-small-conf.json"}"',
+                  lr=6e-4, wd=0.1, warmup=10000)
+    out = resolved(path)
+    assert out["zero_optimization"]["stage"] == 2 and out["train_batch_size"] == 8
+
+
+def test_mistral_guide_config_contradicting_lr_names_both(tmp_path):
+    conf = CONFIGS / "mistral-z2-small-conf.json"
+    path = recipe(tmp_path, f'config = "{conf}"', lr=3e-3, wd=0.1, warmup=10000)
+    with pytest.raises(ConfigError) as err:
+        load_recipe_sources(str(path))
+    msg = str(err.value)
+    assert str(conf) in msg and "optimizer.params.lr" in msg and "0.0006" in msg
+    assert "train.lr = 0.003" in msg and str(path) in msg
+
+
+def test_inline_keys_and_zero_stage_override_the_file(tmp_path):
+    ds = 'config = "zero2"\nzero_stage = 3\njson = \'{"zero_optimization": {"overlap_comm": true}}\''
+    out = resolved(recipe(tmp_path, ds))
+    assert out["zero_optimization"] == {"stage": 3, "overlap_comm": True,
+                                        "contiguous_gradients": True, "reduce_scatter": True}
+
+
+@pytest.mark.parametrize("ds, key, words", [
+    ('json = \'{"train_batch_size": 16}\'', "train_batch_size", "16 contradicts train.global_batch_size = 8"),
+    ('json = \'{"train_micro_batch_size_per_gpu": 4}\'', "train_micro_batch_size_per_gpu", "contradicts train.micro_batch_size = 2"),
+    ('json = \'{"gradient_clipping": 0.5}\'', "gradient_clipping", "contradicts train.grad_clip = 1.0"),
+    ('json = \'{"fp16": {"enabled": true}}\'', "fp16.enabled", "contradicts train.dtype"),
+    ('json = \'{"optimizer": {"type": "Lamb"}}\'', "optimizer.type", "trains with AdamW"),
+    ('config = "zero3"\n[pipeline]\nstages = 2', "zero_optimization.stage", "ZeRO stage 0 or 1"),
+    ('json = \'{"zero_optimization": {"stage": 5}}\'', "zero_optimization.stage", "expected 0, 1, 2 or 3"),
+    ('json = \'{"train_batch_size": \'', "", "not valid JSON"),
+    ('config = "nope"', "deepspeed.config", "shipped configs: pipeline, zero1"),
+])
+def test_bad_configs_are_one_line_errors(tmp_path, ds, key, words):
+    with pytest.raises(ConfigError) as err:
+        load_recipe_sources(str(recipe(tmp_path, ds)))
+    assert err.value.key == key and words in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_accumulation_contradiction_needs_the_world_size(tmp_path):
+    path = recipe(tmp_path, 'json = \'{"gradient_accumulation_steps": 4}\'')
+    resolved(path, world=1)  # 8 / (2 x 1) = 4: agrees
+    with pytest.raises(ConfigError, match="4 contradicts the recipe's 2"):
+        resolved(path, world=2)
+
+
+def test_deepspeed_keys_without_the_engine_are_refused(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text(BASE.format(ds='config = "zero2"', lr=3e-3, wd=0.0, warmup=0)
+                    .replace('engine = "deepspeed"\n', ""))
+    with pytest.raises(ConfigError, match='deepspeed.config: is only read with train.engine'):
+        load_recipe_sources(str(path))
+
+
+def test_cli_exit_2_one_line(tmp_path):
+    path = recipe(tmp_path, 'json = \'{"train_batch_size": 16}\'')
+    proc = subprocess.run([sys.executable, "-m", "slurmtrain.train", "--recipe", str(path),
+                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(HERE.parents[1])})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "train_batch_size" in proc.stderr
