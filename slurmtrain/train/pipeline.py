@@ -147,6 +147,21 @@ def init_like_whole_model(model: Transformer, held: set[str], seed: int, device)
     normal("output.weight", model.output.weight, std)
 
 
+IGNORE = -100  # F.cross_entropy's ignore_index: padded evaluation rows
+
+
+class CrossEntropy:
+    """The last stage's loss: the mean over a micro-batch's tokens when training (the
+    schedule scales gradients by the micro-batch count), the sum while evaluating padded
+    rows (:meth:`Pipeline.eval_loss` divides by the real tokens)."""
+
+    reduction = "mean"
+
+    def __call__(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(),
+                               ignore_index=IGNORE, reduction=self.reduction)
+
+
 @dataclass
 class Pipeline:
     """This rank's share of a pipelined model and the schedule that runs a step over it."""
@@ -161,7 +176,9 @@ class Pipeline:
     dp: int
     microbatches: int
     bubble: float           # the schedule's theoretical bubble
+    loss_fn: "CrossEntropy"
     clock: BusyClock | None = None
+    _eval_padding_noted: bool = False
 
     def train_step(self, tokens: torch.Tensor, device: torch.device
                    ) -> tuple[torch.Tensor, float]:
@@ -188,12 +205,35 @@ class Pipeline:
 
     @torch.no_grad()
     def eval_loss(self, tokens: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """Mean loss over every target token of ``tokens`` (this data-parallel rank's
+        held-out rows), as one stage computes it. Rows that do not divide into the
+        schedule's micro-batches are padded with copies of the last row whose targets are
+        ignored; the micro-batches' losses are sums, divided by the real tokens only."""
         tokens = tokens.to(device)
+        x, y = tokens[:, :-1], tokens[:, 1:]
+        pad = -len(tokens) % self.microbatches
+        if pad:
+            if self.first and self.dp_rank == 0 and not self._eval_padding_noted:
+                log.info("evaluation: %d held-out sequences per data-parallel rank padded to "
+                         "%d (a multiple of the %d pipeline micro-batches); the padding is not "
+                         "counted in eval_loss", len(tokens), len(tokens) + pad,
+                         self.microbatches)
+                self._eval_padding_noted = True
+            x = torch.cat([x, x[-1:].expand(pad, -1)])
+            y = torch.cat([y, torch.full((pad, y.shape[1]), IGNORE, dtype=y.dtype,
+                                         device=device)])
         losses: list[torch.Tensor] = []
-        args = (tokens[:, :-1],) if self.first else ()
-        kwargs = {"target": tokens[:, 1:], "losses": losses} if self.last else {}
-        self.schedule.eval(*args, **kwargs)
-        return self._shared_loss(losses, device)
+        args = (x,) if self.first else ()
+        kwargs = {"target": y, "losses": losses} if self.last else {}
+        self.loss_fn.reduction = "sum"
+        try:
+            self.schedule.eval(*args, **kwargs)
+        finally:
+            self.loss_fn.reduction = "mean"
+        total = (torch.stack([v.float() for v in losses]).sum() / y[:len(tokens)].numel()
+                 if self.last else torch.zeros((), device=device))
+        dist.all_reduce(total, group=self.pp_group)  # from the last stage to all
+        return total
 
     def _shared_loss(self, losses: list[torch.Tensor], device) -> torch.Tensor:
         # The loss exists on the last stage only; a sum over the pipeline gives it to all.
@@ -270,9 +310,7 @@ def build_pipeline(model: Transformer, pp: PipelineSection, world: World, microb
     stages = [PipelineStage(chunk, c, n_chunks, world.device, group=group)
               for chunk, c in zip(chunks, mine)]
 
-    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
-
+    loss_fn = CrossEntropy()
     if pp.schedule == "interleaved-1f1b":
         schedule = ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
     else:
@@ -282,4 +320,4 @@ def build_pipeline(model: Transformer, pp: PipelineSection, world: World, microb
                     last=n_chunks - 1 in mine, pp_group=group, stages=pp.stages,
                     dp_rank=dp_rank, dp=dp, microbatches=microbatches,
                     bubble=theoretical_bubble(pp.schedule, pp.stages, pp.stages_per_rank,
-                                              microbatches))
+                                              microbatches), loss_fn=loss_fn)

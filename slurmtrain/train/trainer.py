@@ -142,9 +142,7 @@ class Trainer:
         if not batches:
             return None
         if self.pipeline is not None:
-            tokens = torch.cat(batches)
-            if len(tokens) % self.pipeline.microbatches:
-                return None
+            tokens = torch.cat(batches)  # padded to the micro-batch count if need be
             return self._mean_over_ranks(self.pipeline.eval_loss(tokens, self.world.device))
         self.model.eval()
         total = torch.zeros((), device=self.world.device)
@@ -229,8 +227,7 @@ class Trainer:
         eval_loss = self.evaluate()
         if eval_loss is None:
             log.warning("evaluation skipped: the held-out slice has fewer than "
-                        "micro_batch_size x data-parallel ranks sequences (or, under a "
-                        "pipeline, not a multiple of pipeline.microbatches)")
+                        "micro_batch_size x data-parallel ranks sequences")
             return
         metrics.write({"step": step, "eval_loss": eval_loss})
         log.info("step %d | eval loss %.4f", step, eval_loss)

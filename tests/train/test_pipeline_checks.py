@@ -19,6 +19,8 @@ pytest.importorskip("torch")
     (["pipeline.schedule=zero-bubble"], "pipeline.schedule: expected one of"),
     (["pipeline.schedule=gpipe", "pipeline.stages_per_rank=2", "pipeline.stages=2"],
      "pipeline.stages_per_rank: 2: only schedule interleaved-1f1b runs several model chunks"),
+    (["pipeline.stages=2", "model.tie_embeddings=true"],
+     "pipeline.stages: not supported yet: a pipeline with model.tie_embeddings = true"),
 ])
 def test_bad_pipeline_keys_stop_the_trainer_with_one_line(tmp_path, monkeypatch, capsys, sets,
                                                           expected):
