@@ -243,6 +243,14 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
     return " \\\n    ".join(shell_words(part) for part in parts if part)
 
 
+def _gate_exec(p: Profile, job: JobSpec) -> str:
+    """The in-job gate's program on each node (resilience.preflight): in the container,
+    under the launcher's interpreter, like the run."""
+    words = [_program(p, job)[0], "-m", "slurmtrain.doctor.node", "--gate", Raw('"$SLURMTRAIN_GATE_DIR"'),
+             "--expect-gpus", str(p.slurm.gpus_per_node)] + (["--deepspeed"] if p.launch.launcher == "deepspeed" else [])
+    return " \\\n    ".join(shell_words(part) for part in (_container_prefix(p, job), words) if part)
+
+
 def _run_dir_expr(job: JobSpec) -> str:
     if job.run_dir:
         return shlex.quote(job.run_dir)
@@ -319,6 +327,8 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,
+        "preflight": p.resilience.preflight,
+        "gate_exec": _gate_exec(p, job) if p.resilience.preflight else "",
     }
 
 

@@ -219,9 +219,31 @@ def run(args) -> dict:
     return {"node": node, "rank": rank, "time": time.time(), "results": results}
 
 
+def gate(gate_dir: Path, expect_gpus: int, deepspeed: bool) -> int:
+    """The in-job gate's part on one node (resilience.preflight): local checks only, in
+    seconds. Writes ``<node>.ok`` holding the versions line (the script compares nodes'
+    lines) or ``<node>.fail`` holding why; a node that writes neither failed too."""
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    problems, line = [], ""
+    v = _timed(lambda: check_versions(deepspeed), 60)
+    if v.get("ok") is False:
+        problems.append(f"versions: {v.get('detail')}")
+    line = v.get("figure", "")
+    if not problems:
+        g = _timed(check_gpus, 30)
+        if g.get("ok") is False or g.get("value") != expect_gpus:
+            problems.append(f"gpus: {g.get('value', g.get('detail'))}, expected {expect_gpus}")
+    name = f"{node}.fail" if problems else f"{node}.ok"
+    (gate_dir / name).write_text(("; ".join(problems) if problems else line) + "\n")
+    print(f"slurmtrain preflight: {node}: {'; '.join(problems) or 'ok (' + line + ')'}", flush=True)
+    return 1 if problems else 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m slurmtrain.doctor.node")
-    ap.add_argument("--checks", required=True)
+    ap.add_argument("--checks", default="versions")
+    ap.add_argument("--gate", metavar="DIR", help="run the in-job gate's fast checks, write DIR/<node>.ok|.fail")
+    ap.add_argument("--expect-gpus", type=int, default=0)
     ap.add_argument("--check-timeout", type=float, default=60.0)
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each measurement")
     ap.add_argument("--size-mb", type=float, default=4.0, help="all-reduce message size (MiB)")
@@ -229,6 +251,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rdzv-port", type=int, default=29500)
     ap.add_argument("--rdzv-port-spread", type=int, default=0)
     args = ap.parse_args(argv)
+    if args.gate:
+        return gate(Path(args.gate), args.expect_gpus, args.deepspeed)
     out = run(args)
     run_dir = Path(os.environ["SLURMTRAIN_RUN_DIR"]) / "doctor"
     run_dir.mkdir(parents=True, exist_ok=True)
