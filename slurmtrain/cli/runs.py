@@ -1,4 +1,4 @@
-"""Commands that look at runs and stop them: runs, status, logs, cancel.
+"""Commands that look at runs and stop them: runs, status, logs, cancel, sync (W&B offline folders).
 
 submitit is imported by the library modules these commands call, inside the commands.
 """
@@ -30,7 +30,7 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
     rows = track.statuses(found, with_events=False)
     if as_json:
         for st in rows:
-            click.echo(json.dumps(st.to_json()))
+            click.echo(json.dumps({**st.to_json(), "tracking": _tracking_json(st)}))
         return
     table = [("RUN", "JOB ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "SUBMITTED")]
     for st in rows:
@@ -96,7 +96,7 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
     targets = _targets(refs, runs_dir)
     for i, (target, st) in enumerate(zip(targets, track.statuses(targets))):
         if as_json:
-            click.echo(json.dumps(st.to_json()))
+            click.echo(json.dumps({**st.to_json(), "tracking": _tracking_json(st)}))
             continue
         if i:
             click.echo()
@@ -133,12 +133,61 @@ def _print_status(st) -> None:
                        "exit code is the launcher's: torchrun exits 1 when a worker fails)")
     row("requeues", "-" if st.restarts is None else st.restarts)
     row("submitted", _short_time(st.submitted))
+    for label, text in _tracking_rows(st):  # the W&B run (link or offline folders), TensorBoard
+        row(label, text)
     if st.events and st.run:  # the raw events stay in --json
         from ..runs import classify
 
         click.echo("history")
         for line in classify.history(st.run):
             click.echo(f"  {line}")
+
+
+def _tracking_rows(st) -> list[tuple[str, str]]:
+    from pathlib import Path
+
+    from ..runs.rundir import RunDir
+    from ..tracking import describe
+
+    return describe(Path(st.run), RunDir(Path(st.run)).manifest()) if st.run else []
+
+
+def _tracking_json(st) -> dict | None:
+    return {label: text for label, text in _tracking_rows(st)} or None
+
+
+@main.command()
+@click.argument("ref", metavar="RUN")
+@runs_dir_option
+@click.option("--dry-run", is_flag=True, help="Print the wandb sync command instead of running it.")
+def sync(ref: str, runs_dir: str, dry_run: bool) -> None:
+    """Upload RUN's offline W&B folders (one per start, all the same W&B run) with `wandb sync`.
+
+    Run it where the network is (a login node). RUN is a run directory, a run name under
+    --runs-dir or a unique prefix of one, a job id, or a job name (its latest run).
+    """
+    import shlex
+    import subprocess
+
+    from ..errors import UsageError
+    from ..tracking import offline_dirs, sync_command
+
+    run = resolve_run(ref, runs_dir)
+    entry = run.manifest().get("tracking") or {}
+    argv = sync_command(run.path, entry)
+    if argv is None:
+        raise UsageError(f"run {run.name} has no offline W&B run ([tracking] wandb = true, mode = \"offline\")")
+    if not offline_dirs(run.path, entry["wandb"]["run_id"]):
+        raise UsageError(f"run {run.name}: no offline W&B folder under {run.path / 'wandb'} yet (has it started?)")
+    click.echo(shlex.join(argv))
+    if dry_run:
+        return
+    try:
+        code = subprocess.run(argv).returncode
+    except FileNotFoundError:
+        raise UsageError("wandb is not installed here: pip install wandb, then run the command above") from None
+    if code:
+        raise SystemExit(code)
 
 
 @main.command()
