@@ -89,20 +89,27 @@ def test_fused_adamw_only_on_cuda_and_the_fallback_is_said():
 @pytest.mark.slow
 def test_a_block_compiles_as_one_graph():
     """torch.compile per block with fullgraph=True needs no graph break: dynamo's explain
-    on one block of the tiny preset finds one graph and no break."""
+    on one block of the tiny preset, bare and inside the activation-checkpointing wrapper
+    (the trainer compiles the wrapped block), finds one graph and no break."""
     from slurmtrain.train.model import Transformer
+    from slurmtrain.train.parallelize import apply_ac
     from slurmtrain.train.presets import get_preset
 
     model = Transformer(get_preset("tiny"))
     model.init_weights(seed=0)
-    x = torch.randn(2, 16, 64)
+    x = torch.randn(2, 16, 64, requires_grad=True)
     cos, sin = model.rope(16)
-    torch._dynamo.reset()
-    try:
-        explained = torch._dynamo.explain(model.layers[0])(x, cos, sin)
-    finally:
+    bare = model.layers[0]
+    apply_ac(model)
+    assert model.layers[0] is not bare
+    for block in (bare, model.layers[0]):
         torch._dynamo.reset()
-    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+        try:
+            explained = torch._dynamo.explain(block)(x, cos, sin)
+        finally:
+            torch._dynamo.reset()
+        assert explained.graph_count == 1 and explained.graph_break_count == 0, \
+            (type(block).__name__, explained.break_reasons)
 
 
 def test_attention_goes_through_sdpa(monkeypatch):
