@@ -182,3 +182,54 @@ def test_doctor_cli_path_imports_no_torch():
             "print(' '.join(m for m in ('torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"the doctor's CLI path imported: {out}"
+
+
+FAKE_SRUN = """#!/bin/bash
+# Runs the step's `bash -c CMD NAME` once per fake node, as srun would on each.
+while [ "$1" != bash ]; do shift; done
+rc=0
+for node in $FAKE_NODES; do SLURMD_NODENAME=$node bash "$2" "$3" "$4" || rc=$?; done
+exit $rc
+"""
+FAKE_SCONTROL = """#!/bin/bash
+echo "$*" >> "$FAKE_LOG"
+case "$1 $2" in
+  "show hostnames") for n in $FAKE_NODES; do echo $n; done ;;
+  "show job") echo "JobId=77 Restarts=0 ExcNodeList=(null)" ;;
+esac
+"""
+
+
+@pytest.mark.slow
+def test_gate_requeues_without_the_failing_node(tmp_path):
+    """The rendered gate (templates/preflight.j2) with fake srun/scontrol: n2's setup line
+    fails, so n2 goes to the ledger and the job holds, excludes n2 and releases itself."""
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec, render
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL), ("squeue", "#!/bin/sh\necho N/A\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    loaded = load_profile("local", ["resilience.preflight=true",
+                                    """launch.setup=['[ "$SLURMD_NODENAME" != n2 ] || exit 3']"""])
+    run_dir = tmp_path / "runs" / "r1"
+    script = render(loaded, JobSpec(command=("python3", "never-started.py"), run_dir=str(run_dir)))
+    (tmp_path / "job.sbatch").write_text(script)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": "n1 n2",
+           "FAKE_LOG": str(tmp_path / "scontrol.log"), "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_NAME": "r1"}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "preflight: node(s) n2 failed the checks" in proc.stderr
+    gate_dir = run_dir / ".preflight-77-0"
+    assert sorted(p.name for p in gate_dir.iterdir()) == ["n1.ok"]
+    assert "torch" in (gate_dir / "n1.ok").read_text()
+    calls = (tmp_path / "scontrol.log").read_text().splitlines()
+    assert [c for c in calls if not c.startswith("show")] == [
+        "requeuehold 77", "update jobid=77 ExcNodeList=n2", "release 77"]
+    assert [(e.node, e.source, e.job_id) for e in ledger.read(run_dir.parent)] == [("n2", "gate", "77")]
+    from slurmtrain import events
+    names = [e["event"] for e in events.read(run_dir)]
+    assert "preflight_failed" in names and "preflight_passed" not in names and "finished" not in names

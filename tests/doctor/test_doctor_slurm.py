@@ -1,0 +1,135 @@
+"""doctor and the bad-node ledger on the sandbox (two nodes).
+
+Two doctor runs go into the queue at once and are shared by the tests: a healthy one,
+and one where a setup line fails on stnode2 only. The second one's start-up watchdog
+names stnode2 (the ledger records it) and its doctor fails it; a 1-node job submitted
+next to it then carries --exclude=stnode2 and runs on stnode1; `nodes forget` clears.
+Ports: 29860-29879 (this area's range).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import waiting
+from slurmtrain import events
+from slurmtrain.doctor import ledger
+
+pytestmark = pytest.mark.slurm
+
+BAD_SETUP = """launch.setup=['[ "$SLURMD_NODENAME" != stnode2 ] || { echo "node broken for the test" >&2; exit 3; }']"""
+# Fails on whichever node the job's first start lands on: the gate must move it.
+FIRST_START_FAILS = """launch.setup=['[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || { echo "bad on the first start" >&2; exit 3; }']"""
+
+
+def _doctor(cwd: Path, runs: str, port: int, *extra: str) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "slurmtrain", "doctor", "--runs-dir", runs, "--seconds", "1",
+            "--set", f"launch.rdzv_port={port}", "--set", "launch.rdzv_port_spread=0", *extra]
+    return subprocess.Popen(argv, cwd=cwd, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _finish(proc: subprocess.Popen, what: str, watch: Path) -> subprocess.CompletedProcess:
+    out, err = waiting.communicate(proc, what, [watch])
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def runs(_sandbox_session, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("doctor")
+    (cwd / "hello.py").write_text("import os\nprint('ran on', os.environ['SLURMD_NODENAME'])\n")
+    # The gate's job goes into the queue first: it waits for its requeue meanwhile.
+    _submit(cwd, "gate", "gated", 29863, "--set", "resilience.preflight=true", "--set", FIRST_START_FAILS)
+    healthy = _doctor(cwd, "healthy", 29860)
+    bad = _doctor(cwd, "bad", 29861, "--set", BAD_SETUP)
+    out = {"cwd": cwd, "bad": _finish(bad, "doctor with a bad stnode2", cwd / "bad"),
+           "healthy": _finish(healthy, "doctor on the healthy sandbox", cwd / "healthy")}
+    return out
+
+
+def _submit(cwd: Path, runs: str, name: str, port: int, *extra: str) -> Path:
+    """A 1-node job running hello.py; its run directory."""
+    sub = subprocess.run([sys.executable, "-m", "slurmtrain", "submit", "--runs-dir", runs, "-N", "1",
+                          "--name", name, "--set", "launch.procs_per_node=1", "--set", f"launch.rdzv_port={port}",
+                          "--set", "launch.rdzv_port_spread=0", *extra, "--", "python3", "hello.py"],
+                         cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    [run_dir] = (cwd / runs).glob(f"{name}-*")
+    return run_dir
+
+
+def _finished(run_dir: Path, what: str) -> list[dict]:
+    def ended():
+        evs = events.read(run_dir)
+        return evs if any(e["event"] in ("finished", "failed") for e in evs) else None
+    return waiting.wait_for(what, ended, lambda: waiting.files_fingerprint(run_dir), poll=2)
+
+
+def _doctor_json(cwd: Path, runs: str) -> dict:
+    [path] = (cwd / runs).glob("doctor-*/doctor.json")
+    return json.loads(path.read_text())
+
+
+def test_healthy_sandbox_passes_with_a_real_allreduce_figure(runs):
+    proc, cwd = runs["healthy"], runs["cwd"]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "doctor: every check passed" in proc.stdout
+    data = _doctor_json(cwd, "healthy")
+    assert data["passed"] and not data["failing"]
+    nodes = {r["node"] for r in data["rows"]} - {"(slurm)"}
+    assert nodes == {"stnode1", "stnode2"}
+    checks = {r["check"] for r in data["rows"]}
+    assert checks >= {"setup", "versions", "rundir", "gpus", "matmul", "allreduce", "port", "clock", "slurm"}
+    [run_dir] = (cwd / "healthy").glob("doctor-*")
+    for node in ("stnode1", "stnode2"):
+        res = json.loads((run_dir / "doctor" / f"{node}.json").read_text())["results"]["allreduce"]
+        assert res["data"]["backend"] == "gloo" and res["data"]["world"] == 2
+        assert res["data"]["busbw_gbps"] > 0 and res["data"]["iterations"] >= 1
+    for line in ("stnode1  allreduce", "stnode2  matmul", "(slurm)  slurm"):
+        assert line in proc.stdout  # the table
+    assert ledger.read(cwd / "healthy") == []
+
+
+def test_a_node_whose_setup_fails_is_named_and_exits_nonzero(runs):
+    proc, cwd = runs["bad"], runs["cwd"]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "doctor: failing: stnode2: setup" in proc.stdout
+    assert _doctor_json(cwd, "bad")["failing"] == [{"node": "stnode2", "check": "setup"}]
+
+
+def test_ledger_records_the_watchdogs_node_next_submit_excludes_it_and_forget_clears(runs):
+    cwd = runs["cwd"]
+    sources = {e.source for e in ledger.read(cwd / "bad") if e.node == "stnode2"}
+    assert sources == {"watchdog", "doctor"}, ledger.read(cwd / "bad")
+    assert all(e.node == "stnode2" for e in ledger.read(cwd / "bad"))
+    run_dir = _submit(cwd, "bad", "after-ledger", 29862)
+    assert "#SBATCH --exclude=stnode2\n" in (run_dir / "job.sbatch").read_text()
+    evs = _finished(run_dir, "the 1-node job after the ledger entry to finish")
+    assert [e["nodes"] for e in evs if e["event"] == "started"] == ["stnode1"]
+    assert [e.get("exit_code") for e in evs if e["event"] == "finished"] == [0]
+
+    forget = subprocess.run([sys.executable, "-m", "slurmtrain", "nodes", "--runs-dir", "bad", "forget", "stnode2"],
+                            cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert forget.returncode == 0 and "forgot 2 entries" in forget.stdout, forget.stdout + forget.stderr
+    listed = subprocess.run([sys.executable, "-m", "slurmtrain", "nodes", "--runs-dir", "bad"], cwd=cwd,
+                            capture_output=True, text=True, timeout=60)
+    assert "no bad nodes recorded" in listed.stdout
+
+
+def test_gate_rejects_the_first_node_and_the_run_goes_on_on_the_other(runs):
+    cwd = runs["cwd"]
+    [run_dir] = (cwd / "gate").glob("gated-*")
+    evs = _finished(run_dir, "the gated job to requeue itself and finish")
+    [rejected] = [e["nodes"] for e in evs if e["event"] == "preflight_failed"]
+    starts = [(e["restart"], e["nodes"]) for e in evs if e["event"] == "started"]
+    assert [r for r, _ in starts] == [0, 1] and starts[0][1] == rejected, evs
+    assert starts[1][1] != rejected and starts[1][1] in ("stnode1", "stnode2")
+    assert [e["nodes"] for e in evs if e["event"] == "preflight_passed"] == [starts[1][1]]
+    assert [e.get("exit_code") for e in evs if e["event"] == "finished"] == [0]
+    assert [(e.node, e.source) for e in ledger.read(cwd / "gate")] == [(rejected, "gate")]
