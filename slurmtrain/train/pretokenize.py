@@ -205,7 +205,6 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
     tmp_bin = d / f"{unit.name}.bin.tmp"
     ends: list[int] = []
     seen = [0]
-    bos, eos = np.array([tok.bos_id], dtype), np.array([tok.eos_id], dtype)
     try:
         with tmp_bin.open("wb") as fh:
             pending: list[str] = []
@@ -213,12 +212,11 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
             def flush() -> None:
                 if not pending:
                     return
-                parts = []
-                for ids in tok.encode_batch(pending):
-                    parts += (bos, ids, eos)
-                    res.tokens += len(ids) + 2
+                flat, lengths = tok.encode_framed(pending, dtype)
+                for n in lengths:
+                    res.tokens += n
                     ends.append(res.tokens)
-                fh.write(np.concatenate(parts).astype(dtype, copy=False).tobytes())
+                fh.write(flat.tobytes())
                 pending.clear()
                 if _REPORT is not None:
                     _REPORT((unit.name, len(ends), res.tokens, seen[0]))

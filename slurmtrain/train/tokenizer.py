@@ -23,6 +23,9 @@ class Tokenizer(Protocol):
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]: ...
 
+    def encode_framed(self, texts: Sequence[str], dtype: str) -> tuple[np.ndarray, list[int]]:
+        """Every text as ``[BOS] ids [EOS]`` in one array of ``dtype``, and their lengths."""
+
 
 class ByteTokenizer:
     """UTF-8 bytes as ids 0..255; 256 is BOS, 257 is EOS."""
@@ -35,6 +38,9 @@ class ByteTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         return [np.frombuffer(t.encode("utf-8", "replace"), dtype=np.uint8).astype(np.int32)
                 for t in texts]
+
+    def encode_framed(self, texts: Sequence[str], dtype: str) -> tuple[np.ndarray, list[int]]:
+        return _framed(self.encode_batch(texts), self.bos_id, self.eos_id, dtype)
 
 
 # Special-token spellings of the Llama families and GPT-2-style tokenizers, in order of preference.
@@ -65,6 +71,26 @@ class HFTokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         encs = self._tok.encode_batch(list(texts), add_special_tokens=False)
         return [np.asarray(e.ids, dtype=np.int32) for e in encs]
+
+    def encode_framed(self, texts: Sequence[str], dtype: str) -> tuple[np.ndarray, list[int]]:
+        # One list and one conversion for the whole batch: a numpy array per document
+        # (encode_batch) costs more than the tokenizer itself on short documents.
+        flat: list[int] = []
+        lengths = []
+        for e in self._tok.encode_batch(list(texts), add_special_tokens=False):
+            ids = e.ids
+            flat.append(self.bos_id)
+            flat += ids
+            flat.append(self.eos_id)
+            lengths.append(len(ids) + 2)
+        return np.array(flat, dtype), lengths
+
+
+def _framed(docs: list[np.ndarray], bos: int, eos: int, dtype: str) -> tuple[np.ndarray, list[int]]:
+    """``[BOS] ids [EOS]`` of every document, one after another, and each one's length."""
+    b, e = np.array([bos], dtype), np.array([eos], dtype)
+    parts = [x for ids in docs for x in (b, ids.astype(dtype, copy=False), e)]
+    return (np.concatenate(parts) if parts else np.zeros(0, dtype)), [len(ids) + 2 for ids in docs]
 
 
 def load_tokenizer(path: str | None) -> Tokenizer:
