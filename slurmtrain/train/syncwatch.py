@@ -12,7 +12,10 @@ A call counts when the first frame outside torch that led to it is slurmtrain co
 (a torch function called from the trainer, e.g. ``clip_grad_norm_`` with
 ``error_if_nonfinite``, counts too), except where the tensor read is on the CPU on a
 GPU run as well: the optimizer's step counter is a CPU tensor in torch's non-fused
-AdamW (the trainer uses the fused one on CUDA, which keeps it on the device).
+AdamW (the trainer uses the fused one on CUDA, which keeps it on the device), and the
+stop flag is a CPU tensor reduced over gloo (``train/stop.py``; reading it waits for the
+other hosts, not the device: ``tests/train/test_stop.py`` checks the flag never leaves
+the CPU).
 
     with SyncWatch() as watch:
         watch.armed = True      # count from here
@@ -31,6 +34,9 @@ _PACKAGE = str(Path(__file__).resolve().parents[1])  # .../slurmtrain
 _TORCH = str(Path(torch.__file__).resolve().parent)
 _OPTIM = str(Path(torch.optim.__file__).resolve().parent)
 _HERE = str(Path(__file__).resolve())
+# (file under the package's parent, function): reads of tensors that are CPU tensors on
+# GPU runs too (see the module docstring).
+_HOST_ONLY = {("slurmtrain/train/stop.py", "agreed")}
 _METHODS = ("item", "cpu", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")
 
 
@@ -81,5 +87,7 @@ class SyncWatch:
         if frame is None or not frame.f_code.co_filename.startswith(_PACKAGE) \
                 or frame.f_code.co_filename == _HERE:
             return None
-        rel = Path(frame.f_code.co_filename).relative_to(Path(_PACKAGE).parent)
+        rel = Path(frame.f_code.co_filename).relative_to(Path(_PACKAGE).parent).as_posix()
+        if (rel, frame.f_code.co_name) in _HOST_ONLY:
+            return None
         return f"{rel}:{frame.f_lineno} {frame.f_code.co_name}"
