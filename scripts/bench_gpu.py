@@ -340,6 +340,45 @@ def figures(step_time: float, tokens_per_step: int, flops_tok: int, peak, ceilin
             "mfu_vs_matmul_ceiling": round(achieved / ceiling, 4)}
 
 
+def report(a, argv, device: torch.device, args, dtype, ours: dict, opts: dict, syncs: dict,
+           prof: dict | None, hand: dict) -> dict:
+    """The JSON record of one run (see the module docstring for the formula)."""
+    cuda = device.type == "cuda"
+    peak = peak_flops(device)
+    ceiling, ceiling_how = matmul_ceiling(device)
+    flops_tok = flops_per_token(args, a.seq)
+    tokens = a.micro_batch * a.seq
+    t_fig = figures(ours["step_time_s"], tokens, flops_tok, peak, ceiling)
+    h_fig = figures(hand["step_time_s"], tokens, flops_tok, peak, ceiling)
+    name = torch.cuda.get_device_name(device) if cuda else (platform.processor() or platform.machine())
+    flash = speed.flash_attention_usable(args.n_heads, args.n_kv_heads, args.head_dim, a.seq, device)
+    return {
+        "kind": "gpu" if cuda else "cpu-smoke (not a speed figure)",
+        "device": name, "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python scripts/bench_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model": {"preset": a.preset, "n_layers": args.n_layers, "dim": args.dim,
+                  "params": param_count(args), "seq": a.seq, "vocab": args.vocab_size},
+        "config": {**opts, "steps": a.steps, "warmup": a.warmup,
+                   "compute_dtype": str(dtype).replace("torch.", "") if dtype else "float32",
+                   "flash_attention": flash[0], "flash_attention_note": flash[1]},
+        "flops": {"per_token": flops_tok, "formula": FORMULA,
+                  "peak_bf16_flops": peak,
+                  "peak_source": ("metrics._PEAK_BF16 by device name" if peak else
+                                  "none: CPU or a device not in the table"),
+                  "matmul_ceiling_flops": round(ceiling), "matmul_ceiling_how": ceiling_how},
+        "trainer": {**t_fig, "peak_mem_gib": round(ours["peak_mem_gib"], 3),
+                    "final_loss": ours["final_loss"]},
+        "hand_loop": {**h_fig, "peak_mem_gib": round(hand["peak_mem_gib"], 3),
+                      "fused_optimizer": hand["fused_optimizer"]},
+        "ratio_trainer_over_hand_loop": round(t_fig["tokens_per_s"] / h_fig["tokens_per_s"], 4),
+        "host_syncs_in_timed_steps": syncs,
+        "profile": prof,
+        "peak_mem_kind": ("torch.cuda.max_memory_allocated per phase" if cuda else
+                          "process max RSS (CPU: not per phase)"),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     cuda = torch.cuda.is_available() and not a.quick
@@ -372,39 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     args = replace(get_preset(a.preset), n_layers=a.layers) if a.layers else get_preset(a.preset)
     dtype = trainer_mod.compute_dtype("auto", device)
     hand = hand_loop(a, args, device, dtype)
-    peak = peak_flops(device)
-    ceiling, ceiling_how = matmul_ceiling(device)
-    flops_tok = flops_per_token(args, a.seq)
-    tokens = a.micro_batch * a.seq
-    t_fig = figures(ours["step_time_s"], tokens, flops_tok, peak, ceiling)
-    h_fig = figures(hand["step_time_s"], tokens, flops_tok, peak, ceiling)
-    name = torch.cuda.get_device_name(device) if cuda else (platform.processor() or platform.machine())
-    flash = speed.flash_attention_usable(args.n_heads, args.n_kv_heads, args.head_dim, a.seq, device)
-    out = {
-        "kind": "gpu" if cuda else "cpu-smoke (not a speed figure)",
-        "device": name, "torch": torch.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "python scripts/bench_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "model": {"preset": a.preset, "n_layers": args.n_layers, "dim": args.dim,
-                  "params": param_count(args), "seq": a.seq, "vocab": args.vocab_size},
-        "config": {**opts, "steps": a.steps, "warmup": a.warmup,
-                   "compute_dtype": str(dtype).replace("torch.", "") if dtype else "float32",
-                   "flash_attention": flash[0], "flash_attention_note": flash[1]},
-        "flops": {"per_token": flops_tok, "formula": FORMULA,
-                  "peak_bf16_flops": peak,
-                  "peak_source": ("metrics._PEAK_BF16 by device name" if peak else
-                                  "none: CPU or a device not in the table"),
-                  "matmul_ceiling_flops": round(ceiling), "matmul_ceiling_how": ceiling_how},
-        "trainer": {**t_fig, "peak_mem_gib": round(ours["peak_mem_gib"], 3),
-                    "final_loss": ours["final_loss"]},
-        "hand_loop": {**h_fig, "peak_mem_gib": round(hand["peak_mem_gib"], 3),
-                      "fused_optimizer": hand["fused_optimizer"]},
-        "ratio_trainer_over_hand_loop": round(t_fig["tokens_per_s"] / h_fig["tokens_per_s"], 4),
-        "host_syncs_in_timed_steps": syncs,
-        "profile": prof,
-        "peak_mem_kind": ("torch.cuda.max_memory_allocated per phase" if cuda else
-                          "process max RSS (CPU: not per phase)"),
-    }
+    out = report(a, argv, device, args, dtype, ours, opts, syncs, prof, hand)
+    t_fig, h_fig = out["trainer"], out["hand_loop"]
     text = json.dumps(out, indent=2)
     print(text)
     Path(a.out).write_text(text + "\n")

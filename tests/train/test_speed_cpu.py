@@ -112,6 +112,34 @@ def test_a_block_compiles_as_one_graph():
             (type(block).__name__, explained.break_reasons)
 
 
+@pytest.mark.slow
+def test_all_blocks_share_one_compiled_graph():
+    """Compiled block by block, 12 blocks (more than dynamo's recompile limit of 8) run one
+    graph: parameters are graph inputs, not guarded constants, so no block recompiles or
+    falls back to eager. (The eager backend: dynamo's capture without inductor's build.)"""
+    import dataclasses
+
+    from torch._dynamo.utils import counters
+
+    from slurmtrain.train.model import Transformer
+    from slurmtrain.train.presets import get_preset
+
+    model = Transformer(dataclasses.replace(get_preset("tiny"), n_layers=12))
+    model.init_weights(seed=0)
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        for block in model.layers:
+            block.compile(fullgraph=True, backend="eager")
+        tokens = torch.randint(0, 320, (2, 16))
+        for _ in range(2):
+            model(tokens).sum().backward()
+        assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
+        assert counters["stats"]["calls_captured"] > 0
+    finally:
+        torch._dynamo.reset()
+
+
 def test_attention_goes_through_sdpa(monkeypatch):
     """Every block's attention is one scaled_dot_product_attention call (causal, GQA without
     repeated k/v), the kernel that picks flash attention on a GPU."""
