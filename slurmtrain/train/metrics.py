@@ -23,6 +23,7 @@ from .progress import METRICS_FILE  # noqa: F401  (torch-free home of the name)
 # Dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from the vendors' data sheets.
 _PEAK_BF16 = (
     ("GB200", 2.5e15), ("B200", 2.25e15), ("H200", 989e12), ("H100 PCIe", 756e12),
+    ("H100 NVL", 835e12),
     ("H100", 989e12), ("H800", 989e12), ("GH200", 989e12), ("A100", 312e12), ("A800", 312e12),
     ("L40S", 362e12), ("L40", 181e12), ("A10G", 70e12), ("A10", 125e12), ("L4", 121e12),
     ("MI300X", 1307e12), ("MI250X", 383e12),

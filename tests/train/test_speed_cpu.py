@@ -176,3 +176,17 @@ def test_to_device_pins_before_a_gpu_copy(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "to", real_to)
     seen.clear()
     assert to_device(t, torch.device("cpu")) is t and seen == []
+
+
+@pytest.mark.parametrize("name, tflops", [
+    ("NVIDIA H100 80GB HBM3", 989), ("NVIDIA H100 PCIe", 756), ("NVIDIA H100 NVL", 835),
+    ("NVIDIA H200", 989), ("NVIDIA A100-SXM4-80GB", 312), ("NVIDIA A10G", 70),
+    ("NVIDIA L40S", 362), ("Some Future GPU", None)])
+def test_mfu_peak_is_read_by_device_name(monkeypatch, name, tflops):
+    """The MFU denominator: dense bf16 peaks from the data sheets, the most specific name
+    first (H100 PCIe before H100, A100 before A10); an unknown device gets no MFU."""
+    from slurmtrain.train.metrics import peak_flops
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    got = peak_flops(torch.device("cuda", 0))
+    assert got == (tflops * 1e12 if tflops else None)
