@@ -58,6 +58,8 @@ def problem_with(ckpt: Path) -> str | None:
     """Why ``ckpt`` cannot be resumed from, or None when it looks whole."""
     if not (ckpt / MARKER).is_file():
         return "incomplete (no COMPLETE marker: the save was interrupted)"
+    if _is_deepspeed(ckpt):  # DeepSpeed's own files, no DCP metadata
+        return None if any(ckpt.glob("*model_states.pt")) else "corrupt (no model states)"
     try:
         md = FileSystemReader(str(ckpt)).read_metadata()
         json.loads((ckpt / META).read_text())
@@ -71,6 +73,13 @@ def problem_with(ckpt: Path) -> str | None:
         if not f.is_file() or f.stat().st_size < needed:
             return f"corrupt (shard {name} is missing or truncated)"
     return None
+
+
+def _is_deepspeed(ckpt: Path) -> bool:
+    try:
+        return json.loads((ckpt / META).read_text()).get("engine") == "deepspeed"
+    except (OSError, ValueError):
+        return False
 
 
 def newest_complete(run_dir: Path, warn: bool = True) -> tuple[int, Path] | None:
@@ -263,6 +272,9 @@ def load_consolidated(run_dir: str | os.PathLike):
     step, path = found
     meta = json.loads((path / META).read_text())
     args = ModelArgs(**meta["model_args"])
+    if meta.get("engine") == "deepspeed":  # ZeRO shards gathered by DeepSpeed's own tool
+        from .engines.deepspeed_engine import consolidated_state
+        return args, consolidated_state(path)
     md = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     state = {k: torch.empty(v.size, dtype=v.properties.dtype)
              for k, v in md.items() if k.startswith("model.") and hasattr(v, "size")}

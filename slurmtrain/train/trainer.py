@@ -77,6 +77,7 @@ class Trainer:
     autocast_dtype: torch.dtype | None = None
     step: int = 0
     pipeline: Any = None  # a pipeline.Pipeline when the recipe has pipeline.stages > 1
+    engine: Any = None  # an engines.Engine (train.engine = "deepspeed"): it takes the step
     bubble: float = 0.0   # measured idle share of this rank's last pipeline step
 
     @property
@@ -97,6 +98,8 @@ class Trainer:
         return torch.autocast(self.world.device.type, dtype=self.autocast_dtype)
 
     def _train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.engine is not None:
+            return self.engine.train_step(self.stream.next_step(self.accum))
         if self.pipeline is not None:
             return self._pipeline_step()
         total = torch.zeros((), device=self.world.device)
@@ -271,6 +274,16 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     log.info("data: %s, %d documents, %s tokens (%s): %d training and %d held-out sequences of %d",
              recipe.data.path, corpus.n_docs, f"{corpus.n_tokens:,}", tok.name, len(corpus.train),
              len(corpus.val), recipe.data.max_seq_len)
+    if cfg.engine == "deepspeed":  # its own model wrapping, optimizer step and checkpoints
+        from .engines.deepspeed_engine import build_engine
+        return build_engine(
+            recipe, sources, world, run_dir, init_ckpt, args=args, accum=accum,
+            stream=data_mod.TrainStream(corpus.train, recipe.data.seed, world.rank, world.size,
+                                        cfg.micro_batch_size),
+            val=corpus.val, flops=flops_per_token(args, recipe.data.max_seq_len),
+            meta={"recipe": recipe_to_dict(recipe), "recipe_source": sources.default,
+                  "model_args": asdict(args), "tokenizer": tok.name,
+                  "world_size": world.size, "pipeline_stages": recipe.pipeline.stages})
     dtype = compute_dtype(cfg.dtype, world.device)
     pipe = None
     if recipe.pipeline.stages > 1:

@@ -113,12 +113,12 @@ def test_accumulation_contradiction_needs_the_world_size(tmp_path):
         resolved(path, world=2)
 
 
-def test_deepspeed_keys_without_the_engine_are_refused(tmp_path):
-    path = tmp_path / "r.toml"
-    path.write_text(BASE.format(ds='config = "zero2"', lr=3e-3, wd=0.0, warmup=0)
-                    .replace('engine = "deepspeed"\n', ""))
-    with pytest.raises(ConfigError, match='deepspeed.config: is only read with train.engine'):
-        load_recipe_sources(str(path))
+def test_one_key_switches_engines(tmp_path):
+    """The [deepspeed] section stays in the recipe and is not read under fsdp2 (even a
+    contradicting one), so --set train.engine=fsdp2 is the whole switch."""
+    path = recipe(tmp_path, 'json = \'{"train_batch_size": 16}\'')
+    r, _ = load_recipe_sources(str(path), [("train.engine", "fsdp2", "--set")])
+    assert r.train.engine == "fsdp2"
 
 
 def test_cli_exit_2_one_line(tmp_path):
