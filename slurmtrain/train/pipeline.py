@@ -28,6 +28,7 @@ from torch.distributed.pipelining.schedules import (
     Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B)
 from torch.distributed.tensor import DTensor
 
+from .data import to_device
 from .distributed import World
 from .model import RotaryCache, Transformer
 from .recipe import PipelineSection
@@ -185,7 +186,7 @@ class Pipeline:
         """Forward and backward of one step's batch (this data-parallel rank's share);
         returns the mean loss, the same on every stage, and the measured bubble: the share
         of the schedule's time this rank did not compute."""
-        tokens = tokens.to(device, non_blocking=True)
+        tokens = to_device(tokens, device)  # pinned on a GPU: the copy does not wait
         x, y = tokens[:, :-1], tokens[:, 1:]
         losses: list[torch.Tensor] = []
         args = (x,) if self.first else ()
