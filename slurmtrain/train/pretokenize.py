@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import ConfigError, SlurmtrainError, UsageError
-from . import shards
+from . import hfdatasets, shards
 
 SUFFIXES = tuple(f"{s}{c}" for s in (".jsonl", ".txt") for c in ("", ".gz", ".zst"))
 MAX_SKIPPED_SHOWN = 20
@@ -58,7 +58,10 @@ def input_files(inputs: list[Path]) -> list[Path]:
     reads a folder)."""
     files: list[Path] = []
     for p in inputs:
-        if p.is_dir():
+        if p.is_dir() and hfdatasets.is_saved_dataset(p):
+            hfdatasets.require_pyarrow()  # here, not in every worker
+            files += hfdatasets.data_files(p)
+        elif p.is_dir():
             found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES))
             if not found:
                 raise UsageError(f"{p} holds no {', '.join(SUFFIXES)} files")
@@ -136,6 +139,13 @@ def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result,
             res.skipped.append(where)
 
     try:
+        if unit.path.endswith(hfdatasets.SUFFIX):  # a file of a datasets save_to_disk folder
+            try:
+                yield from hfdatasets.read_texts(unit.path, text_field, bad, seen)
+            except hfdatasets.NoColumn as err:
+                raise _BadLine(str(err)) from None
+            res.bytes += os.path.getsize(unit.path)
+            return
         with _open_binary(unit.path) as fh:
             if unit.path.endswith(SUFFIXES[3:6]):  # .txt*: the file is one document
                 data = fh.read()
@@ -177,8 +187,8 @@ def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result,
             res.bytes += (unit.end if unit.end >= 0 else os.path.getsize(unit.path)) - unit.start
     except (OSError, EOFError) as err:  # unreadable, or a broken .gz/.zst
         raise _BadLine(f"{unit.path}: cannot read: {err}") from None
-    except Exception as err:  # zstandard.ZstdError does not derive from OSError
-        if type(err).__module__.startswith("zstandard"):
+    except Exception as err:  # zstandard.ZstdError does not derive from OSError, nor pyarrow's
+        if type(err).__module__.startswith(("zstandard", "pyarrow")):
             raise _BadLine(f"{unit.path}: cannot read: {err}") from None
         raise
 

@@ -344,3 +344,55 @@ def test_sigterm_stops_the_workers_too(corpus, tmp_path):
         except FileNotFoundError:
             continue
         assert state == "Z", f"worker {pid} still running"
+
+
+def _save_to_disk(folder: Path, files: list[list], column: str = "text") -> Path:
+    """What datasets' Dataset.save_to_disk writes: Arrow IPC streams and state.json."""
+    import pyarrow as pa
+
+    folder.mkdir()
+    names = [f"data-{i:05d}-of-{len(files):05d}.arrow" for i in range(len(files))]
+    for name, rows in zip(names, files):
+        table = pa.table({column: pa.array(rows, pa.string()), "id": list(range(len(rows)))})
+        with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            for batch in table.to_batches(max_chunksize=7):  # several record batches a file
+                w.write_batch(batch)
+    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": n} for n in names],
+                                                   "_fingerprint": "x", "_split": None}))
+    (folder / "dataset_info.json").write_text("{}")
+    return folder
+
+
+def test_a_save_to_disk_folder_tokenizes_like_the_same_jsonl(corpus, tmp_path):
+    pytest.importorskip("pyarrow", reason="pyarrow is not installed on this machine (the [datasets] extra)")
+    docs = [json.loads(line)["text"] for line in (corpus / "a.jsonl").read_text().splitlines()][:300]
+    ds = _save_to_disk(tmp_path / "ds", [docs[:120], docs[120:]])
+    tok = ["--tokenizer", str(corpus / "tokenizer.json"), "-j", "2"]
+    res = run(str(ds), *tok, "--out", str(tmp_path / "from-ds"))
+    assert "300 documents" in res.output and "in 2 shards" in res.output
+    (tmp_path / "same.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    run(str(tmp_path / "same.jsonl"), *tok, "--out", str(tmp_path / "from-jsonl"))
+
+    def stream(out: Path) -> bytes:
+        return b"".join(p.read_bytes() for p in sorted((out / "shards").glob("*.bin")))
+    assert stream(tmp_path / "from-ds") == stream(tmp_path / "from-jsonl")
+
+    bad = _save_to_disk(tmp_path / "bad", [["one", None, "three"]])
+    res = run(str(bad), *tok, "--out", str(tmp_path / "o1"), ok=False)
+    assert res.exit_code != 0 and f"{bad / 'data-00000-of-00001.arrow'}:2: \"text\" is null" in res.output
+    assert "1 bad lines" in run(str(bad), *tok, "--skip-bad", "--out", str(tmp_path / "o2")).output
+    res = run(str(bad), *tok, "--field", "body", "--out", str(tmp_path / "o3"), ok=False)
+    assert res.exit_code != 0 and 'no column "body" (columns: text, id' in res.output
+    (tmp_path / "dd").mkdir()
+    (tmp_path / "dd" / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    res = run(str(tmp_path / "dd"), *tok, "--out", str(tmp_path / "o4"), ok=False)
+    assert res.exit_code == 2 and "DatasetDict (splits train, test): give one split's folder" in res.output
+
+
+def test_a_save_to_disk_folder_without_pyarrow_says_so(tmp_path, monkeypatch):
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "state.json").write_text('{"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}')
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.ipc", None)
+    res = run(str(tmp_path / "ds"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), ok=False)
+    assert res.exit_code == 2 and "needs pyarrow: pip install 'slurmtrain[datasets]'" in res.output
