@@ -152,31 +152,58 @@ def check_clock(dist) -> dict:
     return {"ok": True, "value": offset, "figure": f"{offset * 1000:+.1f} ms"}
 
 
+def _bus_bw(dist, x, seconds: float, group=None, root: int = 0) -> tuple[float, int]:
+    """(busbw GB/s, iterations) of all-reduces of ``x`` over ``group`` for about ``seconds``."""
+    import torch
+    n = dist.get_world_size(group)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    for _ in range(2):
+        dist.all_reduce(x, group=group)
+    sync()
+    iters, start = 0, time.perf_counter()
+    # Every rank must run the same number of collectives: the root decides when to stop.
+    while True:
+        dist.all_reduce(x, group=group)
+        iters += 1
+        done = torch.tensor([float(time.perf_counter() - start >= seconds or iters >= 200)])
+        dist.broadcast(done, root, group=group)
+        if done.item():
+            break
+    sync()
+    algbw = x.numel() * x.element_size() / ((time.perf_counter() - start) / iters) / 1e9
+    return algbw * 2 * (n - 1) / n, iters
+
+
+def _ring_pairs(dist, x, seconds: float, names: list[str]) -> dict[str, float]:
+    """busbw between this node and each ring neighbour, one pair at a time (every rank
+    creates every group, as torch requires): a slow link or NIC shows in both pairs of
+    its node. Fewer than 3 nodes: nothing to compare."""
+    world, rank, out = dist.get_world_size(), dist.get_rank(), {}
+    if world < 3:
+        return out
+    for i in range(world):
+        j = (i + 1) % world
+        group = dist.new_group([i, j])
+        if rank in (i, j):
+            out[names[j if rank == i else i]] = _bus_bw(dist, x, seconds, group, root=i)[0]
+        _barrier(dist)
+    return out
+
+
 def check_allreduce(dist, seconds: float, size_mb: float) -> dict:
-    """Bus bandwidth as nccl-tests reports it: algbw = bytes / time, busbw = algbw * 2(n-1)/n."""
+    """Bus bandwidth as nccl-tests reports it: algbw = bytes / time, busbw = algbw * 2(n-1)/n;
+    over all nodes, then each node with its ring neighbours."""
     import torch
     n = dist.get_world_size()
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
     x = torch.ones(int(size_mb * 2 ** 20) // 4, dtype=torch.float32, device=dev)
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    for _ in range(2):
-        dist.all_reduce(x)
-    sync()
-    iters, start = 0, time.perf_counter()
-    # Every rank must run the same number of collectives: rank 0 decides when to stop.
-    while True:
-        dist.all_reduce(x)
-        iters += 1
-        done = torch.tensor([float(time.perf_counter() - start >= seconds or iters >= 200)])
-        dist.broadcast(done, 0)
-        if done.item():
-            break
-    sync()
-    per_iter = (time.perf_counter() - start) / iters
-    algbw = x.numel() * 4 / per_iter / 1e9
-    busbw = algbw * 2 * (n - 1) / n
+    busbw, iters = _bus_bw(dist, x, seconds)
+    names: list = [None] * n
+    dist.all_gather_object(names, os.environ.get("SLURMD_NODENAME") or socket.gethostname())
+    pairs = _ring_pairs(dist, x, seconds / 2, names)
     return {"ok": True, "value": busbw, "figure": f"{busbw:.3f} GB/s busbw ({size_mb:g} MiB x {iters}, {n} nodes)",
-            "data": {"algbw_gbps": algbw, "busbw_gbps": busbw, "bytes": x.numel() * 4, "iterations": iters,
+            "data": {"busbw_gbps": busbw, "algbw_gbps": busbw * n / (2 * (n - 1)) if n > 1 else 0.0,
+                     "bytes": x.numel() * 4, "iterations": iters, "pairs_busbw_gbps": pairs,
                      "backend": "nccl" if dev.type == "cuda" else "gloo", "world": n}}
 
 

@@ -129,15 +129,31 @@ def _matmul(node, res, all_res, _expect) -> Row:
     return Row(node, "matmul", figure, PASS)
 
 
-def _allreduce(node, res, _all, expect: Expect) -> Row:
+def _allreduce(node, res, all_res, expect: Expect) -> Row:
     busbw = res.get("value", 0.0)
     if (res.get("data") or {}).get("world", 2) < 2:
         return Row(node, "allreduce", res.get("figure", ""), PASS, "one node: no network to measure")
+    slow = _slow_link(node, res, all_res)
+    if slow:
+        return Row(node, "allreduce", res.get("figure", ""), WARN, slow)
     if expect.expected_busbw_gbps and busbw < SLOW_FRACTION * expect.expected_busbw_gbps:
         return Row(node, "allreduce", res.get("figure", ""), FAIL,
                    f"below {SLOW_FRACTION:.0%} of fabric.expected_busbw_gbps = {expect.expected_busbw_gbps:g}")
     return Row(node, "allreduce", res.get("figure", ""), PASS,
                "" if expect.expected_busbw_gbps else "no fabric.expected_busbw_gbps in profile to compare with")
+
+
+def _slow_link(node, res, all_res) -> str:
+    """A node whose every ring pair is below 90% of the median pair: its link is slow."""
+    mine = (res.get("data") or {}).get("pairs_busbw_gbps") or {}
+    every = [bw for r in all_res.values() if r for bw in ((r.get("data") or {}).get("pairs_busbw_gbps") or {}).values()]
+    if not mine or not every:
+        return ""
+    median = statistics.median(every)
+    if all(bw < SLOW_FRACTION * median for bw in mine.values()):
+        shown = ", ".join(f"with {peer} {bw:.3f}" for peer, bw in sorted(mine.items()))
+        return f"slow link: pairs {shown} GB/s, below {SLOW_FRACTION:.0%} of the median pair {median:.3f}"
+    return ""
 
 
 def _clock(node, res, _all, _expect) -> Row:

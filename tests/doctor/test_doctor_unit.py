@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import waiting
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
@@ -233,3 +234,43 @@ def test_gate_requeues_without_the_failing_node(tmp_path):
     from slurmtrain import events
     names = [e["event"] for e in events.read(run_dir)]
     assert "preflight_failed" in names and "preflight_passed" not in names and "finished" not in names
+
+
+def test_pairwise_allreduce_names_the_node_on_the_slow_link():
+    # ring n1-n2-n3-n4-n1 (each pair recorded by both of its nodes); n3's links are slow
+    bw = {("n1", "n2"): 1.0, ("n2", "n3"): 0.3, ("n3", "n4"): 0.3, ("n4", "n1"): 1.1}
+    nodes = ["n1", "n2", "n3", "n4"]
+    results = {n: node_result(n) for n in nodes}
+    for n in nodes:
+        results[n]["results"]["allreduce"]["data"]["pairs_busbw_gbps"] = {
+            (b if a == n else a): v for (a, b), v in bw.items() if n in (a, b)}
+    rows = report.rows(nodes, results, ("allreduce",), Expect())
+    assert {n: v for (n, _), v in verdicts(rows).items()} == {"n1": PASS, "n2": PASS, "n3": WARN, "n4": PASS}
+    assert "slow link: pairs with n2 0.300, with n4 0.300" in next(r.detail for r in rows if r.node == "n3")
+
+
+@pytest.mark.slow
+def test_node_program_on_three_local_processes(tmp_path):
+    """The program the doctor job runs on every node, as three "nodes" on this machine
+    (gloo over loopback; port 29864 of this area's range): every check answers, the ring
+    pairs are measured, and the report over their files passes."""
+    procs = []
+    for rank in range(3):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": "29864", "SLURMD_NODENAME": f"n{rank}", "SLURMTRAIN_HEAD_NODE": "n0",
+               "SLURMTRAIN_RUN_DIR": str(tmp_path), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+        procs.append(subprocess.Popen([sys.executable, "-m", "slurmtrain.doctor.node", "--checks",
+                                       ",".join(checks.NODE_CHECKS), "--seconds", "0.2", "--check-timeout", "120",
+                                       "--rdzv-port", "29865"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    for p in procs:
+        out, _ = waiting.communicate(p, "the node program on three local processes")
+        assert p.returncode == 0, out
+    results = report.load_results(tmp_path / "doctor")
+    assert sorted(results) == ["n0", "n1", "n2"]
+    pairs = results["n1"]["results"]["allreduce"]["data"]["pairs_busbw_gbps"]
+    assert sorted(pairs) == ["n0", "n2"] and all(bw > 0 for bw in pairs.values())
+    assert results["n0"]["results"]["port"]["figure"] == "29865 free"
+    assert "port" not in results["n1"]["results"]  # only the head node checks it
+    rows = report.rows(["n0", "n1", "n2"], results, checks.DEFAULT, Expect())
+    assert not [r for r in rows if r.verdict == FAIL], report.table(rows)
