@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -75,10 +76,14 @@ def watched_run(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(tmp)
     world = init_world()
+    # The trainer's stop handler takes SIGTERM/SIGUSR2 over: give them back to pytest after.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
     try:
         setup_run(tmp, steps=STEPS)
         return watched_train(tmp, world)
     finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
         close_world()
         os.chdir(cwd)
         os.environ.pop("SLURMTRAIN_STOP_FILE", None)
