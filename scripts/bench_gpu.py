@@ -8,10 +8,9 @@ Needs only PyTorch and this repository; the tokens are synthetic (uniform random
 nothing is read or downloaded. In one process, one after the other:
 
 1. The trainer: ``slurmtrain.train.trainer.build`` on a one-process group, then
-   ``Trainer.train()`` itself (step, stop check, metrics), ``warmup`` steps then ``steps``
-   timed steps; the metrics record at the end of the timed window gives the mean step
-   time (the log step reads the loss, which waits for the device: the window is whole).
-   The corpus loader is replaced by the synthetic tokens and the final checkpoint by a
+   ``Trainer.train()`` itself (step, stop check, metrics every ``warmup`` steps),
+   ``warmup`` steps, then ``steps`` timed ones between two device syncs, then one more
+   (``--profile`` profiles it). The corpus loader is replaced by the synthetic tokens and the final checkpoint by a
    no-op (a checkpoint is not a step; ``scripts/bench_preempt.py`` measures saving).
 2. The minimal loop: the same ``Transformer``, built on the device, bf16 autocast (fp32 on
    CPU, as the trainer's dtype "auto"), AdamW fused on CUDA, gradient clipping, the same
