@@ -384,7 +384,9 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
     mine = units
     if part:
         mine = units[part[0] * len(units) // part[1]:(part[0] + 1) * len(units) // part[1]]
-    progress = Progress(len(mine), sum(p["size"] for p in plan["inputs"]), progress_every)
+    sizes = [p["size"] for p in plan["inputs"]]
+    progress = Progress(len(mine), sum((u.end if u.end >= 0 else sizes[u.input]) - u.start for u in mine),
+                        progress_every)
     results: dict[str, Result] = {}
     todo = []
     for u in mine:
