@@ -59,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="N", help=f"sets {OVERRIDES[dest]}")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override any recipe key, e.g. --set train.lr=1e-4 (repeatable)")
+    # FMEngine's / DeepSpeed's names, so their command lines run as they are.
+    p.add_argument("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config",
+                   metavar="JSON", help="sets train.engine = deepspeed and deepspeed.config")
+    p.add_argument("--pipe_parallel_size", "--pipe-parallel-size", dest="pipe_parallel_size",
+                   type=int, metavar="N", help="sets pipeline.stages")
+    p.add_argument("--model_parallel_size", "--model-parallel-size", dest="model_parallel_size",
+                   type=int, metavar="N", help="tensor parallelism: only 1 (none) is supported")
+    p.add_argument("--local_rank", "--local-rank", dest="local_rank", type=int,
+                   help=argparse.SUPPRESS)  # the deepspeed launcher passes it; LOCAL_RANK says it too
     return p
 
 
@@ -70,6 +79,15 @@ def recipe_sets(args: argparse.Namespace) -> list[tuple[str, object, str]]:
         value = getattr(args, opt)
         if value is not None:
             sets.append((key, value, f"--{opt.replace('_', '-')}"))
+    if getattr(args, "deepspeed_config", None):
+        sets.append(("train.engine", "deepspeed", "--deepspeed_config"))
+        sets.append(("deepspeed.config", args.deepspeed_config, "--deepspeed_config"))
+    if getattr(args, "pipe_parallel_size", None) is not None:
+        sets.append(("pipeline.stages", args.pipe_parallel_size, "--pipe_parallel_size"))
+    if getattr(args, "model_parallel_size", None) not in (None, 1):
+        from ..errors import ConfigError
+        raise ConfigError("--model_parallel_size", "", f"{args.model_parallel_size}: tensor "
+                          "(model) parallelism is not supported; use 1, ZeRO or pipeline stages")
     return sets
 
 

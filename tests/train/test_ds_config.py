@@ -128,3 +128,23 @@ def test_cli_exit_2_one_line(tmp_path):
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(HERE.parents[1])})
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "train_batch_size" in proc.stderr
+
+
+def test_fmengine_command_line_names(tmp_path, monkeypatch):
+    """FMEngine's ``--deepspeed_config ./configs/llama.json --pipe_parallel_size 2
+    --model_parallel_size 1`` (and the launcher's ``--local_rank``) are accepted."""
+    from slurmtrain.train.__main__ import parse_args, recipe_sets
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "llama.json").write_text('{"zero_optimization": {"stage": 1}}')
+    path = recipe(tmp_path, "").read_text().replace('engine = "deepspeed"\n', "")
+    (tmp_path / "plain.toml").write_text(path)
+    args = parse_args(["--recipe", "plain.toml", "--local_rank=1", "--deepspeed_config",
+                       "./configs/llama.json", "--pipe_parallel_size", "2",
+                       "--model_parallel_size", "1"])
+    r, sources = load_recipe_sources(args.recipe, recipe_sets(args))
+    assert r.train.engine == "deepspeed" and r.pipeline.stages == 2
+    assert ds_config.load(r, sources).source == "configs/llama.json"
+    bad = parse_args(["--recipe", "plain.toml", "--model_parallel_size", "2"])
+    with pytest.raises(ConfigError, match="--model_parallel_size: 2: tensor"):
+        recipe_sets(bad)
