@@ -274,7 +274,7 @@ def load_consolidated(run_dir: str | os.PathLike):
     args = ModelArgs(**meta["model_args"])
     if meta.get("engine") == "deepspeed":  # ZeRO shards gathered by DeepSpeed's own tool
         from .engines.deepspeed_engine import consolidated_state
-        return args, consolidated_state(path)
+        return args, consolidated_state(path, args.n_layers)
     md = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     state = {k: torch.empty(v.size, dtype=v.properties.dtype)
              for k, v in md.items() if k.startswith("model.") and hasattr(v, "size")}

@@ -138,6 +138,10 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> float | None:
         cfg = self.recipe.train
+        if hasattr(self.engine, "eval_loss"):  # DeepSpeed's pipeline: its own schedule
+            batches = data_mod.val_batches(self.val, self.stream.rank, self.stream.world,
+                                           cfg.micro_batch_size, cfg.eval_batches)
+            return self._mean_over_ranks(self.engine.eval_loss(batches)) if batches else None
         rank, size = ((self.pipeline.dp_rank, self.pipeline.dp) if self.pipeline
                       else (self.world.rank, self.world.size))
         batches = data_mod.val_batches(self.val, rank, size, cfg.micro_batch_size,

@@ -106,3 +106,52 @@ def test_zero3_export_loads_in_transformers(zero_runs, tmp_path):
     with torch.no_grad():
         diff = (model(tokens) - hf(tokens).logits).abs().max().item()
     assert diff <= 1e-4, diff
+
+
+def test_killed_during_save_resumes_from_the_checkpoint_before(tmp_path):
+    """ZeRO-2: rank 0 killed after the shards of step 8, before the marker; the restart
+    skips step_8, resumes from step_4 and saves step_8 again, whole; keep_last = 2."""
+    recipe = _recipe(tmp_path, 2, steps=12, save_steps=4)
+    args = ["--recipe", str(recipe), "--run-dir", "run"]
+    killed = train(args + ["--set", "debug.kill_in_save_at_step=8"], tmp_path, nproc=2)
+    assert killed.returncode != 0, show(killed)
+    step8 = tmp_path / "run" / "checkpoints" / "step_8"
+    assert step8.is_dir() and not (step8 / "COMPLETE").exists()
+    assert any(p.name.endswith("optim_states.pt") for p in step8.iterdir())
+    again = train(args, tmp_path, nproc=2)
+    assert again.returncode == 0, show(again)
+    assert f"skipping checkpoint {step8}: incomplete" in again.stdout
+    assert [e for e in events(tmp_path / "run") if e[0] in ("resumed", "finished")] == [
+        ("resumed", 4), ("finished", 12)]
+    kept = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("step_*"))
+    assert kept == ["step_12", "step_8"] and (step8 / "COMPLETE").exists()
+
+
+@pytest.fixture(scope="module")
+def pipe_runs(tmp_path_factory):
+    """Two pipeline stages on two processes: DeepSpeed's pipeline engine, and the FSDP2
+    engine's (torch-native) pipeline on the same recipe."""
+    out = {}
+    for engine in ("deepspeed", "fsdp2"):
+        work = tmp_path_factory.mktemp(f"pipe-{engine}")
+        recipe = _recipe(work, 1)
+        recipe.write_text(recipe.read_text().replace('config = "zero1"', 'config = "pipeline"')
+                          + "\n[pipeline]\nstages = 2\n")
+        proc = train(["--recipe", str(recipe), "--run-dir", "run", "--set",
+                      f"train.engine={engine}"], work, nproc=2)
+        assert proc.returncode == 0, show(proc)
+        out[engine] = work / "run"
+    return out
+
+
+def test_pipeline_loss_matches_fsdp2_pipeline_and_exports(pipe_runs, tmp_path):
+    ref, got = losses(pipe_runs["fsdp2"]), losses(pipe_runs["deepspeed"])
+    assert sorted(got) == list(range(1, 21)), got
+    worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
+    assert worst <= 1e-4, (worst, got, ref)
+    from slurmtrain.train.checkpoint import load_consolidated
+    args, state = load_consolidated(pipe_runs["deepspeed"])
+    _, ref_state = load_consolidated(pipe_runs["fsdp2"])
+    assert sorted(state) == sorted(ref_state)
+    for name in state:
+        torch.testing.assert_close(state[name], ref_state[name], rtol=1e-3, atol=1e-4)

@@ -42,6 +42,7 @@ def _import_deepspeed(device: torch.device):
     import deepspeed
     if device.type == "cpu":
         sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None
+    deepspeed.init_distributed(dist_init_required=False)  # wraps the trainer's process group
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
     return deepspeed
 
@@ -160,14 +161,24 @@ def build_engine(recipe, sources, world, run_dir: Path, init_ckpt: str | None, *
     from ..trainer import Trainer, WarmupCosine, compute_dtype
     cfg = recipe.train
     dscfg = ds_config.load(recipe, sources)
-    if recipe.pipeline.stages > 1:
-        raise ConfigError(sources.of("pipeline.stages"), "pipeline.stages",
-                          "not supported yet with train.engine = \"deepspeed\"")
+    stages = recipe.pipeline.stages
+    if stages > 1 and recipe.pipeline.microbatches not in (0, accum):
+        raise ConfigError(sources.of("pipeline.microbatches"), "pipeline.microbatches",
+                          f"{recipe.pipeline.microbatches}: DeepSpeed's pipeline runs one "
+                          f"micro-batch per accumulation step ({accum} here); leave it 0")
     dtype = compute_dtype(cfg.dtype, world.device)
     config = ds_config.resolve(dscfg, recipe, sources, accum, bf16=dtype is torch.bfloat16)
     deepspeed = _import_deepspeed(world.device)
-    model = Transformer(args)
-    model.load_state_dict(fsdp2_initial_state(args, world, cfg.seed))
+    if stages > 1:
+        from .deepspeed_pipe import build_pipe_module
+        model = build_pipe_module(deepspeed, args, stages, cfg.seed)
+        grid = model._grid  # DeepSpeed's layout: this rank's data-parallel place
+        stream.rank, stream.world = grid.get_data_parallel_rank(), grid.get_data_parallel_world_size()
+    else:
+        model = Transformer(args)
+        model.load_state_dict(fsdp2_initial_state(args, world, cfg.seed))
+    if init_ckpt and stages > 1:
+        raise ConfigError("--init-ckpt", "", "not supported yet with DeepSpeed's pipeline")
     if init_ckpt and newest_complete(run_dir, warn=False) is None:
         from ..hf import read_hf_state_dict
         model.load_state_dict(read_hf_state_dict(init_ckpt, args,
@@ -181,7 +192,11 @@ def build_engine(recipe, sources, world, run_dir: Path, init_ckpt: str | None, *
         optim, WarmupCosine(cfg.warmup_steps, cfg.steps, cfg.min_lr / cfg.lr))
     engine, ds_optim, _, ds_sched = _initialize(deepspeed, model, optim, scheduler, config,
                                                 dscfg.source)
-    wrapped = DeepSpeedEngine(engine, world.device)
+    if stages > 1:
+        from .deepspeed_pipe import DeepSpeedPipe
+        wrapped = DeepSpeedPipe(engine, world.device)
+    else:
+        wrapped = DeepSpeedEngine(engine, world.device)
     meta = {**meta, "engine": "deepspeed", "zero_stage": dscfg.zero_stage(),
             "deepspeed_config": config}
     ckpt = DeepSpeedCheckpointer(run_dir, wrapped, stream, meta, keep_last=cfg.keep_last,
@@ -194,9 +209,12 @@ def build_engine(recipe, sources, world, run_dir: Path, init_ckpt: str | None, *
                    accum=accum, flops_per_token=flops, step=step, engine=wrapped)
 
 
-def consolidated_state(path: Path) -> dict[str, torch.Tensor]:
-    """The full fp32 state dict of a DeepSpeed checkpoint folder (any ZeRO stage),
-    gathered from every rank's shards in this one process (no process group)."""
+def consolidated_state(path: Path, n_layers: int) -> dict[str, torch.Tensor]:
+    """The full fp32 state dict of a DeepSpeed checkpoint folder (any ZeRO stage, or a
+    pipeline's layer files), gathered in this one process (no process group)."""
+    if any(path.glob("layer_*-model_states.pt")):
+        from .deepspeed_pipe import consolidated_pipe_state
+        return consolidated_pipe_state(path, n_layers)
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     state = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
