@@ -148,3 +148,25 @@ def test_fmengine_command_line_names(tmp_path, monkeypatch):
     bad = parse_args(["--recipe", "plain.toml", "--model_parallel_size", "2"])
     with pytest.raises(ConfigError, match="--model_parallel_size: 2: tensor"):
         recipe_sets(bad)
+
+
+def test_gen_checks_the_deepspeed_config_and_stays_torch_free(tmp_path):
+    """``gen``/``submit --recipe --launcher deepspeed`` read and check the DeepSpeed config
+    before anything is queued, without importing torch or deepspeed."""
+    (tmp_path / "corpus.jsonl").write_text('{"text": "hello"}\n')
+    good = recipe(tmp_path, 'config = "zero3"', extra='[data]\npath = "corpus.jsonl"\n')
+    (tmp_path / "bad.toml").write_text(good.read_text().replace(
+        'config = "zero3"', 'json = \'{"train_batch_size": 16}\''))
+    code = ("import sys; from click.testing import CliRunner; from slurmtrain.cli import main\n"
+            "for r in ('r.toml', 'bad.toml'):\n"
+            "    res = CliRunner().invoke(main, ['gen', '-p', 'local', '-N', '2', '--launcher', "
+            "'deepspeed', '--recipe', r])\n"
+            "    print(res.exit_code, res.output.strip().splitlines()[-1])\n"
+            "print(' '.join(m for m in ('torch', 'deepspeed') if m in sys.modules) or 'none')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, env={"PATH": "/usr/bin:/bin",
+                                            "PYTHONPATH": str(HERE.parents[1])}).stdout
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("0 "), out
+    assert lines[1].startswith("2 ") and "train_batch_size: 16 contradicts" in lines[1], out
+    assert lines[-1] == "none", out
