@@ -76,7 +76,11 @@ class Trackers:
         self.after_step = after_step
         self.wandb_run = self.writer = None
         if "wandb" in names:
-            self.wandb_run = _open_wandb(run_dir, config)
+            try:
+                self.wandb_run = _open_wandb(run_dir, config)
+            except Exception as err:  # online without network, a bad key: keep training
+                log.warning("tracking: W&B did not start (%s: %s); training without it",
+                            type(err).__name__, err)
         if "tensorboard" in names:
             from torch.utils.tensorboard import SummaryWriter
             self.writer = SummaryWriter(log_dir=str(Path(run_dir) / tracking.TENSORBOARD_DIR))

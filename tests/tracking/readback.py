@@ -68,13 +68,16 @@ def wandb_config(offline_dirs: list[Path]) -> dict:
 
 def tensorboard_scalars(logdir: Path, tag: str) -> list[int]:
     """The steps of ``tag``'s scalar values over every event file in ``logdir``, files in
-    the order they were written (their names hold the start time)."""
+    the order they were written (a name holds the second only)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
+    files = []
+    for f in Path(logdir).glob("events.out.tfevents.*"):
+        events = list(EventFileLoader(str(f)).Load())
+        files.append((events[0].wall_time if events else 0.0, events))
     steps = []
-    files = sorted(Path(logdir).glob("events.out.tfevents.*"), key=lambda p: int(p.name.split(".")[3]))
-    for f in files:
-        for event in EventFileLoader(str(f)).Load():
+    for _, events in sorted(files, key=lambda t: t[0]):  # by each file's first wall time
+        for event in events:
             for value in event.summary.value:
                 if value.tag == tag:
                     steps.append(event.step)

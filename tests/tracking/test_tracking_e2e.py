@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "survival"))
-from survival_util import (cancel, describe, events, named, run_cli, slurm,  # noqa: E402
-                           submit, wait_job_gone, wait_until)
+from survival_util import (cancel, describe, job_field, named, release_requeued, run_cli,  # noqa: E402
+                           slurm, submit, wait_until)
 
 pytest.importorskip("wandb", reason="wandb is not installed on this machine (the [test] extra has it)")
 pytest.importorskip("tensorboard", reason="tensorboard is not installed on this machine (the [test] extra has it)")
@@ -40,6 +40,9 @@ run.finish()
 if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
     time.sleep(600)  # the first start waits to be stopped (USR2, default action)
 """
+
+
+_ALIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED", "PREEMPTED", None)
 
 
 def stop_once(job: str) -> None:
@@ -74,10 +77,21 @@ def jobs(tmp_path_factory):
         stop_once(tjob)
         # The user script: stopped once its first start has recorded its W&B id.
         wait_until(user, "the user script's first wandb.init()",
-                   lambda: (user / "user_ids").is_file() and (user / "user_ids").read_text().strip(), 240, ujob)
+                   lambda: job_field(ujob, "JobState") == "RUNNING" and (user / "user_ids").is_file()
+                   and (user / "user_ids").read_text().strip(), 240, ujob)
         stop_once(ujob)
         wait_until(trainer, "the trainer's requeue", lambda: named(trainer, "requeue"), 120, tjob)
-        states = {"trainer": wait_job_gone(tjob, trainer, 300), "user": wait_job_gone(ujob, user, 300)}
+
+
+        def ended(job):
+            state = job_field(job, "JobState")
+            return state not in _ALIVE and state
+
+        def both_ended():  # releases both requeued jobs (Slurm holds each about two minutes)
+            release_requeued(ujob)
+            return ended(tjob) and ended(ujob)
+        wait_until(trainer, "both jobs to end", both_ended, 300, tjob)
+        states = {"trainer": ended(tjob), "user": ended(ujob)}
         yield trainer, user, states
     finally:
         for job in submitted:

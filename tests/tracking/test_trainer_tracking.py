@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 
 import pytest
 
@@ -74,6 +75,7 @@ def test_resume_from_an_earlier_checkpoint_logs_each_step_once_in_order(tmp_path
     start(tmp_path, names, first[:3] + [{"step": 6, "eval_loss": 3.0}] + first[3:])
     # Second start resumes from step 6: steps 8 and 10 are trained (and written to
     # metrics.jsonl) again, then 12..16 are new.
+    time.sleep(1.1)  # W&B names a start's folder by the second: two real starts never share one
     second = train_records(range(8, 17, 2))
     start(tmp_path, names, second[:3] + [{"step": 12, "eval_loss": 2.0}] + second[3:])
     run_id = (tmp_path / "wandb-run-id").read_text().strip()
