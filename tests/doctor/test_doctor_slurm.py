@@ -35,9 +35,25 @@ def _doctor(cwd: Path, runs: str, port: int, *extra: str) -> subprocess.Popen:
                             text=True)
 
 
+def _queue() -> str:
+    """The sandbox's queue: a job of ours waiting behind other sessions' jobs is not
+    stalled while that queue moves."""
+    return subprocess.run(["squeue", "-h", "-o", "%i %t"], capture_output=True, text=True, timeout=60).stdout
+
+
 def _finish(proc: subprocess.Popen, what: str, watch: Path) -> subprocess.CompletedProcess:
-    out, err = waiting.communicate(proc, what, [watch])
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    progress = waiting.Progress(lambda: (waiting.files_fingerprint(watch), _queue()))
+    while True:
+        try:
+            out, err = proc.communicate(timeout=5)
+            return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            progress.check(what)
+        except AssertionError:
+            proc.kill()
+            raise
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +64,14 @@ def runs(_sandbox_session, tmp_path_factory):
     _submit(cwd, "gate", "gated", 29863, "--set", "resilience.preflight=true", "--set", FIRST_START_FAILS)
     healthy = _doctor(cwd, "healthy", 29860)
     bad = _doctor(cwd, "bad", 29861, "--set", BAD_SETUP)
+    # Inside an allocation (SLURM_JOB_ID set): doctor runs the script there, no sbatch.
+    alloc = subprocess.Popen(["salloc", "-N", "2", "--cpus-per-task=2", sys.executable, "-m", "slurmtrain", "doctor",
+                              "--runs-dir", "alloc", "--seconds", "1", "--checks", "versions,rundir,allreduce",
+                              "--set", "launch.rdzv_port=29864", "--set", "launch.rdzv_port_spread=0"],
+                             cwd=cwd, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out = {"cwd": cwd, "bad": _finish(bad, "doctor with a bad stnode2", cwd / "bad"),
-           "healthy": _finish(healthy, "doctor on the healthy sandbox", cwd / "healthy")}
+           "healthy": _finish(healthy, "doctor on the healthy sandbox", cwd / "healthy"),
+           "alloc": _finish(alloc, "doctor inside an salloc allocation", cwd / "alloc")}
     return out
 
 
@@ -68,7 +90,7 @@ def _finished(run_dir: Path, what: str) -> list[dict]:
     def ended():
         evs = events.read(run_dir)
         return evs if any(e["event"] in ("finished", "failed") for e in evs) else None
-    return waiting.wait_for(what, ended, lambda: waiting.files_fingerprint(run_dir), poll=2)
+    return waiting.wait_for(what, ended, lambda: (waiting.files_fingerprint(run_dir), _queue()), poll=2)
 
 
 def _doctor_json(cwd: Path, runs: str) -> dict:
@@ -122,6 +144,7 @@ def test_ledger_records_the_watchdogs_node_next_submit_excludes_it_and_forget_cl
     assert "no bad nodes recorded" in listed.stdout
 
 
+@pytest.mark.slow  # Slurm holds a requeued job about two minutes (BeginTime) before it starts again
 def test_gate_rejects_the_first_node_and_the_run_goes_on_on_the_other(runs):
     cwd = runs["cwd"]
     [run_dir] = (cwd / "gate").glob("gated-*")
@@ -133,3 +156,12 @@ def test_gate_rejects_the_first_node_and_the_run_goes_on_on_the_other(runs):
     assert [e["nodes"] for e in evs if e["event"] == "preflight_passed"] == [starts[1][1]]
     assert [e.get("exit_code") for e in evs if e["event"] == "finished"] == [0]
     assert [(e.node, e.source) for e in ledger.read(cwd / "gate")] == [(rejected, "gate")]
+
+
+def test_doctor_inside_an_allocation_runs_there_without_sbatch(runs):
+    proc, cwd = runs["alloc"], runs["cwd"]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "inside allocation" in proc.stderr and "submitted doctor job" not in proc.stderr
+    data = _doctor_json(cwd, "alloc")
+    assert data["passed"] and {(r["node"], r["check"]) for r in data["rows"]} >= {
+        ("stnode1", "allreduce"), ("stnode2", "allreduce"), ("stnode2", "rundir")}
