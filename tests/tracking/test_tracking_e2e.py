@@ -117,9 +117,10 @@ def test_trainer_wandb_history_has_each_step_once_across_the_requeue(jobs):
     assert [r["_step"] for r in rows if "eval_loss" in r] == list(range(6, STEPS + 1, 6))
     assert all("loss" in r and "lr" in r and "tokens_per_s" in r for r in rows)
     config = wandb_config(folders)
-    assert config["recipe"]["value"]["model"]["preset"], config.keys()
-    assert config["manifest"]["value"]["profile"]["digest"] and "slurmtrain_version" in config["manifest"]["value"]
-    assert config["profile"]["value"]["tracking"]["wandb"] is True
+    assert config["recipe"]["model"]["preset"] == "tiny", config.keys()
+    manifest = config["manifest"]
+    assert manifest["profile"]["digest"] and manifest["slurmtrain_version"] and manifest["nodelist"] in ("stnode1", "stnode2")
+    assert config["profile"]["tracking"]["wandb"] is True
 
 
 def test_trainer_tensorboard_events_have_each_step_once_across_the_requeue(jobs):
