@@ -120,6 +120,19 @@ def sync_command(run_dir: Path, entry: dict[str, Any]) -> list[str] | None:
     return argv + [str(d) for d in offline_dirs(run_dir, wb["run_id"])]
 
 
+def short(manifest: dict[str, Any]) -> str | None:
+    """One cell for ``runs``: the W&B link (online), ``wandb offline <id>``, ``tensorboard``."""
+    entry = manifest.get("tracking") or {}
+    wb, parts = entry.get("wandb"), []
+    if wb and wb.get("mode") == "online" and wb.get("entity"):
+        parts.append(f"https://wandb.ai/{wb['entity']}/{wb['project']}/runs/{wb['run_id']}")
+    elif wb:
+        parts.append(f"wandb {wb.get('mode')} {wb['run_id']}")
+    if entry.get("tensorboard"):
+        parts.append("tensorboard")
+    return ", ".join(parts) or None
+
+
 def describe(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str]]:
     """(label, text) rows for ``status``: where the W&B run and the TensorBoard logs are."""
     entry = manifest.get("tracking")
@@ -138,5 +151,5 @@ def describe(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str]]:
                              f"{shlex.join(sync_command(run_dir, entry)[:-len(found) or None])} "
                              f"{Path(run_dir) / WANDB_DIR}/offline-run-*-{wb['run_id']})"))
     if entry.get("tensorboard"):
-        rows.append(("tensorboard", f"tensorboard --logdir {entry['tensorboard']}"))
+        rows.append(("tb", f"tensorboard --logdir {entry['tensorboard']}"))
     return rows

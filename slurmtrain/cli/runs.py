@@ -22,6 +22,7 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
     """List the runs under --runs-dir with their Slurm state (one query to Slurm)."""
     from ..runs import rundir, track
     from ..runs.slurmquery import format_duration
+    from ..tracking import short
 
     found = rundir.list_runs(runs_dir)
     if not found:
@@ -33,11 +34,14 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
             click.echo(json.dumps({**st.to_json(), "tracking": _tracking_json(st)}))
         return
     table = [("RUN", "JOB ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "SUBMITTED")]
+    tracked = [short(r.manifest()) for r in found]  # same order as rows
     for st in rows:
         state = st.state.value + ("*" if st.source == "events.jsonl" else "")
         outcome = st.outcome if st.outcome and st.outcome != "running" else "-"
         table.append((st.name, st.job_id or "-", state, outcome, str(st.nodes or "-"),
                       format_duration(st.elapsed_s), _short_time(st.submitted)))
+    if any(tracked):  # a column only where some run tracks: W&B link / offline id, TensorBoard
+        table = [table[0] + ("TRACKING",)] + [r + (t or "-",) for r, t in zip(table[1:], tracked)]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

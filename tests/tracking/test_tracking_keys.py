@@ -130,6 +130,20 @@ def test_installed_trackers_pass_and_containers_are_not_asked(tmp_path, monkeypa
                                                     "container.image=img"]))
 
 
+def test_runs_shows_a_tracking_column_only_when_a_run_tracks(tmp_path):
+    from slurmtrain.runs.submit import prepare
+
+    job = JobSpec(command=("python3", "x.py"), job_name="plain")
+    prepare(load_profile("local"), job, tmp_path / "runs", cwd=tmp_path)
+    env = {"SLURM_CONF": "/nonexistent"}  # state from the run directories
+    assert "TRACKING" not in cli("runs", "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    run = prepare(load_profile("local", ["tracking.wandb=true", "tracking.tensorboard=true"]),
+                  JobSpec(command=("python3", "x.py"), job_name="tracked"), tmp_path / "runs", cwd=tmp_path)
+    out = cli("runs", "--runs-dir", "runs", cwd=tmp_path, env=env).stdout
+    run_id = (run.path / tracking.RUN_ID_FILE).read_text().strip()
+    assert "TRACKING" in out.splitlines()[0] and f"wandb offline {run_id}, tensorboard" in out, out
+
+
 def test_status_rows_and_sync_line(tmp_path):
     run = tmp_path / "r1"
     for stamp in ("20260101_000002", "20260101_000001"):
@@ -139,7 +153,7 @@ def test_status_rows_and_sync_line(tmp_path):
     rows = dict(tracking.describe(run, {"tracking": entry}))
     assert rows["wandb"].startswith("offline run abc12345 (project p): 2 folder(s)")
     assert rows["sync"].startswith(f"slurmtrain sync {run}") and "wandb sync --id abc12345 -p p" in rows["sync"]
-    assert rows["tensorboard"] == f"tensorboard --logdir {run / 'tensorboard'}"
+    assert rows["tb"] == f"tensorboard --logdir {run / 'tensorboard'}"
     argv = tracking.sync_command(run, entry)
     assert argv[-2:] == [str(run / "wandb" / f"offline-run-{s}-abc12345") for s in ("20260101_000001",
                                                                                      "20260101_000002")]
