@@ -28,6 +28,7 @@ import hashlib
 import json
 import mmap
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,9 @@ def is_tokenized(path: Path) -> bool:
 
 def write_json(path: Path, obj: Any) -> None:
     """Atomically: a reader (or a resumed run) never sees half a file."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # array tasks may write plan.json together
+    # The tasks of a tokenize job may write plan.json together, on nodes whose process ids
+    # can be the same: the host name keeps their temporary files apart.
+    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(obj, indent=1) + "\n")
     os.replace(tmp, path)
 

@@ -28,12 +28,13 @@ def test_tokenize_job_on_two_nodes_then_a_run_trains_on_it(tmp_path):
     for i in range(4):  # 4 files of ~9 KB in 5 KB pieces: 8 shards, 4 per task
         write_corpus(tmp_path / "corpus" / f"{i}.jsonl", 50)
     proc = cli(tmp_path, "tokenize", "corpus", "--tokenizer", "bytes", "--out", "tok", "--shard-mb", "0.005",
-               "-j", "1", "--profile", "local", "--nodes", "2", "--progress-every", "1")
+               "-j", "1", "--profile", "local", "--nodes", "2", "--progress-every", "1", *PORTS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     name = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines()
                      if line.startswith("run directory: "))).name
     script = (tmp_path / "runs" / name / "job.sbatch").read_text()
-    assert "#SBATCH --nodes=2" in script and "--part slurm" in script  # rendered like any job
+    # rendered like any job from the profile and the options
+    assert "#SBATCH --nodes=2" in script and "--part slurm" in script and "29840 + SLURM_JOB_ID % 20" in script
 
     final = wait_final(tmp_path, [name])[name]
     logs = cli(tmp_path, "logs", name).stdout
