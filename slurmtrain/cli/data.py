@@ -47,11 +47,12 @@ from .refs import runs_dir_option
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="With --profile: override a profile key (repeatable).")
 @click.option("--name", "job_name", default="tokenize", show_default=True, help="With --profile: job name.")
+@click.option("--dry-run", is_flag=True, help="With --profile: print the job script instead of submitting it.")
 @runs_dir_option
 def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: str,
              processes: int | None, skip_bad: bool, shard_mb: float, part: str | None,
              progress_every: float, profile: str | None, nodes: int | None, time_limit: str | None,
-             partition: str | None, sets: tuple[str, ...], job_name: str, runs_dir: str) -> None:
+             partition: str | None, sets: tuple[str, ...], job_name: str, dry_run: bool, runs_dir: str) -> None:
     """Tokenize INPUT... (.jsonl, .txt, and .gz/.zst of them; folders are searched) into
     token shards that the trainer memory-maps.
 
@@ -71,10 +72,10 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
         if part is not None:
             raise UsageError("--part is for one task of a job; with --profile slurmtrain chooses the parts")
         _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
-                profile, nodes, time_limit, partition, sets, job_name, runs_dir)
+                profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run)
         return
-    if any(v is not None for v in (nodes, time_limit, partition)) or sets:
-        raise UsageError("--nodes, --time, --partition and --set need --profile (a Slurm job)")
+    if any(v is not None for v in (nodes, time_limit, partition)) or sets or dry_run:
+        raise UsageError("--nodes, --time, --partition, --set and --dry-run need --profile (a Slurm job)")
     try:
         from ..train.pretokenize import tokenize_corpus
     except ModuleNotFoundError as err:
@@ -95,7 +96,7 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
 
 
 def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
-            profile, nodes, time_limit, partition, sets, job_name, runs_dir) -> None:
+            profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run) -> None:
     """Check what can be checked here (inputs exist), then render and submit the job."""
     import sys
 
@@ -112,6 +113,10 @@ def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, p
                                       progress_every=progress_every)
     assigned = overrides(nodes, None, time_limit, partition, None, None, sets)
     loaded, job = tokenize_job.build(profile, assigned, job_name, argv, sys.argv[2:])
+    if dry_run:
+        from ..render import render
+        click.echo(render(loaded, job), nl=False)
+        return
     done = submit_job(loaded, job, runs_dir)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
     click.echo(f"submitted job {done.job_id}: {loaded.profile.slurm.nodes} tasks, one per node")

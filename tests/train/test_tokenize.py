@@ -263,13 +263,18 @@ def test_tokenize_job_is_rendered_from_the_profile_without_torch(corpus, tmp_pat
     assert 'scontrol requeue "$SLURM_JOB_ID"' in script and "the program saved nothing" not in script
 
 
-def test_tokenize_job_options_need_a_profile(corpus, tmp_path):
+def test_tokenize_job_options_need_a_profile(corpus, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a run directory would be made
     res = run(str(corpus / "a.jsonl"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "-N", "2", ok=False)
-    assert res.exit_code == 2 and "need --profile" in res.output
+    assert res.exit_code == 2 and "need --profile" in res.output, res.output
     res = run(str(tmp_path / "missing.jsonl"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"),
               "--profile", "local", ok=False)
     assert res.exit_code == 2 and "missing.jsonl" in res.output
-    assert not (tmp_path / "runs").exists()
+    res = run(str(corpus / "a.jsonl"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "--profile", "local",
+              "-N", "2", "--partition", "low", "--dry-run")
+    assert "#SBATCH --nodes=2" in res.output and "#SBATCH --partition=low" in res.output
+    assert f"tokenize {corpus / 'a.jsonl'} --tokenizer bytes --out {tmp_path / 'o'}" in res.output
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "o").exists()
 
 
 @pytest.mark.torch
