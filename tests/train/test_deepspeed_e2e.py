@@ -155,3 +155,24 @@ def test_pipeline_loss_matches_fsdp2_pipeline_and_exports(pipe_runs, tmp_path):
     assert sorted(state) == sorted(ref_state)
     for name in state:
         torch.testing.assert_close(state[name], ref_state[name], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("conf, sets", [
+    ("mistral-z2-small-conf.json", ["train.lr=6e-4", "train.weight_decay=0.1",
+                                    "train.warmup_steps=10000"]),
+    ("hf-auto.json", []),
+])
+def test_configs_users_have_train(conf, sets, tmp_path):
+    """The Mistral guide's ZeRO-2 config (numbers the recipe must agree with, a legacy
+    ``cpu_offload`` key) and a Hugging Face all-"auto" one train on two ranks."""
+    from pathlib import Path
+    recipe = _recipe(tmp_path, 2, steps=3)
+    path = Path(__file__).parent / "ds_configs" / conf
+    recipe.write_text(recipe.read_text().replace('config = "zero2"', f'config = "{path}"'))
+    args = ["--recipe", str(recipe), "--run-dir", "run"]
+    for s in sets:
+        args += ["--set", s]
+    proc = train(args, tmp_path, nproc=2)
+    assert proc.returncode == 0, show(proc)
+    assert sorted(losses(tmp_path / "run")) == [1, 2, 3]
+    assert f"config {path}" in proc.stdout
