@@ -274,3 +274,47 @@ def test_node_program_on_three_local_processes(tmp_path):
     assert "port" not in results["n1"]["results"]  # only the head node checks it
     rows = report.rows(["n0", "n1", "n2"], results, checks.DEFAULT, Expect())
     assert not [r for r in rows if r.verdict == FAIL], report.table(rows)
+
+
+FAKE_SRUN_NODE_FAILURE = """#!/bin/bash
+# The launch step: every node arrives, then Slurm requeues the job after a node failure
+# (the script gets SIGTERM and its restart count has gone up) and the step ends.
+for n in $FAKE_NODES; do touch "$SLURMTRAIN_ARRIVED/$n"; done
+sleep 1
+kill -TERM $PPID
+sleep 1
+exit 1
+"""
+FAKE_SCONTROL_REQUEUED = """#!/bin/bash
+case "$1 $2" in
+  "show hostnames") for n in $FAKE_NODES; do echo $n; done ;;
+  "show job") echo "JobId=77 Restarts=1 ExcNodeList=(null)" ;;
+esac
+"""
+
+
+@pytest.mark.slow
+def test_node_failure_requeue_records_the_down_node(tmp_path):
+    """The rendered script after Slurm requeued it for a node failure: the job's node that
+    sinfo shows down goes to the ledger (source node_failure); the healthy one does not."""
+    from slurmtrain import events
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec, render
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN_NODE_FAILURE), ("scontrol", FAKE_SCONTROL_REQUEUED),
+                       ("squeue", "#!/bin/sh\necho 2026-11-22T12:00:00\n"),
+                       ("sinfo", '#!/bin/sh\necho "$*" > "$FAKE_LOG"; echo n2\n')):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    run_dir = tmp_path / "runs" / "r1"
+    (tmp_path / "job.sbatch").write_text(render(load_profile("local"), JobSpec(command=("python3", "x.py"),
+                                                                               run_dir=str(run_dir))))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": "n1 n2",
+           "FAKE_LOG": str(tmp_path / "sinfo.log"), "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]"}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert "Slurm has requeued the job" in proc.stderr, proc.stdout + proc.stderr
+    assert "requeued_by_slurm" in [e["event"] for e in events.read(run_dir)]
+    assert "-n n[1-2]" in (tmp_path / "sinfo.log").read_text()
+    assert [(e.node, e.source, e.job_id) for e in ledger.read(run_dir.parent)] == [("n2", "node_failure", "77")]
