@@ -2,7 +2,8 @@
 
 One JSON object a line: ``{"time": <epoch s>, "node", "reason", "run", "job_id",
 "source"}`` where source is ``doctor``, ``watchdog`` (the start-up watchdog named the
-node), ``node_failure`` or ``gate`` (the in-job preflight). Job scripts append to it
+node), ``node_failure`` (after Slurm requeued the job for a node failure: the job's nodes sinfo
+shows down) or ``gate`` (the in-job preflight). Job scripts append to it
 from bash (a line is written with one ``printf``, under the size an append keeps
 whole); the ledger path is the parent of the run directory, i.e. the runs directory.
 
