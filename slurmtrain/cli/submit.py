@@ -53,6 +53,9 @@ def submit(runs_dir: str, **opts) -> None:
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
     done = submit_job(loaded, job, runs_dir)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
+    from ..runs.submit import excluded_nodes
+    if excluded_nodes(done.run):
+        click.echo(f"excluding node(s) {excluded_nodes(done.run)}: the bad-node ledger (slurmtrain nodes{hint})", err=True)
     click.echo(f"submitted job {done.job_id}")
     click.echo(f"run directory: {done.run.path}")
     click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")

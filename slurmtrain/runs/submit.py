@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -61,11 +62,26 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
         message = str(err)
         run.update_manifest(state="refused", refusal=message)
         events.append(run.path, "submit_refused", message=message)
-        raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path})") from None
+        raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_ledger_hint(run)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
     run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now)
     events.append(run.path, "submitted", job_id=tracked.job_id)
     return Submitted(run, tracked.job_id)
+
+
+def excluded_nodes(run: RunDir) -> str:
+    """The nodes the run's script excludes (``#SBATCH --exclude=``), as written; "" if none."""
+    try:
+        found = re.search(r"^#SBATCH --exclude=(\S+)$", run.script.read_text(), re.M)
+    except OSError:
+        return ""
+    return found.group(1) if found else ""
+
+
+def _ledger_hint(run: RunDir) -> str:
+    nodes = excluded_nodes(run)
+    return (f"; the bad-node ledger excluded {nodes}: too few nodes left? `slurmtrain nodes` lists them, "
+            "`slurmtrain nodes forget NODE` clears one") if nodes else ""
 
 
 def submit(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,

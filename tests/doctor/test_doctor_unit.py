@@ -144,6 +144,7 @@ def test_submit_excludes_ledger_nodes_and_nodes_forget_clears(fake_sbatch, tmp_p
     assert r.exit_code == 0, r.output
     run = next(p for p in runs.iterdir() if p.is_dir())
     assert "#SBATCH --exclude=stnode2\n" in (run / "job.sbatch").read_text()
+    assert "excluding node(s) stnode2: the bad-node ledger" in r.output
     listed = CliRunner().invoke(main, ["nodes", "--runs-dir", str(runs)])
     assert listed.output.startswith("stnode2\t") and "watchdog" in listed.output
     r = CliRunner().invoke(main, ["nodes", "--runs-dir", str(runs), "forget", "stnode2"])
@@ -163,6 +164,15 @@ def test_resubmit_passes_exclude_to_sbatch(fake_sbatch, tmp_path, monkeypatch):
     monkeypatch.setattr(resubmit, "job_end", lambda run: None)
     resubmit.resubmit(rundir.RunDir(run.path))
     assert (fake_sbatch / "sbatch.calls").read_text().split()[:2] == ["--exclude=stnode1", str(run.script)]
+
+
+def test_a_refusal_after_exclusion_points_at_the_ledger(fake_sbatch, tmp_path):
+    (fake_sbatch / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
+                                        "Requested node configuration is not available' >&2\nexit 1\n")
+    ledger.add(tmp_path / "runs", "stnode2", "watchdog")
+    r = CliRunner().invoke(main, ["submit", "--runs-dir", str(tmp_path / "runs"), "--", "python", "x.py"])
+    assert r.exit_code == 1
+    assert "the bad-node ledger excluded stnode2: too few nodes left?" in r.output
 
 
 def test_bad_input_is_one_line_exit_2(fake_sbatch):
