@@ -326,11 +326,9 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     ckpt = Checkpointer(run_dir, model, optim, scheduler, stream, meta, keep_last=cfg.keep_last,
                         async_save=cfg.async_save, kill_at_step=recipe.debug.kill_in_save_at_step)
     step = ckpt.resume()
-    if step == 0 and init_ckpt and pipe is not None:
-        raise ConfigError("--init-ckpt", "", "not supported yet with pipeline.stages > 1: "
-                          "start the run with one stage, then resume it on the pipeline")
     if step == 0 and init_ckpt:
-        load_initial_weights(model, args, init_ckpt, world.rank, f"preset {recipe.model.preset}")
+        load_initial_weights(model, args, init_ckpt, world.rank, f"preset {recipe.model.preset}",
+                             whole_model=pipe is None)
     return Trainer(recipe=recipe, world=world, run_dir=run_dir, model=model, optim=optim,
                    scheduler=scheduler, stream=stream, val=corpus.val, ckpt=ckpt, accum=accum,
                    flops_per_token=flops_per_token(args, recipe.data.max_seq_len),
@@ -338,7 +336,7 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
 
 
 def load_initial_weights(model: torch.nn.Module, args: Any, ckpt_dir: str, rank: int,
-                         model_name: str) -> None:
+                         model_name: str, whole_model: bool = True) -> None:
     """Start from a Hugging Face checkpoint. Only rank 0 reads it (a 70B model is 140 GB) and
     FSDP2 scatters the shards; a checkpoint that does not fit the model is refused on rank 0
     and the refusal is sent to every rank, so all of them stop with the same ConfigError."""
@@ -353,6 +351,8 @@ def load_initial_weights(model: torch.nn.Module, args: Any, ckpt_dir: str, rank:
     dist.broadcast_object_list(problem, src=0)
     if problem[0] is not None:
         raise ConfigError(*problem[0])
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True,
-                                                                 broadcast_from_rank0=True))
+    # A pipeline rank holds some of the parameters: it keeps those (rank 0's state has all
+    # of them; read_hf_state_dict has checked it covers the whole model).
+    set_model_state_dict(model, state, options=StateDictOptions(
+        full_state_dict=True, broadcast_from_rank0=True, strict=whole_model))
     log.info("initial weights from %s", ckpt_dir)

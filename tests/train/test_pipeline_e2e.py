@@ -139,6 +139,22 @@ def test_schedules_on_2_stages_x_2_ranks_agree_with_one_stage(work, reference, s
     assert_measured_bubble(run_dir)
 
 
+def test_init_ckpt_on_2_stages_agrees_with_one_stage(work, reference_dir, reference):
+    """--init-ckpt from a Hugging Face checkpoint (the reference run's final weights): 2
+    stages x 2 data-parallel ranks (each stage sharded by FSDP2) start from the weights one
+    stage starts from."""
+    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.hf import export_hf
+    args, state = load_consolidated(reference_dir)
+    export_hf(state, args, work / "ref-hf")
+    init = ["--init-ckpt", str(work / "ref-hf"), "--set", "train.steps=2"]
+    one, _ = run(work, "init-1", DEEP + init, nproc=1)
+    two, proc = run(work, "init-pp2dp2", pipeline("1f1b") + init, nproc=4)
+    assert "initial weights from" in proc.stdout
+    assert_close(losses(two), losses(one), (1, 2))
+    assert losses(two)[1] < 0.9 * reference[1]  # trained weights, not a fresh init
+
+
 def test_resume_on_the_same_layout_is_exact(work, straight_1f1b):
     from slurmtrain.train.checkpoint import load_consolidated
     ref_dir, _ = straight_1f1b
