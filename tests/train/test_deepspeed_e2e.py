@@ -127,18 +127,19 @@ def test_killed_during_save_resumes_from_the_checkpoint_before(tmp_path):
     assert kept == ["step_12", "step_8"] and (step8 / "COMPLETE").exists()
 
 
-@pytest.fixture(scope="module")
-def pipe_runs(tmp_path_factory):
-    """Two pipeline stages on two processes: DeepSpeed's pipeline engine, and the FSDP2
-    engine's (torch-native) pipeline on the same recipe."""
-    out = {}
+@pytest.fixture(scope="module", params=[2, 4], ids=["2procs", "4procs"])
+def pipe_runs(request, tmp_path_factory):
+    """Two pipeline stages on two processes (and on four: 2 data-parallel ranks):
+    DeepSpeed's pipeline engine, and the FSDP2 engine's (torch-native) pipeline on the same
+    recipe."""
+    out, nproc = {}, request.param
     for engine in ("deepspeed", "fsdp2"):
-        work = tmp_path_factory.mktemp(f"pipe-{engine}")
+        work = tmp_path_factory.mktemp(f"pipe-{engine}-{nproc}")
         recipe = _recipe(work, 1)
         recipe.write_text(recipe.read_text().replace('config = "zero1"', 'config = "pipeline"')
                           + "\n[pipeline]\nstages = 2\n")
         proc = train(["--recipe", str(recipe), "--run-dir", "run", "--set",
-                      f"train.engine={engine}"], work, nproc=2)
+                      f"train.engine={engine}"], work, nproc=nproc)
         assert proc.returncode == 0, show(proc)
         out[engine] = work / "run"
     return out

@@ -215,7 +215,7 @@ def consolidated_state(path: Path, n_layers: int) -> dict[str, torch.Tensor]:
     if any(path.glob("layer_*-model_states.pt")):
         from .deepspeed_pipe import consolidated_pipe_state
         return consolidated_pipe_state(path, n_layers)
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # export runs on a login node
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
     state = get_fp32_state_dict_from_zero_checkpoint(str(path.parent), tag=path.name)
     return {k: v.float().cpu() for k, v in state.items()}
