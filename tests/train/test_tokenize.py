@@ -333,7 +333,7 @@ def test_sigterm_stops_the_workers_too(corpus, tmp_path):
     def children() -> list[int]:  # the pool's workers (not multiprocessing's resource tracker)
         out = subprocess.run(["ps", "-ww", "-o", "pid=", "-o", "args=", "--ppid", str(proc.pid)], capture_output=True,
                              text=True)
-        return [int(line.split()[0]) for line in out.stdout.splitlines() if "spawn_main" in line]
+        return [int(line.split()[0]) for line in out.stdout.splitlines() if "resource_tracker" not in line]
 
     workers: list[int] = []
     while len(workers) < 2 and proc.poll() is None:  # the pool's workers have started
