@@ -328,6 +328,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,
         "preflight": p.resilience.preflight,
+        "bad_node_seconds": int(p.resilience.bad_node_hours * 3600),
         "gate_exec": _gate_exec(p, job) if p.resilience.preflight else "",
     }
 

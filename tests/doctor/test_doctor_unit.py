@@ -328,3 +328,43 @@ def test_node_failure_requeue_records_the_down_node(tmp_path):
     assert "requeued_by_slurm" in [e["event"] for e in events.read(run_dir)]
     assert "-n n[1-2]" in (tmp_path / "sinfo.log").read_text()
     assert [(e.node, e.source, e.job_id) for e in ledger.read(run_dir.parent)] == [("n2", "node_failure", "77")]
+
+
+FAKE_SRUN_STOP = """#!/bin/bash
+# The launch step: every node arrives; the warning signal comes; the program saves and exits 75.
+for n in $FAKE_NODES; do touch "$SLURMTRAIN_ARRIVED/$n"; done
+trap 'exit 75' USR2
+kill -USR2 $PPID
+for _ in $(seq 50); do sleep 0.1; done
+exit 1
+"""
+
+
+@pytest.mark.slow
+def test_stop_requeue_leaves_out_the_ledger_nodes(tmp_path):
+    """After a stop, the script's own requeue adds the ledger's unexpired nodes to the job's
+    ExcNodeList (hold, update, release); an expired entry is left out."""
+    import time as _time
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec, render
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = FAKE_SCONTROL.replace("Restarts=0 ExcNodeList=(null)", "Restarts=0 ExcNodeList=n9")
+    for name, text in (("srun", FAKE_SRUN_STOP), ("scontrol", scontrol), ("squeue", "#!/bin/sh\necho N/A\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    runs = tmp_path / "runs"
+    ledger.add(runs, "n2", "watchdog", source="watchdog")
+    ledger.add(runs, "n5", "long ago", now=_time.time() - 2 * 3600)
+    (tmp_path / "job.sbatch").write_text(render(load_profile("local", ["resilience.bad_node_hours=1",
+                                                                       "resilience.requeue_when='always'",
+                                                                       "resilience.stop_timeout=1"]),
+                                                JobSpec(command=("python3", "x.py"), run_dir=str(runs / "r1"))))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": "n1 n2",
+           "FAKE_LOG": str(tmp_path / "scontrol.log"), "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]"}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "requeueing without the bad-node ledger's node(s) n2" in proc.stderr, proc.stderr
+    calls = [c for c in (tmp_path / "scontrol.log").read_text().splitlines() if not c.startswith("show")]
+    assert calls == ["requeuehold 77", "update jobid=77 ExcNodeList=n2,n9", "release 77"]
