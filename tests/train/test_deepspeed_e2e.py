@@ -142,6 +142,7 @@ def pipe_runs(request, tmp_path_factory):
                       f"train.engine={engine}"], work, nproc=nproc)
         assert proc.returncode == 0, show(proc)
         out[engine] = work / "run"
+    out["nproc"], out["recipe"] = nproc, recipe
     return out
 
 
@@ -156,6 +157,32 @@ def test_pipeline_loss_matches_fsdp2_pipeline_and_exports(pipe_runs, tmp_path):
     assert sorted(state) == sorted(ref_state)
     for name in state:
         torch.testing.assert_close(state[name], ref_state[name], rtol=1e-3, atol=1e-4)
+    # The layer files' weights, exported, load in transformers with the same logits.
+    transformers = pytest.importorskip("transformers")
+    from slurmtrain.train.hf import export_hf
+    from slurmtrain.train.model import Transformer
+    export_hf(state, args, tmp_path / "hf")
+    model = Transformer(args)
+    model.load_state_dict(state, strict=True)
+    hf = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf", torch_dtype=torch.float32)
+    tokens = torch.randint(0, args.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (model(tokens) - hf.eval()(tokens).logits).abs().max().item() <= 1e-4
+
+
+def test_pipeline_stop_and_resume_is_bitwise_equal(pipe_runs, tmp_path):
+    """DeepSpeed's pipeline stopped at step 10 and started again: the same losses as 20
+    straight steps, bit for bit."""
+    args = ["--recipe", str(pipe_runs["recipe"]), "--run-dir", str(tmp_path / "run"),
+            "--set", "train.engine=deepspeed"]
+    nproc = pipe_runs["nproc"]
+    work = pipe_runs["recipe"].parent  # where the recipe's corpus.jsonl is
+    first = train(args + ["--set", "debug.stop_at_step=10"], work, nproc=nproc)
+    assert 75 in rank_exit_codes(first) <= {75, -15}, show(first)
+    second = train(args, work, nproc=nproc)
+    assert second.returncode == 0, show(second)
+    assert ("resumed", 10) in events(tmp_path / "run")
+    assert losses(tmp_path / "run") == losses(pipe_runs["deepspeed"])
 
 
 @pytest.mark.parametrize("conf, sets", [
