@@ -118,10 +118,14 @@ def main() -> None:
               f"{best_cpu['-j 2'] / best_cpu['-j 1'] - 1:+.1%}")
         # What 2 idle cores would give if the workers split the work evenly: the parent's
         # CPU time in series, the workers' in parallel (a model from CPU times, not a measurement).
+        # Paired within each round (the CPU time of the same work varies between rounds with
+        # the load: caches, frequency), then the median over rounds.
         p2 = min(parent["-j 2"])
-        model = best_cpu["-j 1"] / (p2 + (best_cpu["-j 2"] - p2) / 2)
-        print(f"-j 2: parent process {p2:.2f} s CPU (min), workers {best_cpu['-j 2'] - p2:.2f} s; "
-              f"on 2 idle cores that would be a {model:.2f}x speed-up (CPU-time model, not measured)")
+        models = [c1 / (p + (c2 - p) / 2) for c1, c2, p in zip(cpu["-j 1"], cpu["-j 2"], parent["-j 2"])]
+        print(f"-j 2: parent process {p2:.2f} s CPU (min); CPU of -j 2 over -j 1 by round: "
+              + ", ".join(f"{c2 / c1 - 1:+.1%}" for c1, c2 in zip(cpu["-j 1"], cpu["-j 2"]))
+              + f"; on 2 idle cores that would be a {statistics.median(models):.2f}x speed-up, median of rounds "
+              f"({', '.join(f'{m:.2f}' for m in models)}; a CPU-time model, not measured)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
