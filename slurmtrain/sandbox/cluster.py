@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import time
@@ -92,14 +94,31 @@ def _info(layout: Layout, settings: Settings, query_nodes: bool = True) -> Sandb
     )
 
 
+@contextlib.contextmanager
+def _exclusive(layout: Layout):
+    """One `up` or `down` at a time per state directory. Two at once (two test sessions,
+    two shells) each saw the sandbox down and started a slurmctld: the second one died
+    on the busy port after overwriting the first one's pid file, and `status` then said
+    the running controller was not running."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with open(layout.root / "updown.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def up(nodes: int = 2, cpus_per_node: int = 4, accounting: bool = False,
        progress: Progress = print) -> SandboxInfo:
     """Start the sandbox (or check that it already runs with these settings).
 
     Raises UsageError if it runs with other settings, SandboxUnavailable where this
     machine cannot run it, DaemonFailed naming the daemon and its log otherwise."""
-    settings = Settings(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting)
     layout = Layout.current()
+    with _exclusive(layout):
+        return _up(layout, nodes, cpus_per_node, accounting, progress)
+
+
+def _up(layout: Layout, nodes: int, cpus_per_node: int, accounting: bool, progress: Progress) -> SandboxInfo:
+    settings = Settings(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting)
     install.ensure_installed(accounting, progress)
 
     saved = _saved_settings(layout)
@@ -230,6 +249,11 @@ def _cancel_jobs(layout: Layout, progress: Progress) -> None:
 def down(progress: Progress = print) -> list[str]:
     """Stop every daemon the sandbox started (and their job processes); returns their names."""
     layout = Layout.current()
+    with _exclusive(layout):
+        return _down(layout, progress)
+
+
+def _down(layout: Layout, progress: Progress) -> list[str]:
     saved = _saved_settings(layout)
     # Every pid file under run/ is one of ours, whatever settings it was started with.
     order = ["slurmctld"]

@@ -83,3 +83,23 @@ def test_env_prints_an_export_line(monkeypatch, tmp_path):
     monkeypatch.setenv("SLURMTRAIN_SANDBOX_DIR", str(tmp_path / "a b"))
     result = CliRunner().invoke(main, ["sandbox", "env"])
     assert result.output == f"export SLURM_CONF='{tmp_path}/a b/slurm.conf'\n"
+
+
+def test_up_and_down_wait_for_each_other(tmp_path, monkeypatch):
+    """Two sessions bringing the sandbox up at once each started a slurmctld; the lock
+    makes the second wait for the first (here: `down` waits while the lock is held)."""
+    import fcntl
+    import threading
+
+    from slurmtrain.sandbox import cluster
+
+    monkeypatch.setenv("SLURMTRAIN_SANDBOX_DIR", str(tmp_path))
+    said: list[str] = []
+    with open(tmp_path / "updown.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        worker = threading.Thread(target=cluster.down, kwargs={"progress": said.append})
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and said == []  # blocked on the lock, did nothing
+    worker.join(timeout=30)
+    assert not worker.is_alive() and said == ["sandbox was not running"]
