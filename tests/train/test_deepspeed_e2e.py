@@ -204,3 +204,19 @@ def test_configs_users_have_train(conf, sets, tmp_path):
     assert proc.returncode == 0, show(proc)
     assert sorted(losses(tmp_path / "run")) == [1, 2, 3]
     assert f"config {path}" in proc.stdout
+
+
+def test_init_from_a_hugging_face_checkpoint(zero_runs, tmp_path):
+    """ZeRO-3 started with ``--init-ckpt`` from the Hugging Face export of the trained
+    ZeRO-2 run starts where that run ended, not from a fresh model."""
+    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.hf import export_hf
+    args, state = load_consolidated(zero_runs[2])
+    export_hf(state, args, tmp_path / "hf")
+    recipe = _recipe(tmp_path, 3, steps=2)
+    proc = train(["--recipe", str(recipe), "--run-dir", "run", "--init-ckpt",
+                  str(tmp_path / "hf")], tmp_path, nproc=2)
+    assert proc.returncode == 0, show(proc)
+    assert "initial weights from" in proc.stdout
+    trained, fresh = losses(zero_runs[2]), losses(tmp_path / "run")
+    assert fresh[1] < trained[1] - 2.0 and abs(fresh[1] - trained[20]) < 0.5, (fresh, trained)
