@@ -144,19 +144,24 @@ def _run(args: argparse.Namespace) -> int:
     from .tracking import close_trackers
     trainer.preflight(recipe, sources, env_world_size())
     world = init_world()
+    clean = False
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         t = trainer.build(recipe, sources, world, run_dir, args.init_ckpt)
         try:
-            return t.train()
+            code = t.train()
         except Exception as err:
             if world.rank == 0:  # the traceback follows on stderr; the event says where
                 events.append(run_dir, "train_error", step=t.step + 1,
                               error=f"{type(err).__name__}: {err}")
             raise
+        clean = True
+        return code
     finally:
         close_trackers()  # W&B writes the end of its run here: the exit below skips atexit
-        close_world()
+        # After an error, no barrier: the peers may sit in a collective or a pipeline
+        # send that will never match it, and the run would hang until gloo's timeout.
+        close_world(together=clean)
 
 
 def _tag_records(rank: int) -> None:

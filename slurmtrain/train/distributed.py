@@ -51,14 +51,17 @@ def init_world() -> World:
     return World(rank=dist.get_rank(), size=size, device=device, mesh=mesh)
 
 
-def close_world() -> None:
+def close_world(together: bool = True) -> None:
     """Tear the group down. A peer that already left can make this raise; at the end of a
-    run that is noise, not news (the run's outcome is decided), so it is not reported."""
+    run that is noise, not news (the run's outcome is decided), so it is not reported.
+    ``together=False`` (leaving on an error) skips the barrier, which peers still inside
+    another collective would never reach."""
     if dist.is_initialized():
         try:
             # Leave together: a rank that tears gloo down while a peer still finishes
             # its last write (rank 0's checkpoint marker) can abort that peer.
-            dist.barrier()
+            if together:
+                dist.barrier()
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001
             pass

@@ -82,3 +82,35 @@ def test_init_ckpt_of_another_shape(tmp_path):
     assert "hf" in line and "shape" in line and "32" in line, line
     assert not (tmp_path / "run" / "checkpoints").exists()
     del torch
+
+
+INJECT = '''
+import os, runpy, sys
+from slurmtrain.train import trainer
+step = trainer.Trainer._train_step
+def failing(self):
+    if os.environ["RANK"] == "1" and self.step >= 2:
+        raise RuntimeError("injected on rank 1")
+    return step(self)
+trainer.Trainer._train_step = failing
+runpy.run_module("slurmtrain.train", run_name="__main__", alter_sys=True)
+'''
+
+
+def test_an_error_on_one_rank_ends_the_run_instead_of_hanging(tmp_path):
+    """Rank 1 fails mid-run while rank 0 waits in the step's collective: rank 1 must leave
+    without the closing barrier (which rank 0 would never reach), so torchrun sees the
+    failure and ends the run. With the barrier, both sat until gloo's 30-minute timeout."""
+    import sys
+
+    import waiting
+    from trainer_util import env
+
+    recipe = setup_run(tmp_path)
+    (tmp_path / "inject.py").write_text(INJECT)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            "inject.py", "--recipe", str(recipe), "--run-dir", "run"]
+    proc = waiting.run(argv, "trainer with an error injected on rank 1", [tmp_path], stall=120,
+                       cwd=tmp_path, env=env())
+    assert proc.returncode != 0, show(proc)
+    assert "RuntimeError: injected on rank 1" in proc.stderr, show(proc)
