@@ -22,11 +22,11 @@ else
 fi
 
 PY=${PYTHON:-python3}
-step "pip install torch==2.13.0 (CPU build), deepspeed, slurmtrain[train,test]"
+step "pip install torch==2.13.0 (CPU build), deepspeed, slurmtrain[train,test,datasets]"
 # torch pinned first: an unpinned torch (or deepspeed's isolated build) would pull CUDA builds.
 "$PY" -m pip install -q --disable-pip-version-check torch==2.13.0
 "$PY" -c "import deepspeed" 2>/dev/null || DS_BUILD_OPS=0 "$PY" -m pip install -q --no-build-isolation deepspeed
-"$PY" -m pip install -q --disable-pip-version-check -e '.[train,test]'
+"$PY" -m pip install -q --disable-pip-version-check -e '.[train,test,datasets]'
 
 # The oldest Python setup.cfg allows (3.10) imports and runs the CLI in a test
 # (tests/test_python310.py): give it the CLI's dependencies where this machine has one.
