@@ -305,8 +305,11 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
                               compile=cfg.compile)
         model.to_empty(device=world.device)
         with warnings.catch_warnings():
-            # Sharded init draws the same numbers as unsharded init on CPU meshes too (the
-            # resume test compares runs bitwise); the warning is about other random ops.
+            # Sharded init is reproducible at a given world size (the resume test compares
+            # runs bitwise), but on CPU meshes it does not draw what unsharded init draws:
+            # runs at different world sizes start from different weights (checked with 2
+            # ranks under torch 2.13; DTensor's offset RNG that would align them is for
+            # CUDA, unverified here). --init-ckpt gives every layout the same start.
             warnings.filterwarnings("ignore", message="DTensor random operators")
             model.init_weights(seed=cfg.seed)
     # The data position is global: a data-parallel rank reads the same sequences whatever
