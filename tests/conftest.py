@@ -84,6 +84,7 @@ def pytest_report_header(config):
     return f"slurm sandbox: available ({where}; {'up' if sandbox.is_up() else 'will start on first use'})"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n 2``), every Slurm test runs in one worker, in file order:
     they share one sandbox (some restart it, some take all its nodes), while the tests

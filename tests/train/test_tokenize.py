@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -343,12 +344,18 @@ def test_sigterm_stops_the_workers_too(corpus, tmp_path):
     proc.wait()
     proc.stderr.close()
     assert proc.returncode != 0 and not (tmp_path / "o" / "index.json").exists()
-    for pid in workers:  # gone, or a zombie until init reaps it
+    def running(pid: int) -> bool:  # gone, or a zombie until init reaps it, is not running
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+            return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
         except FileNotFoundError:
-            continue
-        assert state == "Z", f"worker {pid} still running"
+            return False
+
+    # A worker may still be on its way out when the parent has gone (a busy machine): wait
+    # for it to end, up to a bound far above that, rather than look once.
+    deadline = time.monotonic() + 60
+    while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in workers if running(pid)], f"workers still running: {workers}"
 
 
 def _save_to_disk(folder: Path, files: list[list], column: str = "text") -> Path:
