@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,9 +252,18 @@ def tokenize_unit(job: tuple[Unit, str, str, str, bool, str]) -> Result:
 # Workers are forked where the OS can: they inherit the imported modules and the tokenizer
 # the parent loaded, where a spawned worker spends ~0.5 s of CPU importing numpy and
 # tokenizers and reading tokenizer.json again (measured: 12% of a 2-process run on 8 MB).
-# Safe here: the parent has started no thread when it forks (its tokenizer has encoded
-# nothing, and TOKENIZERS_PARALLELISM=false is set before it loads).
-_START = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+# Safe only while the parent has no other thread (the CLI: its tokenizer has encoded nothing,
+# and TOKENIZERS_PARALLELISM=false is set before it loads). Called from a process with threads
+# (a library user, a test runner with W&B's or torch's threads), a forked worker can inherit a
+# lock held by one of them and hang for ever: such callers get spawned workers.
+def _start_method() -> str:
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    try:
+        alone = len(os.listdir("/proc/self/task")) == 1
+    except OSError:  # no /proc: count the Python threads at least
+        alone = threading.active_count() == 1
+    return "fork" if alone else "spawn"
 
 
 def _cores() -> int:
@@ -417,7 +427,7 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
         finally:
             _REPORT = None
     else:
-        ctx = multiprocessing.get_context(_START)
+        ctx = multiprocessing.get_context(_start_method())
         queue = ctx.Queue()
         with ctx.Pool(n_proc, initializer=_init_worker, initargs=(queue,)) as pool, _term_as_exit():
             # in order: the first bad line reported is the first in the corpus, whatever finished first

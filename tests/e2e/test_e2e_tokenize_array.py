@@ -42,9 +42,10 @@ def test_tokenize_job_on_two_nodes_then_a_run_trains_on_it(tmp_path):
     index = json.loads((tmp_path / "tok" / "index.json").read_text())
     assert index["n_docs"] == 200 and len(index["shards"]) == 8, logs[-4000:]
     assert {s["input"] for s in index["shards"]} == {0, 1, 2, 3}
-    # one group per node, and the later of the two wrote the index
+    # one group per node; a part that finds every shard done writes the index (both, when they
+    # finish at the same moment: the same file, written atomically, so either may)
     assert "part 1 of 2: shards 00000 to 00003" in logs and "part 2 of 2: shards 00004 to 00007" in logs
-    assert logs.count("every shard is done; writing the index") == 1, logs[-4000:]
+    assert logs.count("every shard is done; writing the index") >= 1, logs[-4000:]
     assert "==> stnode1" in logs and "==> stnode2" in logs
 
     recipe = RECIPE.format(steps=5, save_steps=0).replace('path = "corpus.jsonl"', f'path = "{tmp_path / "tok"}"')

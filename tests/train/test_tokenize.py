@@ -408,3 +408,20 @@ def test_a_save_to_disk_folder_without_pyarrow_says_so(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.ipc", None)
     res = run(str(tmp_path / "ds"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), ok=False)
     assert res.exit_code == 2 and "needs pyarrow: pip install 'slurmtrain[datasets]'" in res.output
+
+
+def test_workers_are_not_forked_from_a_process_with_threads():
+    """A forked worker can inherit a lock another thread holds and hang for ever (seen: the
+    pool's terminate waited 15 minutes inside a test runner that had W&B's threads)."""
+    import threading
+
+    from slurmtrain.train import pretokenize
+
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert pretokenize._start_method() == "spawn"
+    finally:
+        stop.set()
+        other.join()
