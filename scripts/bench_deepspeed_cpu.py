@@ -12,49 +12,14 @@ the trainer's ``peak_mem`` (rank 0's peak RSS; the ranks hold the same shares).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "train"))
+from cpu_bench import WIDE, header, recipe, run_trainer, write_corpus
 
-from trainer_util import write_corpus  # noqa: E402
-
-RECIPE = """\
-[model]
-preset = "tiny"
-{model}
-[data]
-path = "corpus.jsonl"
-max_seq_len = 128
-val_fraction = 0.0
-
-[train]
-steps = {steps}
-global_batch_size = 16
-micro_batch_size = 4
-log_steps = 1
-"""
-WIDE = "dim = 256\nn_layers = 4\nffn_dim = 688\n"
 ENGINES = {"FSDP2": [], **{f"ZeRO-{s}": ["--set", "train.engine=deepspeed", "--set",
                                          f"deepspeed.config=zero{s}"] for s in (1, 2, 3)}}
-
-
-def run(work: Path, name: str, extra: list[str]) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "slurmtrain.train", "--recipe", "recipe.toml", "--run-dir", name, *extra]
-    subprocess.run(cmd, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    lines = (work / name / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if "loss" in r]
 
 
 def main() -> None:
@@ -64,21 +29,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--wide", action="store_true", help="dim 256, 4 blocks instead of tiny")
     a = ap.parse_args()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start, "
-          f"{a.steps} steps x {a.rounds} rounds, model {'wide' if a.wide else 'tiny'}")
+    print(header(f"{a.steps} steps x {a.rounds} rounds, model {'wide' if a.wide else 'tiny'}"))
     times: dict[str, list[float]] = {k: [] for k in ENGINES}
     ratios: dict[str, list[float]] = {k: [] for k in ENGINES}
     mem: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_corpus(work / "corpus.jsonl", n_docs=400)
-        (work / "recipe.toml").write_text(RECIPE.format(model=WIDE if a.wide else "",
-                                                        steps=a.steps))
+        (work / "recipe.toml").write_text(recipe(WIDE if a.wide else "", a.steps,
+                                                 global_batch=16, micro_batch=4))
         for r in range(a.rounds):
             this: dict[str, float] = {}
             for name, extra in ENGINES.items():
-                recs = run(work, f"{name}-{r}", extra)
+                recs = run_trainer(work, f"{name}-{r}", extra, 2)
                 this[name] = statistics.median(x["step_time"] for x in recs[a.warmup:])
                 times[name].append(this[name])
                 mem[name] = max(mem.get(name, 0.0), recs[-1]["peak_mem"])

@@ -14,49 +14,14 @@ schedule's (p - 1) / (m + p - 1).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "train"))
+from cpu_bench import WIDE, header, recipe, run_trainer, write_corpus
 
-from trainer_util import write_corpus  # noqa: E402
-
-RECIPE = """\
-[model]
-preset = "tiny"
-{model}
-[data]
-path = "corpus.jsonl"
-max_seq_len = 128
-val_fraction = 0.0
-
-[train]
-steps = {steps}
-global_batch_size = 32
-micro_batch_size = 2
-log_steps = 1
-"""
-
-MODELS = {"tiny": "", "wide (dim 256, 4 blocks)": "dim = 256\nn_layers = 4\nffn_dim = 688\n"}
+MODELS = {"tiny": "", "wide (dim 256, 4 blocks)": WIDE}
 LAYOUTS = {"1 stage x 4 ranks": [], "2 stages x 2 ranks (1F1B)": ["--set", "pipeline.stages=2"]}
-
-
-def run(work: Path, name: str, extra: list[str], threads: int) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
-           "-m", "slurmtrain.train", "--recipe", "recipe.toml", "--run-dir", name, *extra]
-    subprocess.run(cmd, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    lines = (work / name / "metrics.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if "loss" in r]
 
 
 def main() -> None:
@@ -66,22 +31,20 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.node()}, "
-          f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}, "
-          f"OMP_NUM_THREADS={a.threads}, {a.steps} steps x {a.rounds} rounds")
+    print(header(f"OMP_NUM_THREADS={a.threads}, {a.steps} steps x {a.rounds} rounds"))
     print("| model | layout | steps/s (median) | bubble, measured | bubble, theoretical |")
     print("|---|---|---|---|---|")
     for model, extra_model in MODELS.items():
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
             write_corpus(work / "corpus.jsonl", n_docs=400)
-            (work / "recipe.toml").write_text(RECIPE.format(model=extra_model, steps=a.steps))
+            (work / "recipe.toml").write_text(recipe(extra_model, a.steps, global_batch=32, micro_batch=2))
             times: dict[str, list[float]] = {k: [] for k in LAYOUTS}
             bubble: dict[str, float | None] = {}
             measured: dict[str, list[float]] = {k: [] for k in LAYOUTS}
             for r in range(a.rounds):
                 for layout, extra in LAYOUTS.items():
-                    recs = run(work, f"{len(bubble)}-{r}-{hash(layout) & 0xffff}", extra, a.threads)
+                    recs = run_trainer(work, f"{len(bubble)}-{r}-{hash(layout) & 0xffff}", extra, 4, a.threads)
                     times[layout] += [x["step_time"] for x in recs[a.warmup:]]
                     bubble[layout] = recs[-1].get("bubble_theoretical")
                     measured[layout] += [x["bubble"] for x in recs[a.warmup:] if "bubble" in x]

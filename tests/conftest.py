@@ -16,6 +16,9 @@ Fixtures (use them by name; a ``slurm``-marked test gets ``sandbox`` without ask
     A sandbox without accounting, where ``sacct`` fails as on some real clusters.
     Restarts it if it runs with accounting.
 
+While the Slurm tests run, a thread releases every requeued job from Slurm's ~2-minute
+hold 5 s after its requeue (tests/slurm_hold.py).
+
 Where the sandbox cannot be had (not root, not Linux, no Slurm and no apt-get) these
 tests skip with the reason; with ``CI=true`` in the environment they fail instead,
 so CI never passes by skipping them. The sandbox is left running at the end of the
@@ -97,7 +100,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def _sandbox_session():
-    return _bring_up(None)
+    info = _bring_up(None)
+    # Requeued jobs start again 5 s after their requeue, not after Slurm's ~2 min hold.
+    from slurm_hold import Releaser
+    releaser = Releaser()
+    releaser.start()
+    yield info
+    releaser.stop()
 
 
 @pytest.fixture

@@ -162,8 +162,10 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ save
 
-    def save(self, step: int) -> None:
-        self.wait()  # one save in flight at a time; finishes and marks the previous one
+    def _begin_save(self, step: int) -> Path:
+        """The folder of ``step``'s save, fresh, with its meta file, once every rank is here
+        (the previous save finished and marked first: one save in flight at a time)."""
+        self.wait()
         path = checkpoints_dir(self.run_dir) / f"step_{step}"
         if self.rank == 0:
             if path.exists():  # left over by an interrupted save of this step
@@ -171,6 +173,10 @@ class Checkpointer:
             path.mkdir(parents=True)
             _atomic_write(path / META, json.dumps({**self.meta, "step": step}, indent=1))
         dist.barrier()
+        return path
+
+    def save(self, step: int) -> None:
+        path = self._begin_save(step)
         start = time.perf_counter()
         if self.async_save:
             future = dcp.async_save(self._state(step), checkpoint_id=str(path),
@@ -215,17 +221,21 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ load
 
-    def resume(self) -> int:
-        """Load the newest complete checkpoint, if any; return its step (0 when none).
-        Rank 0 chooses and tells the others, so all ranks load the same one."""
+    def _choose(self) -> Path | None:
+        """The newest complete checkpoint, or None. Rank 0 chooses and tells the others, so
+        all ranks load the same one."""
         choice = [None]
         if self.rank == 0:
             found = newest_complete(self.run_dir)
             choice = [str(found[1]) if found else None]
         dist.broadcast_object_list(choice, src=0)
-        if choice[0] is None:
+        return None if choice[0] is None else Path(choice[0])
+
+    def resume(self) -> int:
+        """Load the newest complete checkpoint, if any; return its step (0 when none)."""
+        path = self._choose()
+        if path is None:
             return 0
-        path = Path(choice[0])
         state = self._state(0)
         available = FileSystemReader(str(path)).read_metadata().state_dict_metadata
         if not any(k.startswith(f"rng.rank{self.rank}.") for k in available):

@@ -144,7 +144,6 @@ def test_ledger_records_the_watchdogs_node_next_submit_excludes_it_and_forget_cl
     assert "no bad nodes recorded" in listed.stdout
 
 
-@pytest.mark.slow  # Slurm holds a requeued job about two minutes (BeginTime) before it starts again
 def test_gate_rejects_the_first_node_and_the_run_goes_on_on_the_other(runs):
     cwd = runs["cwd"]
     [run_dir] = (cwd / "gate").glob("gated-*")

@@ -206,6 +206,21 @@ def test_configs_users_have_train(conf, sets, tmp_path):
     assert f"config {path}" in proc.stdout
 
 
+def test_a_value_deepspeed_itself_refuses_is_one_line_naming_the_file(tmp_path):
+    """A key slurmtrain does not check is passed to DeepSpeed; its refusal (a pydantic
+    error here) comes out as one line with the file, on one rank, without a traceback."""
+    import json
+    bad = tmp_path / "bad_ds.json"
+    bad.write_text(json.dumps({"zero_optimization": {"stage": 2, "overlap_comm": "sometimes"}}))
+    recipe = _recipe(tmp_path, 2, steps=2)
+    recipe.write_text(recipe.read_text().replace('config = "zero2"', f'config = "{bad}"'))
+    proc = train(["--recipe", str(recipe), "--run-dir", "run"], tmp_path, nproc=1)
+    assert proc.returncode == 2, show(proc)
+    lines = [l for l in proc.stderr.splitlines() if "DeepSpeed refused the config" in l]
+    assert len(lines) == 1 and str(bad) in lines[0] and "overlap_comm" in lines[0], show(proc)
+    assert "Traceback" not in proc.stderr, show(proc)
+
+
 def test_init_from_a_hugging_face_checkpoint(zero_runs, tmp_path):
     """ZeRO-3 started with ``--init-ckpt`` from the Hugging Face export of the trained
     ZeRO-2 run starts where that run ended, not from a fresh model."""

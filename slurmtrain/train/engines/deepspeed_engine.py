@@ -13,21 +13,18 @@ every rank's shards, a barrier, then rank 0 writes the ``COMPLETE`` marker.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from ...errors import ConfigError
-from ..checkpoint import META, Checkpointer, _atomic_write, checkpoints_dir, newest_complete
+from ..checkpoint import Checkpointer, newest_complete
 from . import ds_config
 
 log = logging.getLogger("slurmtrain.train")
@@ -47,11 +44,26 @@ def _import_deepspeed(device: torch.device):
     return deepspeed
 
 
-class DeepSpeedEngine:
-    """The engine protocol (``engines.Engine``) over a DeepSpeed engine."""
+class DeepSpeedCheckpoints:
+    """Save and load of the engine protocol through DeepSpeed's own checkpoint calls, one
+    tag (folder) per step; shared by the ZeRO and the pipeline engine."""
 
     def __init__(self, engine: Any, device: torch.device):
         self.engine, self.device = engine, device
+
+    def save(self, path: Path, client_state: dict[str, Any]) -> None:
+        self.engine.save_checkpoint(str(path.parent), tag=path.name, client_state=client_state,
+                                    save_latest=False)
+
+    def load(self, path: Path) -> dict[str, Any]:
+        loaded, client = self.engine.load_checkpoint(str(path.parent), tag=path.name)
+        if loaded is None:
+            raise RuntimeError(f"DeepSpeed could not load the checkpoint {path}")
+        return client
+
+
+class DeepSpeedEngine(DeepSpeedCheckpoints):
+    """The engine protocol (``engines.Engine``) over a DeepSpeed engine."""
 
     def train_step(self, micro_batches: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         total = torch.zeros((), device=self.device)
@@ -66,16 +78,6 @@ class DeepSpeedEngine:
         norm = torch.as_tensor(0.0 if norm is None else norm, dtype=torch.float32)
         return total / len(micro_batches), norm
 
-    def save(self, path: Path, client_state: dict[str, Any]) -> None:
-        self.engine.save_checkpoint(str(path.parent), tag=path.name, client_state=client_state,
-                                    save_latest=False)
-
-    def load(self, path: Path) -> dict[str, Any]:
-        loaded, client = self.engine.load_checkpoint(str(path.parent), tag=path.name)
-        if loaded is None:
-            raise RuntimeError(f"DeepSpeed could not load the checkpoint {path}")
-        return client
-
 
 class DeepSpeedCheckpointer(Checkpointer):
     """:class:`Checkpointer`'s folder contract (marker last, keep-last-K, resume from the
@@ -89,14 +91,7 @@ class DeepSpeedCheckpointer(Checkpointer):
         self.ds = engine
 
     def save(self, step: int) -> None:
-        self.wait()
-        path = checkpoints_dir(self.run_dir) / f"step_{step}"
-        if self.rank == 0:
-            if path.exists():  # left over by an interrupted save of this step
-                shutil.rmtree(path)
-            path.mkdir(parents=True)
-            _atomic_write(path / META, json.dumps({**self.meta, "step": step}, indent=1))
-        dist.barrier()
+        path = self._begin_save(step)
         start = time.perf_counter()
         self.ds.save(path, {"step": step, "data": self.data.state_dict()})
         self._pending = (step, None, start)
@@ -104,14 +99,9 @@ class DeepSpeedCheckpointer(Checkpointer):
         self.last_saved = step
 
     def resume(self) -> int:
-        choice = [None]
-        if self.rank == 0:
-            found = newest_complete(self.run_dir)
-            choice = [str(found[1]) if found else None]
-        dist.broadcast_object_list(choice, src=0)
-        if choice[0] is None:
+        path = self._choose()
+        if path is None:
             return 0
-        path = Path(choice[0])
         client = self.ds.load(path)
         self.data.load_state_dict(client["data"])
         step = int(client["step"])
@@ -145,13 +135,16 @@ def fsdp2_initial_state(args, world, seed: int) -> dict[str, torch.Tensor]:
 
 def _initialize(deepspeed, model, optim, scheduler, config: dict, source: str):
     """``deepspeed.initialize``; DeepSpeed's refusal of a config value becomes one line
-    naming the config file (DeepSpeed raises assorted types: pydantic, assert, ValueError)."""
+    naming the config file (DeepSpeed raises assorted types: pydantic, assert, ValueError).
+    A TypeError or KeyError may also be a fault of the code rather than the config: the
+    line names the type, and the traceback goes to the log at debug level."""
     try:
         return deepspeed.initialize(model=model, optimizer=optim, lr_scheduler=scheduler,
                                     config=config, dist_init_required=False)
     except (AssertionError, ValueError, TypeError, KeyError) as err:
-        first = " ".join(str(err).split())[:400] or type(err).__name__
-        raise ConfigError(source, "", f"DeepSpeed refused the config: {first}") from None
+        log.debug("deepspeed.initialize raised", exc_info=True)
+        first = " ".join(str(err).split())[:400] or "(no message)"
+        raise ConfigError(source, "", f"DeepSpeed refused the config ({type(err).__name__}): {first}") from None
 
 
 def build_engine(recipe, sources, world, run_dir: Path, init_ckpt: str | None, *, args,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..model import RMSNorm, RotaryCache, Transformer, TransformerBlock
+from .deepspeed_engine import DeepSpeedCheckpoints
 
 
 class _Embed(nn.Module):
@@ -78,13 +78,10 @@ def build_pipe_module(deepspeed, args, stages: int, seed: int):
     return module
 
 
-class DeepSpeedPipe:
+class DeepSpeedPipe(DeepSpeedCheckpoints):
     """The engine protocol over a ``PipelineEngine``: ``train_batch`` pulls
     ``gradient_accumulation_steps`` micro-batches of (inputs, labels) on the first and
     last stage and returns the loss averaged over them and the data-parallel ranks."""
-
-    def __init__(self, engine: Any, device: torch.device):
-        self.engine, self.device = engine, device
 
     @staticmethod
     def _pairs(micro_batches: list[torch.Tensor]):
@@ -99,16 +96,6 @@ class DeepSpeedPipe:
     def eval_loss(self, micro_batches: list[torch.Tensor]) -> torch.Tensor:
         return self.engine.eval_batch(self._pairs(micro_batches),
                                       num_micro_batches=len(micro_batches)).float()
-
-    def save(self, path: Path, client_state: dict[str, Any]) -> None:
-        self.engine.save_checkpoint(str(path.parent), tag=path.name, client_state=client_state,
-                                    save_latest=False)
-
-    def load(self, path: Path) -> dict[str, Any]:
-        loaded, client = self.engine.load_checkpoint(str(path.parent), tag=path.name)
-        if loaded is None:
-            raise RuntimeError(f"DeepSpeed could not load the checkpoint {path}")
-        return client
 
 
 def consolidated_pipe_state(path: Path, n_layers: int) -> dict[str, torch.Tensor]:
