@@ -46,4 +46,5 @@ fi
 
 step "pytest"
 # Two lanes (tests/conftest.py): the Slurm tests in one worker, the rest in the other.
-exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-2}" --dist loadgroup "$@"
+# The 25 slowest steps are listed at the end: where the suite's time goes, run by run.
+exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"

@@ -84,23 +84,25 @@ def test_preemption_twice_resumes_bitwise(workdir, runs_dir):
 
 
 def test_time_limit_checkpoints_requeues_and_completes(workdir, runs_dir):
-    # A 1-minute job with the warning 40 s before its end. Slurm sends it on its
-    # 30-second tick: 12-24 s after the start in the runs we looked at (~9 s of it is
-    # start-up), up to ~35 s in theory. 300 steps (0.15 s each beside the other lane's
-    # tests, faster alone) take three or four starts, never one. On a busy machine steps
-    # are several times slower and it takes ten or more starts: the requeue limit must
-    # not be what ends the test.
+    # A 1-minute job with the warning 40 s before its end. Slurm sends it on its 30-second
+    # tick, 12-35 s after the start, ~9-18 s of which is start-up: 250 steps (0.17 s each
+    # on a quiet machine, slower beside other work) never finish in one start. Once the first warning has
+    # stopped and requeued the run, the test raises the job's limit to 10 minutes, so the
+    # next start finishes: with a 1-minute limit throughout a loaded machine gave each
+    # start ~5 s of steps and the test took ten starts.
     run, job = submit(runs_dir, workdir, ["--time", "1", "--set", "resilience.signal_seconds=40",
                                           "--max-requeues", "40", "--name", "timelimit"],
-                      TRAIN + ["--train-steps", "300", "--save-steps", "100"])
-    assert wait_job_gone(job, run, 420) == "COMPLETED", describe(run)
+                      TRAIN + ["--train-steps", "250", "--save-steps", "100"])
+    wait_until(run, "the first time-limit stop and requeue", lambda: named(run, "requeue"), 60, job)
+    slurm("scontrol", "update", f"JobId={job}", "TimeLimit=10")
+    assert wait_job_gone(job, run, 120) == "COMPLETED", describe(run)
     ends = classify.ends(run)
     assert ends[-1].kind == classify.COMPLETED, describe(run)
     assert {o.kind for o in ends[:-1]} == {classify.TIME_LIMIT}, describe(run)
     assert len(ends) >= 2 and named(run, "stopped"), describe(run)
     assert all(e["signal"] == "USR2" for e in named(run, "signal")), describe(run)
     assert_nothing_lost(run)
-    assert named(run, "finished")[0]["step"] == 300
+    assert named(run, "finished")[0]["step"] == 250
 
 
 def test_user_error_fails_without_requeue(workdir, runs_dir):
@@ -118,7 +120,7 @@ def test_user_error_fails_without_requeue(workdir, runs_dir):
 
 def test_node_failure_requeues_and_resumes_from_checkpoint(workdir, runs_dir):
     run, job = submit(runs_dir, workdir, ["--name", "nodefail"],
-                      TRAIN + ["--train-steps", "200", "--save-steps", "20"])
+                      TRAIN + ["--train-steps", "100", "--save-steps", "20"])
     wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved"), 180, job)
     saved = named(run, "checkpoint_saved")[-1]["step"]
     down = "stnode2"
@@ -134,7 +136,7 @@ def test_node_failure_requeues_and_resumes_from_checkpoint(workdir, runs_dir):
     assert [o.kind for o in ends] == [classify.NODE_FAILURE, classify.COMPLETED], describe(run)
     resumed = named(run, "resumed")
     assert resumed and resumed[0]["step"] >= saved, describe(run)
-    assert named(run, "finished")[0]["step"] == 200
+    assert named(run, "finished")[0]["step"] == 100
 
 
 def test_requeue_limit_stops_with_a_status_that_says_so(workdir, runs_dir):
