@@ -25,3 +25,58 @@ def test_term_cause_is_bounded_when_the_controller_hangs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.decode().strip() == "cancel"  # nothing learnt: not a time limit, not a requeue
     assert took < 20, f"term_cause took {took:.0f} s with a hung controller"
+
+
+FAKE_SRUN_STOP = """#!/bin/bash
+# The launch step: every node arrives; the warning signal comes; the program saves and exits 75.
+for n in $FAKE_NODES; do touch "$SLURMTRAIN_ARRIVED/$n"; done
+trap 'exit 75' USR2
+kill -USR2 $PPID
+for _ in $(seq 50); do sleep 0.1; done
+exit 1
+"""
+# `scontrol requeue` as Slurm does it on a loaded machine: the job is requeued (its restart
+# count goes up) and the job's processes (the batch script, its subshells) get SIGTERM
+# before scontrol has reported success; scontrol itself dies of the same TERM (exit 143,
+# nothing printed).
+FAKE_SCONTROL_REQUEUE_RACE = """#!/bin/bash
+case "$1 $2" in
+  "show hostnames") for n in $FAKE_NODES; do echo $n; done ;;
+  "show job") echo "JobId=77 Restarts=$(cat "$FAKE_STATE" 2>/dev/null || echo 0) ExcNodeList=(null)" ;;
+  "requeue 77") echo 1 > "$FAKE_STATE"; pkill -TERM -f "$FAKE_SCRIPT"; sleep 0.5; exit 143 ;;
+esac
+"""
+
+
+@pytest.mark.slow  # the whole rendered script, with stand-ins
+def test_the_scripts_own_requeue_ended_by_slurms_sigterm_is_a_requeue(tmp_path):
+    """The script's own `scontrol requeue` ended by the SIGTERM Slurm sends when it requeues
+    the job: the run was requeued, not failed, and no node failed (a loaded CI run said
+    "node failure" and "requeue failed" for a preempted job)."""
+    import subprocess
+
+    from slurmtrain import events
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec, render
+    from slurmtrain.runs import classify
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN_STOP), ("scontrol", FAKE_SCONTROL_REQUEUE_RACE),
+                       ("squeue", "#!/bin/sh\necho N/A\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    run_dir = tmp_path / "runs" / "r1"
+    profile = load_profile("local", ["resilience.requeue_when='always'", "resilience.stop_timeout=1"])
+    (tmp_path / "job.sbatch").write_text(render(profile, JobSpec(command=("python3", "x.py"), run_dir=str(run_dir))))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_NODES": "n1 n2",
+           "FAKE_STATE": str(tmp_path / "restarts"), "FAKE_SCRIPT": str(tmp_path / "job.sbatch"),
+           "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "n[1-2]"}
+    proc = subprocess.run(["bash", str(tmp_path / "job.sbatch")], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert (tmp_path / "restarts").read_text().strip() == "1", proc.stderr  # the requeue was asked for
+    names = [e["event"] for e in events.read(run_dir)]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "requeue" in names and "requeue_failed" not in names and "requeued_by_slurm" not in names, names
+    (end,) = classify.ends(run_dir)
+    assert end.kind == classify.TIME_LIMIT and end.detail.endswith("requeued"), end
+    assert "failed" not in proc.stderr.splitlines()[-1], proc.stderr
