@@ -41,7 +41,9 @@ fi
 
 if [ "$(id -u)" = 0 ]; then
   step "slurmtrain sandbox up"
-  slurmtrain sandbox up
+  # A sandbox left running with other settings (accounting on, by an interrupted run) is
+  # refused by `up`: start it again with the defaults.
+  slurmtrain sandbox up || { slurmtrain sandbox down && slurmtrain sandbox up; }
 fi
 
 step "pytest"
