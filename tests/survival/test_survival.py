@@ -160,7 +160,7 @@ def foreign_preempted(_sandbox_session, workdir):
     """Two programs of the user's own (foreign_train.py) in `low`, preempted by one job
     on `high` once both are stepping: a quick save, and a save of 40 s that must fit the
     GraceTime of 60 (torchrun gives its workers the profile's stop window, not its own
-    30 s). Each runs to its end; (run directory, job id) by name."""
+    30 s). Each runs to its end: (run directory, Slurm's final state, steps) by name."""
     runs_dir = workdir / "runs" / "foreign-preempted"
     runs_dir.mkdir(parents=True)
     steps = {"foreign": 60, "slowsave": 60}
