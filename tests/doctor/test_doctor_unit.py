@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import waiting
+from stand_ins import FAKE_SRUN_STOP
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
@@ -333,14 +334,6 @@ def test_node_failure_requeue_records_the_down_node(tmp_path):
     assert [(e.node, e.source, e.job_id) for e in ledger.read(run_dir.parent)] == [("n2", "node_failure", "77")]
 
 
-FAKE_SRUN_STOP = """#!/bin/bash
-# The launch step: every node arrives; the warning signal comes; the program saves and exits 75.
-for n in $FAKE_NODES; do touch "$SLURMTRAIN_ARRIVED/$n"; done
-trap 'exit 75' USR2
-kill -USR2 $PPID
-for _ in $(seq 50); do sleep 0.1; done
-exit 1
-"""
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""The TERM trap's look-up of why SIGTERM came (time limit, node failure, cancel) runs in
-Slurm's KillWait before SIGKILL: a slow or hung controller must not eat that window."""
+"""The job script's TERM trap. Its look-up of why SIGTERM came (time limit, node failure,
+cancel) runs in Slurm's KillWait before SIGKILL: a slow or hung controller must not eat
+that window. And the TERM that ends the script's own requeue is a requeue."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 import pytest
 
 from script_functions import run_bash
+from stand_ins import FAKE_SRUN_STOP
 
 
 @pytest.mark.slow  # two 5 s bounds run out
@@ -27,14 +29,6 @@ def test_term_cause_is_bounded_when_the_controller_hangs(tmp_path):
     assert took < 20, f"term_cause took {took:.0f} s with a hung controller"
 
 
-FAKE_SRUN_STOP = """#!/bin/bash
-# The launch step: every node arrives; the warning signal comes; the program saves and exits 75.
-for n in $FAKE_NODES; do touch "$SLURMTRAIN_ARRIVED/$n"; done
-trap 'exit 75' USR2
-kill -USR2 $PPID
-for _ in $(seq 50); do sleep 0.1; done
-exit 1
-"""
 # `scontrol requeue` as Slurm does it on a loaded machine: the job is requeued (its restart
 # count goes up) and the job's processes (the batch script, its subshells) get SIGTERM
 # before scontrol has reported success; scontrol itself dies of the same TERM (exit 143,
