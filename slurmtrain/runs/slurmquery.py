@@ -7,6 +7,15 @@ runs without a timeout. ``scontrol -o show job`` lists every job the controller 
 holds (finished ones for MinJobAge seconds) in one RPC, with the exit code and the
 requeue count (``Restarts=``) that ``squeue``'s short formats lack.
 
+Job arrays. Slurm answers for an array job with one record per task (``scontrol``:
+``JobId=13 ArrayJobId=12 ArrayTaskId=0``; ``sacct``: JobID ``12_0``, JobIDRaw ``13``) and
+one for the tasks still pending together (``ArrayTaskId=1-3``, ``12_[1-3]``), each task
+under a job id of its own (the last to start keeps the array's). The parsers gather them
+into one :class:`JobInfo` under the array's id, the id sbatch printed, whose state is
+the tasks' combined (:func:`states.aggregate`) and whose ``tasks`` are the records.
+(The scontrol records are the sandbox's, Slurm 22.05; sacct's form is Slurm's documented
+one: the sandbox runs without accounting.)
+
 Every call has a timeout; a missing binary or an unreachable controller becomes one
 :class:`~slurmtrain.errors.SlurmError` line.
 """
@@ -20,7 +29,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..errors import SlurmError
-from .states import JobState, parse_state
+from .states import JobState, aggregate, parse_state
 
 QUERY_TIMEOUT_S = 30
 _NOT_FOUND_HINT = ("slurmtrain needs the Slurm client commands: run it on a login node, "
@@ -43,6 +52,12 @@ class JobInfo:
     restarts: int | None = None      # requeue count
     submit_time: str | None = None
     reason: str | None = None
+    array_task: str | None = None    # a task's index, or the pending ones ("1-3"), as Slurm writes it
+    tasks: tuple["JobInfo", ...] = ()  # an array job's records, one per task or pending range
+
+    def task_infos(self) -> dict[int, "JobInfo"]:
+        """An array job's tasks by index (a pending range's record under each of its indices)."""
+        return {i: t for t in self.tasks for i in task_indices(t.array_task or "")}
 
 
 def run_slurm(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
@@ -127,33 +142,80 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+_TASK_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+
+
+def task_indices(text: str) -> list[int]:
+    """Slurm's array task ids: ``3``, ``1-3``, ``[0,2-4:2%1]`` (steps, a throttle) -> indices."""
+    out: list[int] = []
+    for part in text.strip("[]").split("%")[0].split(","):
+        m = _TASK_RANGE.fullmatch(part.strip())
+        if m:
+            first, last, step = int(m[1]), int(m[2] or m[1]), int(m[3] or 1)
+            out.extend(range(first, last + 1, step))
+    return out
+
+
+def combine_array(array_id: str, records: list[JobInfo]) -> JobInfo:
+    """One :class:`JobInfo` for array job ``array_id`` from its tasks' records."""
+    by_task = sorted(records, key=lambda r: (task_indices(r.array_task or "") or [1 << 30])[0])
+    state = aggregate([r.state for r in by_task])
+    speaks = next(r for r in by_task if r.state is state) if state.is_final else None  # the task the state is of
+    held = [r for r in by_task if r.nodelist]
+    reasons = [f"task {r.array_task}: {r.reason}" for r in by_task if r.reason]
+    return JobInfo(
+        job_id=array_id, state=state, raw_state=state.value, source=by_task[0].source,
+        nodes=sum(r.nodes or 0 for r in held) or None,
+        nodelist=",".join(dict.fromkeys(r.nodelist for r in held if r.nodelist)) or None,
+        elapsed_s=max((r.elapsed_s for r in by_task if r.elapsed_s is not None), default=None),
+        exit_code=speaks.exit_code if speaks else None, signal=speaks.signal if speaks else None,
+        restarts=sum(r.restarts or 0 for r in by_task), submit_time=by_task[0].submit_time,
+        reason="; ".join(reasons) or None, tasks=tuple(by_task))
+
+
+def _gather_arrays(jobs: dict[str, JobInfo], arrays: dict[str, list[JobInfo]]) -> dict[str, JobInfo]:
+    """``jobs`` with each array's task records replaced by the array's one record."""
+    out = {j: i for j, i in jobs.items() if j not in arrays}
+    out.update({a: combine_array(a, records) for a, records in arrays.items()})
+    return out
+
+
 def parse_scontrol(text: str) -> dict[str, JobInfo]:
-    """Output of ``scontrol -o show job`` (one job per line)."""
-    out = {}
+    """Output of ``scontrol -o show job`` (one job per line; an array job's tasks gathered
+    under the array's id, see the module's docstring)."""
+    out: dict[str, JobInfo] = {}
+    arrays: dict[str, list[JobInfo]] = {}
     for line in text.splitlines():
         kv = parse_key_values(line)
         if "JobId" not in kv:
             continue  # "No jobs in the system"
         code, sig = _exit(kv.get("ExitCode"))
         nodelist = kv.get("NodeList")
-        out[kv["JobId"]] = JobInfo(
+        info = JobInfo(
             job_id=kv["JobId"], state=parse_state(kv.get("JobState")), raw_state=kv.get("JobState", ""),
             source="scontrol", nodes=_int(kv.get("NumNodes", "").split("-")[0]),
             nodelist=None if nodelist in (None, "(null)", "") else nodelist,
             elapsed_s=parse_duration(kv.get("RunTime")), exit_code=code, signal=sig,
             restarts=_int(kv.get("Restarts")), submit_time=kv.get("SubmitTime"),
-            reason=None if kv.get("Reason") in (None, "None") else kv.get("Reason"))
-    return out
+            reason=None if kv.get("Reason") in (None, "None") else kv.get("Reason"),
+            array_task=kv.get("ArrayTaskId"))
+        if kv.get("ArrayJobId"):
+            arrays.setdefault(kv["ArrayJobId"], []).append(info)
+        else:
+            out[kv["JobId"]] = info
+    return _gather_arrays(out, arrays)
 
 
-SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "NNodes", "NodeList", "Elapsed", "Submit", "Reason")
+SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "NNodes", "NodeList", "Elapsed", "Submit", "Reason", "JobID")
+_ARRAY_TASK = re.compile(r"(?P<array>\d+)_(?P<task>\[?[\d,\-:%]+\]?)")
 
 
 def parse_sacct(text: str) -> dict[str, JobInfo]:
     """Output of ``sacct --parsable2 --noheader --allocations --duplicates --format=SACCT_FIELDS``.
 
     With ``--duplicates`` a requeued job has one line per start, oldest first; the last
-    is the current one and the others count as restarts.
+    is the current one and the others count as restarts. An array task's JobID is
+    ``<array>_<task>`` (its JobIDRaw its own id); its tasks are gathered under the array's id.
     """
     lines_by_job: dict[str, list[dict[str, str]]] = {}
     for line in text.splitlines():
@@ -161,21 +223,28 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
         if len(values) < len(SACCT_FIELDS):
             continue
         row = dict(zip(SACCT_FIELDS, values))
-        if "." in row["JobIDRaw"]:
+        if "." in row["JobID"]:
             continue  # a step (batch, extern, 0...), not the allocation
-        lines_by_job.setdefault(row["JobIDRaw"], []).append(row)
-    out = {}
+        lines_by_job.setdefault(row["JobID"], []).append(row)
+    out: dict[str, JobInfo] = {}
+    arrays: dict[str, list[JobInfo]] = {}
     for job_id, rows in lines_by_job.items():
         row = rows[-1]
         code, sig = _exit(row["ExitCode"])
         nodelist = row["NodeList"]
-        out[job_id] = JobInfo(
-            job_id=job_id, state=parse_state(row["State"]), raw_state=row["State"], source="sacct",
+        task = _ARRAY_TASK.fullmatch(job_id)
+        info = JobInfo(
+            job_id=row["JobIDRaw"], state=parse_state(row["State"]), raw_state=row["State"], source="sacct",
             nodes=_int(row["NNodes"]), nodelist=None if nodelist in ("", "None assigned") else nodelist,
             elapsed_s=parse_duration(row["Elapsed"]), exit_code=code, signal=sig,
             restarts=len(rows) - 1, submit_time=row["Submit"],
-            reason=None if row["Reason"] in ("", "None") else row["Reason"])
-    return out
+            reason=None if row["Reason"] in ("", "None") else row["Reason"],
+            array_task=task["task"].strip("[]") if task else None)
+        if task:
+            arrays.setdefault(task["array"], []).append(info)
+        else:
+            out[job_id] = info
+    return _gather_arrays(out, arrays)
 
 
 # ---- queries ---------------------------------------------------------------------------
@@ -262,13 +331,18 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
     All or nothing: a job that already ended is left alone, a mark that fails stops
     here, and a failed ``scancel`` takes the mark back, so the job stays requeueable
     (after a preemption, it would otherwise not come back).
+
+    An array job's id names every task to scontrol and scancel: the mark and the cancel
+    reach all of them (checked on the sandbox: ``scontrol update JobId=<array>
+    Requeue=0`` marks running and pending tasks alike). It has ended when every task has.
     """
     job_id = str(job_id)
-    fields = _show_job(job_id, timeout)
-    state = parse_state(fields.get("JobState"))
-    if state.is_final:
-        raise SlurmError(f"job {job_id} already ended ({fields.get('JobState')}); nothing to cancel")
-    marked = fields.get("Requeue") == "1"  # a job submitted with --no-requeue has nothing to mark
+    records = _show_job(job_id, timeout)
+    states = [parse_state(r.get("JobState")) for r in records]
+    if all(s.is_final for s in states):
+        raise SlurmError(f"job {job_id} already ended ({aggregate(states).value}); nothing to cancel")
+    # A job submitted with --no-requeue has nothing to mark.
+    marked = any(r.get("Requeue") == "1" for r in records)
     if marked:
         _set_requeue(job_id, 0, timeout)
     argv = ["scancel", job_id]
@@ -282,15 +356,16 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
         raise
 
 
-def _show_job(job_id: str, timeout: float) -> dict[str, str]:
+def _show_job(job_id: str, timeout: float) -> list[dict[str, str]]:
+    """The job's record, or an array job's records (one per task or pending range)."""
     argv = ["scontrol", "--oneliner", "show", "job", job_id]
     proc = run_slurm(argv, timeout=timeout)
     if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
         raise _fail(argv, proc)
-    for line in proc.stdout.splitlines():
-        fields = parse_key_values(line)
-        if fields.get("JobId") == job_id:
-            return fields
+    records = [kv for kv in map(parse_key_values, proc.stdout.splitlines())
+               if job_id in (kv.get("JobId"), kv.get("ArrayJobId"))]
+    if records:
+        return records
     raise SlurmError(f"Slurm does not know job {job_id} (it ended more than MinJobAge ago, "
                      "or never existed)")
 

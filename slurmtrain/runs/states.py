@@ -82,3 +82,27 @@ def parse_state(text: str | None) -> JobState:
         return JobState(word)
     except ValueError:
         return _ALIASES.get(word, JobState.UNKNOWN)
+
+
+# The state an array job reports when its tasks ended differently: the one that says
+# most about what went wrong first.
+_WORST_FIRST = (JobState.FAILED, JobState.OUT_OF_MEMORY, JobState.NODE_FAIL, JobState.BOOT_FAIL,
+                JobState.TIMEOUT, JobState.DEADLINE, JobState.CANCELLED, JobState.REVOKED, JobState.REFUSED)
+
+
+def aggregate(states: list[JobState]) -> JobState:
+    """One state for the tasks of a job array: RUNNING while any task runs, else the state
+    of a task still queued or coming back (PENDING, REQUEUED...); once none is, COMPLETED
+    if every task completed, else the worst end (FAILED first; UNKNOWN when a task's end
+    is not known and no other went wrong)."""
+    if not states:
+        return JobState.UNKNOWN
+    if JobState.RUNNING in states:
+        return JobState.RUNNING
+    active = [s for s in states if s.is_active]
+    if active:
+        return active[0]
+    ended = [s for s in states if s.is_final and s is not JobState.COMPLETED]
+    if ended:
+        return min(ended, key=lambda s: _WORST_FIRST.index(s) if s in _WORST_FIRST else len(_WORST_FIRST))
+    return JobState.UNKNOWN if JobState.UNKNOWN in states else JobState.COMPLETED
