@@ -15,6 +15,16 @@ outside a job, with no script) make a start without a script. Events are taken i
 order, which is the order the writers appended them in: the job script itself decides
 by that order, and the clocks of different hosts need not agree.
 
+Job arrays. The N tasks of an array job (``slurmtrain tokenize --profile``) share one
+run directory, and their events interleave in one file. Every line a task's script
+writes names the task (``array_task``, with ``array_job_id``: the array's id, which the
+manifest records, beside ``job_id``: the task's own); so do its program's (through
+``slurmtrain.events``); the script's ``started`` and the CLI's ``submitted`` say how
+many tasks there are (``array_tasks``). Each task is read by itself (:func:`tasks`,
+:func:`of_task`): its own events and those naming no task (the CLI's ``submitted``,
+``cancel_requested``), split into starts as above, so a task's ``started``..``finished``
+is never another's. The job script of task k asks its two questions of task k's events.
+
 How a start ended, the first that applies:
 
 ==========================================  ============================================
@@ -33,6 +43,19 @@ the script's ``finished``                   completed
 none, and a later start exists              node failure (the script was killed)
 none: ``submitted`` only                    running (waiting to start)
 none, no script: the program's ``finished`` completed (``train_error``: user error)
+==========================================  ============================================
+
+An array's outcome (:func:`latest`) combines its tasks' (a task with no events of its
+own yet waits to start):
+
+==========================================  ============================================
+the tasks' outcomes                         the array's outcome
+==========================================  ============================================
+any task not ended (waiting, running,       running (not final), each task's state in
+requeued)                                   the detail
+every task completed                        completed
+otherwise                                   the worst task's (in :data:`WORST_FIRST`'s
+                                            order), naming the task(s) that ended so
 ==========================================  ============================================
 
 Torch-free and cheap to import (the standard library and :mod:`slurmtrain.events`).
@@ -101,6 +124,10 @@ UNKNOWN = "unknown"    # Slurm says it ended but the run's events do not say how
 
 KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
          WATCHDOG, STOPPED_UNSAVED, RUNNING, UNKNOWN)
+# Which task's end an array reports when its tasks ended differently: a failure of the
+# command says what to fix, a stop or cancel only what happened to it.
+WORST_FIRST = (USER_ERROR, WATCHDOG, REQUEUE_LIMIT, STOPPED_UNSAVED, NODE_FAILURE, TIME_LIMIT, PREEMPTED,
+               CANCELLED, UNKNOWN, RUNNING, COMPLETED)
 # Ends after which the run goes on by itself once a new job is submitted: a stop that is
 # not the program's fault.
 STOP_KINDS = frozenset({PREEMPTED, TIME_LIMIT, NODE_FAILURE})
@@ -145,8 +172,9 @@ class Start:
 
     @property
     def job_id(self) -> str | None:
+        """The job the run's manifest records for this start (an array task's: the array's)."""
         opener = self.started or self.submission
-        return None if opener is None or opener.get("job_id") is None else str(opener["job_id"])
+        return None if opener is None else job_of(opener)
 
     @property
     def has_script(self) -> bool:
@@ -157,8 +185,51 @@ class Start:
         return next((e for e in reversed(self.events) if e.get("event") in names), None)
 
 
+# ---- job arrays ----------------------------------------------------------------------
+
+def job_of(e: Event) -> str | None:
+    """The job id a run's manifest records for the event: an array task's array job id,
+    else its ``job_id``; None for an event naming no job (the program's)."""
+    job = e.get("array_job_id", e.get("job_id"))
+    return None if job is None else str(job)
+
+
+def task_of(e: Event) -> int | None:
+    """The array task that wrote the event; None for an event of no task."""
+    task = e.get("array_task")
+    return task if isinstance(task, int) and not isinstance(task, bool) else None
+
+
+def array_size(evs: Iterable[Event]) -> int | None:
+    """How many tasks the run's array job has (``array_tasks``, else one more than the
+    highest task seen); None for a run that is not an array."""
+    evs = list(evs)
+    sizes = [e["array_tasks"] for e in evs if isinstance(e.get("array_tasks"), int) and e["array_tasks"] > 0]
+    seen = [t for e in evs if (t := task_of(e)) is not None]
+    if not sizes and not seen:
+        return None
+    return max(sizes + [max(seen, default=-1) + 1])
+
+
+def of_task(evs: Iterable[Event], task: int | None) -> list[Event]:
+    """Task ``task``'s events and those of no task (the CLI's), in file order; every event
+    for ``task`` None. The job script's ``program_finished``/``program_saved`` read the same."""
+    return [e for e in evs if task is None or task_of(e) in (None, task)]
+
+
+def tasks(evs: Iterable[Event]) -> dict[int, list[Event]]:
+    """Each array task's events (:func:`of_task`), tasks 0 to N-1, including those with no
+    event of their own yet; empty for a run that is not an array."""
+    evs = list(evs)
+    size = array_size(evs)
+    return {t: of_task(evs, t) for t in range(size or 0)}
+
+
+# ---- starts (of one task) ------------------------------------------------------------
+
 def split(evs: Iterable[Event]) -> list[Start]:
-    """The events as starts, in file order (see the module's docstring)."""
+    """The events as starts, in file order (see the module's docstring). For an array,
+    split each task's events (:func:`tasks`), never the whole file."""
     groups: list[list[Event]] = []
     for e in evs:
         name = e.get("event")
@@ -172,8 +243,7 @@ def split(evs: Iterable[Event]) -> list[Start]:
             # The CLI appends `submitted` after sbatch returns; the job may have started
             # already. Then the event belongs to that start.
             started = next((x for x in current if x.get("event") == Ev.STARTED), None)
-            if not (started is not None and e.get("job_id") is not None
-                    and str(started.get("job_id")) == str(e["job_id"])):
+            if not (started is not None and e.get("job_id") is not None and job_of(started) == str(e["job_id"])):
                 groups.append([])
         elif not groups:
             groups.append([])  # events before any start: a program without a job script
@@ -182,7 +252,7 @@ def split(evs: Iterable[Event]) -> list[Start]:
 
 
 def _same_job(a: Event, b: Event) -> bool:
-    return a.get("job_id") is None or b.get("job_id") is None or str(a["job_id"]) == str(b["job_id"])
+    return job_of(a) is None or job_of(b) is None or job_of(a) == job_of(b)
 
 
 def since_start(evs: Iterable[Event]) -> list[Event]:
@@ -192,20 +262,21 @@ def since_start(evs: Iterable[Event]) -> list[Event]:
     return evs[latest + 1:]
 
 
-def finished_since_start(evs: Iterable[Event]) -> bool:
-    """The program wrote ``finished`` since the latest start: a stop that came as it
-    finished ends the run instead of requeueing it. templates/finish.j2's
-    ``program_finished`` decides the same."""
-    return any(is_program_finished(e) for e in since_start(evs))
+def finished_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
+    """The program wrote ``finished`` since the latest start (of array task ``task``,
+    when given): a stop that came as it finished ends the run instead of requeueing it.
+    templates/finish.j2's ``program_finished`` decides the same."""
+    return any(is_program_finished(e) for e in since_start(of_task(evs, task)))
 
 
-def saved_in_run(evs: Iterable[Event]) -> bool:
+def saved_in_run(evs: Iterable[Event], task: int | None = None) -> bool:
     """The program has reported a checkpoint in this run, in any start (``checkpoint_saved``
     or ``stopped``): it saves and resumes, so a requeue after a stop carries on from its
     newest checkpoint. Any start, not only the latest: a stop that comes while a resumed
     program is still loading (before its first save of this start) must not end the run.
-    templates/finish.j2's ``program_saved`` decides the same."""
-    return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in evs)
+    For an array, of task ``task`` only. templates/finish.j2's ``program_saved`` decides
+    the same."""
+    return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in of_task(evs, task))
 
 
 # ---- outcomes ------------------------------------------------------------------------
@@ -308,14 +379,34 @@ def _without_script(start: Start, step: int | None) -> Outcome:
 
 
 def ends(evs: Iterable[Event]) -> list[Outcome]:
-    """One outcome per start of the batch script, oldest first (the last may be RUNNING)."""
+    """One outcome per start of the batch script, oldest first (the last may be RUNNING);
+    for an array, every task's starts in the order they started."""
+    evs = list(evs)
+    per_task = tasks(evs)
+    if not per_task:
+        return [o for _, o in _ends(evs)]
+    place = {id(e): i for i, e in enumerate(evs)}  # of_task keeps the events themselves
+    found = [(place[id(start.started)], o) for task_evs in per_task.values() for start, o in _ends(task_evs)]
+    return [o for _, o in sorted(found, key=lambda x: x[0])]
+
+
+def _ends(evs: list[Event]) -> list[tuple[Start, Outcome]]:
     started = [s for s in split(evs) if s.started is not None]
-    return [outcome(s, later=i < len(started) - 1) for i, s in enumerate(started)]
+    return [(s, outcome(s, later=i < len(started) - 1)) for i, s in enumerate(started)]
 
 
 def latest(evs: Iterable[Event]) -> Outcome:
     """How the run stands: the outcome of its latest start. A job that waits to start
-    after a resubmission says how the job before it ended."""
+    after a resubmission says how the job before it ended. An array combines its tasks'
+    (see the module's docstring)."""
+    evs = list(evs)
+    per_task = tasks(evs)
+    if not per_task:
+        return _latest(evs)
+    return combine({t: (_latest(e), _word(e)) for t, e in per_task.items()})
+
+
+def _latest(evs: list[Event]) -> Outcome:
     starts = split(evs)
     if not starts:
         return Outcome(RUNNING, "not started yet", False)
@@ -325,3 +416,46 @@ def latest(evs: Iterable[Event]) -> Outcome:
         now = Outcome(RUNNING, f"{now.detail}; the job before ended: {before.kind} ({before.detail})",
                       False, before.step, now.event)
     return now
+
+
+# ---- arrays: the tasks' outcomes combined -------------------------------------------
+
+def _word(evs: list[Event]) -> str:
+    """A task's state in a word or two, beside its outcome: waiting, running, or its end."""
+    o = _latest(evs)
+    if o.final:
+        return o.kind
+    if o.kind != RUNNING:
+        return f"{o.kind}, requeued"
+    starts = split(evs)
+    return "running" if starts and starts[-1].started is not None else "waiting"
+
+
+def task_list(ids: Iterable[int]) -> str:
+    """``task 1`` or ``tasks 0, 2``."""
+    ids = sorted(ids)
+    return ("task " if len(ids) == 1 else "tasks ") + ", ".join(map(str, ids))
+
+
+def _phrase(words: dict[int, str]) -> str:
+    """``tasks 0, 2 completed; task 1 running``: tasks grouped by their word, in task order."""
+    groups: dict[str, list[int]] = {}
+    for t, w in sorted(words.items()):
+        groups.setdefault(w, []).append(t)
+    return "; ".join(f"{task_list(ids)} {w}" for w, ids in groups.items())
+
+
+def combine(per_task: dict[int, tuple[Outcome, str]]) -> Outcome:
+    """An array's outcome from each task's (outcome, word): see the module's docstring."""
+    n = len(per_task)
+    words = {t: w for t, (_, w) in per_task.items()}
+    if any(not o.final for o, _ in per_task.values()):
+        return Outcome(RUNNING, f"array of {n} tasks: {_phrase(words)}", False)
+    if all(o.kind == COMPLETED for o, _ in per_task.values()):
+        return Outcome(COMPLETED, f"all {n} tasks of the array completed", True)
+    kind = min((o.kind for o, _ in per_task.values()), key=WORST_FIRST.index)
+    worst = sorted(t for t, (o, _) in per_task.items() if o.kind == kind)
+    first = per_task[worst[0]][0]
+    rest = {t: w for t, w in words.items() if t not in worst}
+    return Outcome(kind, f"{task_list(worst)} of {n}: {first.detail}" + (f" ({_phrase(rest)})" if rest else ""),
+                   True, first.step, first.event)

@@ -18,7 +18,7 @@ EVENTS_FILE = "events.jsonl"
 
 
 def append(run_dir: str | os.PathLike, event: str, **fields: Any) -> None:
-    record = {"time": round(time.time(), 3), "event": event, **fields}
+    record = {"time": round(time.time(), 3), "event": event, **_array_task(run_dir), **fields}
     line = json.dumps(record, sort_keys=False) + "\n"
     path = Path(run_dir) / EVENTS_FILE
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -26,6 +26,19 @@ def append(run_dir: str | os.PathLike, event: str, **fields: Any) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def _array_task(run_dir: str | os.PathLike) -> dict[str, int]:
+    """``{"array_task": N}`` for a program in task N of a job array writing to its own run
+    directory (the job script exports both), so that the run's reader
+    (slurmtrain.eventlog) keeps each task's events apart; else nothing."""
+    task, own = os.environ.get("SLURMTRAIN_ARRAY_TASK", ""), os.environ.get("SLURMTRAIN_RUN_DIR")
+    if not task.isdigit() or not own:
+        return {}
+    try:
+        return {"array_task": int(task)} if os.path.samefile(own, run_dir) else {}
+    except OSError:
+        return {}
 
 
 class EventLogWarning(UserWarning):

@@ -29,6 +29,7 @@ class JobSpec:
     run_dir: str | None = None         # absolute; None: the script picks runs/<name>-<jobid>
     regen_command: str = ""            # shown in the script's header comment
     exclude: tuple[str, ...] = ()      # nodes sbatch must not give the job (the bad-node ledger's)
+    array: int | None = None           # a job array of this many tasks (0..N-1), each its own allocation
 
 
 class Raw(str):
@@ -52,7 +53,10 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     # One task per node runs a launcher there; the srun launcher makes every process a task.
     tasks = _procs_per_node(p) if p.launch.launcher == "srun" else 1
     cpus = s.cpus_per_task if s.cpus_per_task is None else max(1, s.cpus_per_task // tasks)
-    out = [f"--job-name={job.job_name}", f"--nodes={s.nodes}", f"--ntasks-per-node={tasks}"]
+    out = [f"--job-name={job.job_name}"]
+    if job.array is not None:
+        out.append(f"--array=0-{job.array - 1}")
+    out += [f"--nodes={s.nodes}", f"--ntasks-per-node={tasks}"]
     if s.gpus_per_node:
         out.append(f"--gres=gpu:{s.gpu_type + ':' if s.gpu_type else ''}{s.gpus_per_node}")
     for flag, value in (("cpus-per-task", cpus), ("mem", s.mem), ("time", s.time),
@@ -62,10 +66,13 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
             out.append(f"--{flag}={value}")
     if s.exclusive:
         out.append("--exclusive")
+    # An array task's log is named by the array and the task (%A_%a), which is how its
+    # events and `slurmtrain logs` name it too.
+    tag = "%A_%a" if job.array is not None else "%j"
     if job.run_dir:
-        out.append(f"--output={job.run_dir}/logs/job-%j.out")
+        out.append(f"--output={job.run_dir}/logs/job-{tag}.out")
     else:
-        out.append("--output=slurm-%x-%j.out")
+        out.append(f"--output=slurm-%x-{tag}.out")
     if job.exclude:
         out.append("--exclude=" + ",".join(job.exclude))
     out.append("--open-mode=append")
@@ -77,6 +84,28 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
             raise UsageError(f"#SBATCH {d}: this value cannot be written on an #SBATCH line "
                              "(no spaces or quotes); choose a simpler name or path")
     return out
+
+
+def _check_array(p: Profile, job: JobSpec) -> None:
+    """A job array runs the same script as N tasks that share one run directory: right for
+    work split by task (``tokenize --part slurm``), wrong for the built-in trainer, whose
+    tasks would all write the same checkpoints."""
+    if job.array is None:
+        return
+    if job.array < 1:
+        raise UsageError(f"a job array of {job.array} tasks: give at least 1")
+    if job.recipe and not job.command:
+        raise UsageError("a job array runs the command once per task, all in one run directory: the built-in "
+                         "trainer's tasks would overwrite each other's checkpoints; submit one job instead")
+    if any(d.startswith("--array") for d in p.slurm.extra):
+        raise UsageError("slurm.extra has an --array directive and this job is an array already; "
+                         "drop it from slurm.extra")
+
+
+def _job_tag(job: JobSpec) -> str:
+    """How the script names its own job in file names: the job id, or for an array task
+    ``<array job id>_<task>`` (sbatch's %A_%a), so that tasks' logs never collide."""
+    return "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}" if job.array is not None else "$SLURM_JOB_ID"
 
 
 def _signal_name(sig: str) -> str:
@@ -158,7 +187,8 @@ def _srun_options(p: Profile, job: JobSpec) -> str:
         return ""
     # srun writes each node's log (%N: the node's host name): the task's own redirect
     # would run inside the container, before anything else could fail there.
-    opts: list[str] = [Raw('--output="$RUN_DIR/logs/%j-%N.out"'), Raw("--open-mode=append"),
+    tag = "%A_%a" if job.array is not None else "%j"  # the names of _job_tag
+    opts: list[str] = [Raw(f'--output="$RUN_DIR/logs/{tag}-%N.out"'), Raw("--open-mode=append"),
                        f"--container-image={c.image}"]
     mounts = [shlex.quote(b) for b in c.binds]
     if _binds_run_dir(c.binds, job):
@@ -254,7 +284,9 @@ def _gate_exec(p: Profile, job: JobSpec) -> str:
 def _run_dir_expr(job: JobSpec) -> str:
     if job.run_dir:
         return shlex.quote(job.run_dir)
-    return '"${SLURMTRAIN_RUN_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_NAME-$SLURM_JOB_ID}"'
+    # Every task of an array shares the run directory of the array's id.
+    job_id = "$SLURM_ARRAY_JOB_ID" if job.array is not None else "$SLURM_JOB_ID"
+    return f'"${{SLURMTRAIN_RUN_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_NAME-{job_id}}}"'
 
 
 def _setup_lines(p: Profile) -> list[str]:
@@ -301,6 +333,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
     p = loaded.profile
     if job.command and job.recipe:
         raise UsageError("give either --recipe or a command after `--`, not both")
+    _check_array(p, job)
     return {
         "version": __version__,
         "profile_name": loaded.name,
@@ -308,6 +341,10 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "regen_command": (job.regen_command or f"slurmtrain gen --profile {loaded.name}").replace("\n", "\n#   "),
         "sbatch_directives": _sbatch_directives(p, job),
         "run_dir_expr": _run_dir_expr(job),
+        "array": job.array is not None,
+        "job_tag": _job_tag(job),
+        # How the batch script names its job to Slurm and to people (templates/rundir.j2's JOB_REF).
+        "job_ref": "$JOB_REF" if job.array is not None else "$SLURM_JOB_ID",
         "stop_signal": _signal_name(p.resilience.signal),
         "signal_seconds": p.resilience.signal_seconds,
         "max_requeues": p.resilience.max_requeues,

@@ -128,7 +128,12 @@ def _print_status(st) -> None:
         row("outcome", f"{st.outcome}: {st.outcome_detail}")
     if st.note:
         row("note", st.note)
-    row("nodes", f"{st.nodes or '-'}" + (f"  {st.nodelist}" if st.nodelist else ""))
+    if st.tasks:  # a job array: nodes of each task, then each task on a line
+        row("nodes", f"{st.nodes or '-'} per task, {len(st.tasks)} tasks")
+    else:
+        row("nodes", f"{st.nodes or '-'}" + (f"  {st.nodelist}" if st.nodelist else ""))
+    for i, t in enumerate(st.tasks):  # an array job's tasks, one line each
+        click.echo(f"{'tasks' if i == 0 else '':<10} " + _task_line(t))
     row("elapsed", format_duration(st.elapsed_s))
     row("exit code", "-" if st.exit_code is None else st.exit_code
         if not st.signal else f"{st.exit_code} (signal {st.signal})")
@@ -145,6 +150,15 @@ def _print_status(st) -> None:
         click.echo("history")
         for line in classify.history(st.run):
             click.echo(f"  {line}")
+
+
+def _task_line(t) -> str:
+    """``task 1  FAILED  stnode2  (job 13, exit code 1)``."""
+    said = [f"job {t.job_id}"] if t.job_id else []
+    said += [f"exit code {t.exit_code}"] if t.exit_code is not None else []
+    said += [f"from {t.source}"] if t.source == "events.jsonl" else []
+    return (f"task {t.task}  {t.state.value}" + (f"  {t.nodelist}" if t.nodelist else "")
+            + (f"  ({', '.join(said)})" if said else ""))
 
 
 def _tracking_rows(st) -> list[tuple[str, str]]:
@@ -247,5 +261,6 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
         # Only a cancel that happened is recorded: the event makes status report the run
         # as cancelled by the user.
         events.append(run.path, "cancel_requested", job_id=run.job_id)
-        click.echo(f"cancelled job {run.job_id} ({run.name})")
+        tasks = f", every one of its {run.array_size} tasks" if run.array_size else ""
+        click.echo(f"cancelled job {run.job_id} ({run.name}{tasks})")
 

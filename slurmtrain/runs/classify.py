@@ -99,6 +99,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
     name = e.get("event")
     if name == Ev.RESTARTED:
         return None  # said by "started ... (restart N)"
+    if name == Ev.SUBMITTED and e.get("array_tasks"):
+        return f"submitted as array job {e.get('job_id')} of {e['array_tasks']} tasks"
     if name == Ev.STARTED:
         again = f" (restart {e['restart']})" if e.get("restart") else ""
         return f"job {e.get('job_id')} started on {e.get('nodes', '?')}{again}"
@@ -122,13 +124,18 @@ def _clock(e: dict[str, Any]) -> str:
 
 
 def history(run_dir: str | Path) -> list[str]:
-    """The run's events as lines for people: ``HH:MM:SS  what happened``, oldest first."""
+    """The run's events as lines for people: ``HH:MM:SS  what happened``, oldest first.
+    An array task's lines begin with ``task N:`` and name its job ``<array job>_<N>``."""
     lines = []
-    for start in eventlog.split(events_mod.read(Path(run_dir))):
-        requeued = False
-        for e in start.events:
-            text = _describe(e, requeued)
-            requeued = requeued or e.get("event") == Ev.REQUEUED_BY_SLURM
-            if text is not None:
-                lines.append(f"{_clock(e)}  {text}")
+    requeued: dict[int | None, bool] = {}  # by task: Slurm requeued it in its latest start
+    for e in events_mod.read(Path(run_dir)):
+        task = eventlog.task_of(e)
+        if e.get("event") == Ev.STARTED:
+            requeued[task] = False
+        if task is not None and "array_job_id" in e:
+            e = {**e, "job_id": f"{e['array_job_id']}_{task}"}
+        text = _describe(e, requeued.get(task, False))
+        requeued[task] = requeued.get(task, False) or e.get("event") == Ev.REQUEUED_BY_SLURM
+        if text is not None:
+            lines.append(f"{_clock(e)}  " + ("" if task is None else f"task {task}: ") + text)
     return lines

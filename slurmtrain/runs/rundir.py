@@ -11,6 +11,9 @@ Layout (the batch script writes the last three)::
       logs/job-<jobid>.out           the batch script's output
       logs/<jobid>-<node>.out        each node's task output
 
+An array job's tasks share the directory; their logs are named by the array's id and
+the task (Slurm's ``%A_%a``): ``logs/job-<jobid>_<task>.out``, ``logs/<jobid>_<task>-<node>.out``.
+
 Pure file handling: nothing here talks to Slurm.
 """
 
@@ -34,7 +37,13 @@ SCRIPT = "job.sbatch"
 PROFILE = "profile.toml"
 LOGS = "logs"
 
-_NODE_LOG = re.compile(r"(?P<job>\d+)-(?P<node>.+)\.out")
+_NODE_LOG = re.compile(r"(?P<job>\d+)(?:_(?P<task>\d+))?-(?P<node>.+)\.out")
+_BATCH_LOG = re.compile(r"job-(?P<job>\d+)_(?P<task>\d+)\.out")
+
+
+def log_label(task: int | None, name: str) -> str:
+    """How `logs` and `status` name a log: the node (or ``batch``), ``task N/<name>`` for an array task's."""
+    return name if task is None else f"task {task}/{name}"
 
 
 @dataclass(frozen=True)
@@ -79,20 +88,42 @@ class RunDir:
         ids = self.job_ids
         return ids[-1] if ids else None
 
+    @property
+    def array_size(self) -> int | None:
+        """The number of tasks of the run's job array; None for a run that is no array."""
+        size = self.manifest().get("array")
+        return size if isinstance(size, int) else None
+
     def batch_log(self, job_id: str | None = None) -> Path | None:
         job_id = job_id or self.job_id
         return self.logs / f"job-{job_id}.out" if job_id else None
 
+    def batch_logs(self, job_id: str | None = None) -> dict[int | None, Path]:
+        """Array task (None for a job that is no array) -> its batch log, written or not:
+        every task of the run's array, and any other task's log found."""
+        job_id = job_id or self.job_id
+        if not job_id:
+            return {}
+        if self.array_size is None:
+            return {None: self.logs / f"job-{job_id}.out"}
+        found = {int(m["task"]): p for p in self._log_files()
+                 if (m := _BATCH_LOG.fullmatch(p.name)) and m["job"] == job_id}
+        expected = {t: self.logs / f"job-{job_id}_{t}.out" for t in range(self.array_size)}
+        return dict(sorted({**expected, **found}.items()))
+
     def node_logs(self, job_id: str | None = None) -> dict[str, Path]:
-        """Node name -> its task log, for ``job_id`` (default: the latest job)."""
+        """Each node's task log for ``job_id`` (default: the latest job), by :func:`log_label`:
+        the node's name, or ``task N/<node>`` for an array task's, in task order."""
         job_id = job_id or self.job_id
         out = {}
-        if job_id and self.logs.is_dir():
-            for p in sorted(self.logs.iterdir()):
-                m = _NODE_LOG.fullmatch(p.name)
-                if m and m["job"] == job_id:
-                    out[m["node"]] = p
+        if job_id:
+            logs = [(m, p) for p in self._log_files() if (m := _NODE_LOG.fullmatch(p.name)) and m["job"] == job_id]
+            for m, p in sorted(logs, key=lambda mp: (int(mp[0]["task"] or -1), mp[0]["node"])):
+                out[log_label(None if m["task"] is None else int(m["task"]), m["node"])] = p
         return out
+
+    def _log_files(self) -> list[Path]:
+        return sorted(self.logs.iterdir()) if self.logs.is_dir() else []
 
 
 def stamp(now: float | None = None) -> str:
@@ -213,6 +244,7 @@ def initial_manifest(run: RunDir, *, loaded, job, cwd: str | os.PathLike) -> dic
         "recipe": job.recipe,
         "launcher": p.launch.launcher,
         "nodes": p.slurm.nodes,
+        "array": job.array,  # tasks of a job array (each of `nodes` nodes); None: one job
         "partition": p.slurm.partition,
         "state": "created",
         "job_ids": [],

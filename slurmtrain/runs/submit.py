@@ -65,7 +65,8 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
         raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_ledger_hint(run)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
     run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now)
-    events.append(run.path, "submitted", job_id=tracked.job_id)
+    size = run.array_size  # an array's tasks: eventlog follows each, waiting ones too
+    events.append(run.path, "submitted", job_id=tracked.job_id, **({"array_tasks": size} if size else {}))
     return Submitted(run, tracked.job_id)
 
 

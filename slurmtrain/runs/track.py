@@ -14,8 +14,8 @@ from .. import eventlog
 from .. import events as events_mod
 from ..errors import UsageError
 from . import classify, slurmquery
-from .rundir import RunDir
-from .states import JobState
+from .rundir import RunDir, log_label
+from .states import JobState, aggregate
 
 # The batch script's exit status after each of its ending events that does not record one.
 _EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4, "requeue_failed": 0}
@@ -29,6 +29,21 @@ _STATE_OF_KIND = {
     eventlog.PREEMPTED: JobState.COMPLETED, eventlog.TIME_LIMIT: JobState.COMPLETED,
     eventlog.NODE_FAILURE: JobState.COMPLETED,
 }
+
+
+@dataclass
+class TaskStatus:
+    """One task of an array job: Slurm's answer, or its events' once Slurm forgot it."""
+
+    task: int
+    state: JobState
+    source: str                      # scontrol, sacct or events.jsonl
+    job_id: str | None = None        # the task's own job id
+    nodelist: str | None = None
+    exit_code: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "state": self.state.value}
 
 
 @dataclass
@@ -50,11 +65,13 @@ class RunStatus:
     program_exit_code: int | None = None  # what the program itself returned, from the node logs
     outcome: str | None = None            # classify's kind: completed, preempted, user error, ...
     outcome_detail: str | None = None     # classify's one line for people
+    tasks: list[TaskStatus] = field(default_factory=list)  # an array job's, by task
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["state"] = self.state.value
+        d["tasks"] = [t.to_json() for t in self.tasks]
         return d
 
 
@@ -111,9 +128,16 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
         st.note = "not submitted (no job id in manifest.json)"
         return st
     info = infos.get(st.job_id)
+    size = target.array_size or eventlog.array_size(evs)  # a job array's tasks; None: one job
     if info is not None:
         st.state, st.source = info.state, info.source
-        return _from_info(st, info)
+        _from_info(st, info)
+        if size is not None:
+            st.nodes = manifest.get("nodes")  # each task's; the tasks' own nodes are in st.tasks
+            _array_from_info(st, info, evs, size)
+        return st
+    if size is not None:
+        return _array_from_events(st, evs, size)
     return _from_events(st, evs)
 
 
@@ -129,8 +153,8 @@ def _job_events(evs: list[dict[str, Any]], job_id: str) -> list[dict[str, Any]]:
     """The events of job ``job_id``: those naming it, and those naming no job (the
     program's), from the first that names it on (its ``submitted``/``resubmitted``, or its
     ``started`` when the job started before the CLI wrote that)."""
-    born = next((i for i, e in enumerate(evs) if str(e.get("job_id")) == job_id), 0)
-    return [e for e in evs[born:] if str(e.get("job_id", job_id)) == job_id]
+    born = next((i for i, e in enumerate(evs) if eventlog.job_of(e) == job_id), 0)
+    return [e for e in evs[born:] if eventlog.job_of(e) in (None, job_id)]
 
 
 def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
@@ -160,6 +184,54 @@ def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
     if started:
         st.elapsed_s = int(float(last_final["time"]) - float(started[-1]["time"]))
     st.note = f"Slurm no longer knows job {st.job_id}; state from events.jsonl ({last_final['event']})"
+    return st
+
+
+# ---- job arrays: the tasks' states combined ---------------------------------------------
+
+def _array_from_info(st: RunStatus, info: slurmquery.JobInfo, evs: list[dict[str, Any]], size: int) -> None:
+    """Each task from Slurm's answer; a task Slurm has forgotten (it ended more than
+    MinJobAge ago) from its events. The run's state combines them (states.aggregate)."""
+    known = info.task_infos()
+    per_task = eventlog.tasks(_job_events(evs, st.job_id))
+    st.tasks = [_slurm_task(t, known[t]) if t in known else _events_task(st, per_task.get(t, []), t)[0]
+                for t in range(size)]
+    _combine_tasks(st)
+
+
+def _slurm_task(task: int, info: slurmquery.JobInfo) -> TaskStatus:
+    # A pending range's record carries the array's id, which is no task's own yet.
+    own = info.job_id if info.array_task == str(task) else None
+    return TaskStatus(task, info.state, info.source, own, info.nodelist,
+                      info.exit_code if info.state.is_final else None)
+
+
+def _events_task(st: RunStatus, evs: list[dict[str, Any]], task: int) -> tuple[TaskStatus, RunStatus]:
+    """A task as its events say it ended (:func:`_from_events` on its own events)."""
+    end = _from_events(RunStatus(st.run, st.name, st.job_id, JobState.UNKNOWN, "events.jsonl"), evs)
+    own = next((str(e["job_id"]) for e in reversed(evs) if e.get("event") == eventlog.Ev.STARTED), None)
+    return TaskStatus(task, end.state, "events.jsonl", own, end.nodelist, end.exit_code), end
+
+
+def _combine_tasks(st: RunStatus) -> None:
+    st.state = aggregate([t.state for t in st.tasks])
+    speaks = next((t for t in st.tasks if t.state is st.state), None)  # the task the state is of
+    st.exit_code = speaks.exit_code if speaks is not None and st.state.is_final else None
+
+
+def _array_from_events(st: RunStatus, evs: list[dict[str, Any]], size: int) -> RunStatus:
+    """Slurm has forgotten every task: each one's events say how it ended."""
+    per_task = eventlog.tasks(_job_events(evs, st.job_id))
+    found = [_events_task(st, per_task.get(t, []), t) for t in range(size)]
+    ends = {task.task: end for task, end in found}
+    st.source = "events.jsonl"
+    st.tasks = [task for task, _ in found]
+    _combine_tasks(st)
+    st.elapsed_s = max((e.elapsed_s for e in ends.values() if e.elapsed_s is not None), default=None)
+    st.restarts = sum(e.restarts or 0 for e in ends.values())
+    said = {t: e.state.value if e.state is not JobState.UNKNOWN else "no end recorded" for t, e in ends.items()}
+    st.note = (f"Slurm no longer knows array job {st.job_id}; state from events.jsonl: "
+               + "; ".join(f"task {t} {w}" for t, w in said.items()))
     return st
 
 
@@ -196,30 +268,34 @@ def tail(path: Path, lines: int = 20) -> list[str]:
 
 
 def failing_node_logs(run: RunDir, job_id: str | None = None, lines: int = 20) -> dict[str, list[str]]:
-    """Last lines of the log of each node srun reported as failing; every node's if none was named."""
+    """Last lines of the log of each node srun reported as failing (in any array task's
+    batch log), by label (:func:`rundir.log_label`); every node's if none was named."""
     job_id = job_id or run.job_id
     node_logs = run.node_logs(job_id)
-    batch = run.batch_log(job_id)
-    failed = []
-    if batch is not None:
-        failed = [m["node"] for m in map(_SRUN_TASK_ERROR.search, tail(batch, 200)) if m]
+    failed = [log_label(task, m["node"]) for task, batch in run.batch_logs(job_id).items()
+              for m in map(_SRUN_TASK_ERROR.search, tail(batch, 200)) if m]
     chosen = [n for n in dict.fromkeys(failed) if n in node_logs] or list(node_logs)
     return {n: tail(node_logs[n], lines) for n in chosen}
 
 
 def log_files(run: RunDir, node: str | None = None, job_id: str | None = None) -> list[tuple[str, Path]]:
-    """(label, path): the batch log, then each node's log; only ``node``'s if given."""
+    """(label, path): the batch log, then each node's log, an array's task by task; only
+    ``node``'s if given (a node's name: its logs of every task; or a label, ``task 1/stnode2``)."""
     job_id = job_id or run.job_id
     if job_id is None:
         raise UsageError(f"run {run.name} has no job id (was it submitted?); see {run.path / 'manifest.json'}")
     nodes = run.node_logs(job_id)
     if node is not None:
-        if node not in nodes:
+        chosen = [(label, p) for label, p in nodes.items() if node in (label, label.rsplit("/", 1)[-1])]
+        if not chosen:
             known = ", ".join(nodes) or "none yet"
             raise UsageError(f"run {run.name}: no log for node {node!r} (nodes with logs: {known})")
-        return [(node, nodes[node])]
-    out = [("batch", run.batch_log(job_id))]
-    return out + list(nodes.items())
+        return chosen
+    out = []
+    for task, batch in run.batch_logs(job_id).items():
+        out.append((log_label(task, "batch"), batch))
+        out += [(label, p) for label, p in nodes.items() if task is None or label.startswith(log_label(task, ""))]
+    return out
 
 
 def follow(files: Callable[[], list[tuple[str, Path]]], finished: Callable[[], bool], out: TextIO,

@@ -1,0 +1,215 @@
+"""A job array's events interleave in one events.jsonl: eventlog follows each task by
+itself (a task's started..finished is never another's) and combines them; `status`
+(classify, track) says RUNNING while any task runs, COMPLETED only when every task
+completed, else the worst end naming the task; the job script's program_finished /
+program_saved (the array's awk) read only their own task's lines, as eventlog does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from slurmtrain import eventlog, events
+from slurmtrain.cli import main
+from slurmtrain.profile import load_profile
+from slurmtrain.render import JobSpec, render
+from slurmtrain.runs import classify, rundir, track
+from slurmtrain.runs.states import JobState
+
+from script_functions import function
+
+K = eventlog
+T = 1_800_000_000.0
+
+
+def script(name, task, job_id, restart=0, **fields):
+    """A line the job script of array 12's task ``task`` (its own id ``job_id``) writes."""
+    return {"event": name, "job_id": job_id, "restart": restart, "array_job_id": "12", "array_task": task, **fields}
+
+
+SUBMITTED = {"event": "submitted", "job_id": "12", "array_tasks": 2}
+START0 = script("started", 0, "13", nodes="stnode1", array_tasks=2)
+START1 = script("started", 1, "12", nodes="stnode2", array_tasks=2)
+DONE0 = script("finished", 0, "13", exit_code=0)
+DONE1 = script("finished", 1, "12", exit_code=0)
+FAILED1 = script("failed", 1, "12", exit_code=3)
+
+
+def timed(*evs):
+    return [{"time": T + i, **e} for i, e in enumerate(evs)]
+
+
+def write_run(root: Path, evs: list[dict], array: int | None = 2) -> rundir.RunDir:
+    run = rundir.create(root, "tok")
+    run.update_manifest(name=run.name, job_ids=["12"], state="submitted", nodes=1, array=array,
+                        submitted_at="2026-11-21T13:02:23")
+    (run.path / events.EVENTS_FILE).write_text("".join(json.dumps(e) + "\n" for e in timed(*evs)))
+    return run
+
+
+def test_interleaved_tasks_are_split_by_task():
+    """Task 1 starts after task 0 and ends first, failing: the failure is task 1's; task 0
+    still runs. Split as one sequence, task 0's start would have looked failed."""
+    evs = timed(SUBMITTED, START0, START1, FAILED1)
+    per_task = K.tasks(evs)
+    assert [[e["event"] for e in evs] for evs in per_task.values()] == [["submitted", "started"],
+                                                                         ["submitted", "started", "failed"]]
+    now = K.latest(evs)
+    assert (now.kind, now.final) == (K.RUNNING, False)
+    assert now.detail == "array of 2 tasks: task 0 running; task 1 user error"
+    assert [o.kind for o in K.ends(evs)] == [K.RUNNING, K.USER_ERROR]  # in the order they started
+
+
+def test_the_array_completes_only_when_every_task_has():
+    assert K.latest(timed(SUBMITTED)).detail == "array of 2 tasks: tasks 0, 1 waiting"
+    assert K.latest(timed(SUBMITTED, START0, DONE0)).detail == "array of 2 tasks: task 0 completed; task 1 waiting"
+    done = K.latest(timed(SUBMITTED, START0, START1, DONE1, DONE0))
+    assert (done.kind, done.final, done.detail) == (K.COMPLETED, True, "all 2 tasks of the array completed")
+
+
+def test_the_worst_end_names_its_task():
+    end = K.latest(timed(SUBMITTED, START0, START1, FAILED1, DONE0))
+    assert (end.kind, end.final) == (K.USER_ERROR, True)
+    assert end.detail == ("task 1 of 2: the command failed with exit status 3; not requeued "
+                          "(task 0 completed)")
+    assert end.event["array_task"] == 1
+    # a cancel of the whole array (the CLI's event, of no task) ends every running task
+    cancel = {"event": "cancel_requested", "job_id": "12"}
+    end = K.latest(timed(SUBMITTED, START0, DONE0, START1, cancel))
+    assert (end.kind, end.detail.split(":")[0]) == (K.CANCELLED, "task 1 of 2")
+
+
+def test_a_requeued_task_is_followed_through_its_restart():
+    evs = timed(SUBMITTED, START0, START1,
+                script("signal", 0, "13", signal="TERM"), script("requeue", 0, "13", exit_code=143),
+                DONE1)
+    assert K.latest(evs).detail == "array of 2 tasks: task 0 preempted, requeued; task 1 completed"
+    evs += timed(script("started", 0, "13", restart=1, nodes="stnode1", array_tasks=2),
+                 script("restarted", 0, "13", restart=1), script("finished", 0, "13", restart=1, exit_code=0))
+    assert K.latest(evs).kind == K.COMPLETED
+    assert [o.kind for o in K.ends(evs)] == [K.PREEMPTED, K.COMPLETED, K.COMPLETED]
+
+
+def test_a_run_that_is_no_array_reads_as_before():
+    evs = timed({"event": "submitted", "job_id": "7"}, {"event": "started", "job_id": "7", "restart": 0},
+                {"event": "finished", "job_id": "7", "restart": 0, "exit_code": 0})
+    assert K.tasks(evs) == {} and K.array_size(evs) is None
+    assert K.latest(evs).detail == "the command finished (exit 0)"
+
+
+def test_history_names_each_task(tmp_path):
+    run = write_run(tmp_path, [SUBMITTED, START0, START1, FAILED1, DONE0])
+    said = [line.split("  ", 1)[1] for line in classify.history(run.path)]
+    assert said == ["submitted as array job 12 of 2 tasks", "task 0: job 12_0 started on stnode1",
+                    "task 1: job 12_1 started on stnode2",
+                    "task 1: failed with exit status 3: not requeued", "task 0: the job finished (exit 0)"]
+
+
+# ---- status: Slurm's answer per task, or the events once Slurm forgot ---------------
+
+def forget_jobs(fake_slurm, scontrol: str = "") -> None:
+    from slurmtrain.runs import jobs
+
+    fake_slurm(scontrol=scontrol, sacct=None)
+    jobs.TrackedJob.watcher = jobs.Watcher()
+
+
+def test_status_from_events_once_slurm_forgot(tmp_path, fake_slurm):
+    forget_jobs(fake_slurm)
+    run = write_run(tmp_path, [SUBMITTED, START0, START1, FAILED1, DONE0])
+    (st,) = track.statuses([run])
+    assert (st.state, st.exit_code, st.source) == (JobState.FAILED, 3, "events.jsonl")
+    assert [(t.task, t.state, t.job_id, t.exit_code) for t in st.tasks] == [
+        (0, JobState.COMPLETED, "13", 0), (1, JobState.FAILED, "12", 3)]
+    assert st.outcome == K.USER_ERROR and st.outcome_detail.startswith("task 1 of 2: ")
+    assert "task 0 COMPLETED; task 1 FAILED" in st.note
+    # a task that never started: not complete
+    run = write_run(tmp_path, [SUBMITTED, START0, DONE0])
+    (st,) = track.statuses([run])
+    assert st.state is JobState.UNKNOWN and "task 1 no end recorded" in st.note
+
+
+def scontrol_line(job_id: str, task: str, state: str, exit_code: str = "0:0") -> str:
+    return (f"JobId={job_id} ArrayJobId=12 ArrayTaskId={task} ArrayTaskThrottle=0 JobName=tok JobState={state} "
+            f"Reason=None Requeue=1 Restarts=0 ExitCode={exit_code} RunTime=00:00:05 NodeList=stnode1 NumNodes=1")
+
+
+def test_status_takes_a_task_slurm_forgot_from_its_events(tmp_path, fake_slurm):
+    """Task 0 failed long enough ago for Slurm to forget it; task 1 completed just now:
+    the run failed, though every task Slurm still knows completed."""
+    forget_jobs(fake_slurm, scontrol_line("12", "1", "COMPLETED"))
+    run = write_run(tmp_path, [SUBMITTED, START0, script("failed", 0, "13", exit_code=1), START1, DONE1])
+    (st,) = track.statuses([run])
+    assert (st.state, st.exit_code, st.source) == (JobState.FAILED, 1, "scontrol")
+    assert [(t.task, t.state, t.source) for t in st.tasks] == [(0, JobState.FAILED, "events.jsonl"),
+                                                               (1, JobState.COMPLETED, "scontrol")]
+
+
+def test_status_says_running_while_a_task_runs(tmp_path, fake_slurm):
+    forget_jobs(fake_slurm, "\n".join([scontrol_line("13", "0", "COMPLETED"), scontrol_line("12", "1", "RUNNING")]))
+    run = write_run(tmp_path, [SUBMITTED, START0, START1, DONE0])
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert "state      RUNNING  (from scontrol)" in out, out
+    assert "tasks      task 0  COMPLETED  stnode1  (job 13, exit code 0)" in out, out
+    assert "           task 1  RUNNING  stnode2" not in out and "           task 1  RUNNING  stnode1  (job 12)" in out
+
+
+# ---- the job script's mirror, task by task --------------------------------------------
+
+MIRROR = """
+program_finished && f=yes || f=no
+program_saved && s=yes || s=no
+echo "$f $s"
+"""
+
+
+def array_functions() -> str:
+    text = render(load_profile("local", ['launch.launcher="srun"', "slurm.nodes=1"]),
+                  JobSpec(command=("python3", "x.py"), array=2, run_dir="/r"))
+    return "\n".join(function(name, text) for name in ("program_finished", "program_saved"))
+
+
+FUNCTIONS = array_functions()
+
+
+def bash_says(run_dir: Path, task: int) -> tuple[bool, bool]:
+    import subprocess
+
+    proc = subprocess.run(["bash", "-c", f"set -uo pipefail\nRUN_DIR={run_dir}\n{FUNCTIONS}\n{MIRROR}"],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": str(task)})
+    assert proc.returncode == 0, proc.stderr
+    f, s = proc.stdout.split()
+    return f == "yes", s == "yes"
+
+
+def test_the_array_script_asks_of_its_own_task():
+    evs = [START0, START1, {"event": "checkpoint_saved", "step": 3, "array_task": 1},
+           {"event": "finished", "step": 9, "array_task": 0}]
+    assert (K.finished_since_start(evs, 0), K.saved_in_run(evs, 0)) == (True, False)
+    assert (K.finished_since_start(evs, 1), K.saved_in_run(evs, 1)) == (False, True)
+    # read as one sequence, task 1 would take task 0's `finished` for its program's
+    assert K.finished_since_start(evs) is True
+
+
+NAMES = sorted(eventlog.ALL_EVENTS) + ["something_else"]
+FIELDS = st.fixed_dictionaries({}, optional={
+    "array_task": st.sampled_from([0, 1, 10]), "exit_code": st.sampled_from([0, 1, 143]), "step": st.integers(0, 50),
+    "message": st.sampled_from(['"array_task": 1', '"event": "started"']),
+})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(evs=st.lists(st.tuples(st.sampled_from(NAMES), FIELDS), max_size=12), compact=st.booleans())
+def test_the_array_s_functions_agree_with_eventlog_on_random_histories(tmp_path, evs, compact):
+    """Interleaved tasks' lines (task 10 besides 1: no prefix match), as json.dumps or a
+    program's compact JSON writes them."""
+    separators = (",", ":") if compact else None
+    lines = [{"time": T + i, "event": n, "job_id": "12", **f} for i, (n, f) in enumerate(evs)]
+    (tmp_path / events.EVENTS_FILE).write_text("".join(json.dumps(e, separators=separators) + "\n" for e in lines))
+    for task in (0, 1):
+        python = K.finished_since_start(lines, task), K.saved_in_run(lines, task)
+        assert bash_says(tmp_path, task) == python, (task, lines)
