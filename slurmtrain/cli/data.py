@@ -39,9 +39,10 @@ from .refs import runs_dir_option
 @click.option("--progress-every", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between progress lines.")
 @click.option("--profile", "-p", default=None,
-              help="Submit the work as a Slurm job on this cluster profile instead of running it "
-                   "here: one task per node, each a group of shards; tracked in a run directory.")
-@click.option("--nodes", "-N", type=click.IntRange(min=1), help="With --profile: nodes (slurm.nodes).")
+              help="Submit the work as a Slurm job array on this cluster profile instead of running "
+                   "it here: one task of one node per group of shards; tracked in a run directory.")
+@click.option("--nodes", "-N", type=click.IntRange(min=1),
+              help="With --profile: tasks of the job array, one node each (default: the profile's slurm.nodes).")
 @click.option("--time", "-t", "time_limit", help="With --profile: time limit (slurm.time).")
 @click.option("--partition", help="With --profile: partition (slurm.partition).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -60,9 +61,12 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
     processes. Run the same command again to resume after an interruption: finished
     shards are kept. A .txt file is one document; a .jsonl line is one document.
 
-    With --profile, submits the same work as a Slurm job (one task per node, each a group
-    of shards; the last task to finish writes the index) in a run directory that
-    `slurmtrain status` and `logs` follow. --out must be on a file system every node sees.
+    With --profile, submits the same work as a Slurm job array (#SBATCH --array=0-<N-1>):
+    N tasks of one node each, task k tokenizing the k-th of N groups of shards, each
+    starting whenever a node is free; the task that finds every shard done writes the
+    combined index. One run directory holds them all: `slurmtrain status` combines the
+    tasks (COMPLETED once every task has), `logs` shows each task's, `cancel` ends them
+    all. --out must be on a file system every node sees.
 
     \b
       slurmtrain tokenize corpus/ --tokenizer tokenizer.json --out data/tok
@@ -119,7 +123,8 @@ def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, p
         return
     done = submit_job(loaded, job, runs_dir)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
-    click.echo(f"submitted job {done.job_id}: {loaded.profile.slurm.nodes} tasks, one per node")
+    click.echo(f"submitted array job {done.job_id}: {job.array} tasks of one node each, each starting "
+               "when a node is free")
     click.echo(f"run directory: {done.run.path}")
     click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
     click.echo(f"when it completes, {out / 'index.json'} exists: set the recipe's data.path to {out}")

@@ -1,12 +1,19 @@
-"""`slurmtrain tokenize ... --profile P --nodes N`: the tokenization as a tracked Slurm job.
+"""`slurmtrain tokenize ... --profile P --nodes N`: the tokenization as a tracked Slurm job array.
 
 The job is rendered by :func:`slurmtrain.render.render` from the profile like a training
-job (same script, container, environment, run directory, events, status/logs/cancel), with
-the ``srun`` launcher and one task per node: task k runs ``slurmtrain tokenize ... --part
-slurm``, i.e. the k-th of N contiguous groups of shards, and the task that finishes last
-writes the combined index (see ``pretokenize.tokenize_corpus``). One job with N tasks rather
-than a ``--array``: the run directory, the job script's events and requeue, and `status`
-all follow one job id per start; the shards do not depend on how they are grouped.
+job (same script, container, environment, run directory, events, status/logs/cancel),
+as a job array of N tasks (``#SBATCH --array=0-<N-1>``) of one node each, with the
+``srun`` launcher and one process on that node: task k runs ``slurmtrain tokenize ...
+--part slurm``, which takes k and N from ``SLURM_ARRAY_TASK_ID``/``COUNT``, i.e. the
+k-th of N contiguous groups of shards; the task that finds every shard done writes the
+combined index (see ``pretokenize.tokenize_corpus``). An array rather than one N-node
+job: each task starts as soon as a node is free instead of waiting for N at once, and
+a task that is stopped or fails is requeued or rerun by itself; the shards do not
+depend on how they are grouped or in which order the groups run.
+
+The tasks share one run directory: every event a task's script writes names the task
+(``slurmtrain.eventlog`` follows each task by itself and combines them), and each task's
+logs are named ``<array job id>_<task>``.
 
 Torch-free: rendering and submitting import neither torch nor the tokenizer.
 """
@@ -19,9 +26,9 @@ from pathlib import Path
 from ..profile import LoadedProfile, load_profile
 from ..render import JobSpec
 
-# What a tokenize job changes in any profile: no GPUs, one process per node that the
-# launcher starts directly, and a requeue after a stop even without a trainer checkpoint
-# (finished shards are kept: a requeued job resumes).
+# What a tokenize job changes in any profile: no GPUs, one node per array task, one
+# process on it that the launcher starts directly, and a requeue after a stop even without
+# a trainer checkpoint (finished shards are kept: a requeued task resumes).
 FORCED = ('launch.launcher="srun"', "launch.procs_per_node=1", "slurm.gpus_per_node=0",
           'resilience.requeue_when="always"')
 
@@ -42,8 +49,10 @@ def tokenize_argv(inputs: list[Path], tokenizer: str, out: Path, *, text_field: 
 
 def build(profile: str, sets: list[str], job_name: str, argv: tuple[str, ...],
           regen_args: list[str]) -> tuple[LoadedProfile, JobSpec]:
-    loaded = load_profile(profile, [*sets, *FORCED])
-    job = JobSpec(command=argv, job_name=job_name,
+    """The profile (one node per task) and the job: an array of as many tasks as the
+    profile's ``slurm.nodes`` after ``sets`` (``--nodes N``)."""
+    tasks = load_profile(profile, [*sets, *FORCED]).profile.slurm.nodes
+    loaded = load_profile(profile, [*sets, *FORCED, "slurm.nodes=1"])
+    job = JobSpec(command=argv, job_name=job_name, array=tasks,
                   regen_command=shlex.join(["slurmtrain", "tokenize", *regen_args]))
     return loaded, job
-

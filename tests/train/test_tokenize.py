@@ -240,8 +240,9 @@ def test_parts_then_the_index_equal_one_run(corpus, tmp_path, monkeypatch):
 
 
 def test_tokenize_job_is_rendered_from_the_profile_without_torch(corpus, tmp_path):
-    """--profile: the job script comes from render() with the profile's settings, one
-    srun task per node running `tokenize --part slurm`, no GPUs; the path imports no torch."""
+    """--profile: the job script comes from render() with the profile's settings, a job
+    array of one-node tasks (as many as slurm.nodes says) each running `tokenize --part
+    slurm`, no GPUs; the path imports no torch."""
     code = ("import sys\n"
             "from pathlib import Path\n"
             "from slurmtrain.runs import tokenize_job\n"
@@ -256,12 +257,15 @@ def test_tokenize_job_is_rendered_from_the_profile_without_torch(corpus, tmp_pat
     assert out.returncode == 0, out.stderr
     script = out.stdout
     assert script.splitlines()[-1] == "False"
-    assert "#SBATCH --nodes=3" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert "#SBATCH --array=0-2" in script and "#SBATCH --nodes=1" in script
+    assert "#SBATCH --ntasks-per-node=1" in script
     assert "--gres" not in script and "--nv" not in script.split("exec ")[-1]
     assert f"slurmtrain tokenize {corpus / 'a.jsonl'} --tokenizer bytes --out {tmp_path / 'tok'}" in script
     assert "--part slurm" in script and "--skip-bad" in script
     # a stopped job is requeued though it reports no trainer checkpoint: finished shards are kept
-    assert 'scontrol requeue "$SLURM_JOB_ID"' in script and "the program saved nothing" not in script
+    # (each task by itself: `scontrol requeue <array id>` would requeue every task)
+    assert 'scontrol requeue "$JOB_REF"' in script and "the program saved nothing" not in script
+    assert 'JOB_REF="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"' in script
 
 
 def test_tokenize_job_options_need_a_profile(corpus, tmp_path, monkeypatch):
@@ -273,7 +277,8 @@ def test_tokenize_job_options_need_a_profile(corpus, tmp_path, monkeypatch):
     assert res.exit_code == 2 and "missing.jsonl" in res.output
     res = run(str(corpus / "a.jsonl"), "--tokenizer", "bytes", "--out", str(tmp_path / "o"), "--profile", "local",
               "-N", "2", "--partition", "low", "--dry-run")
-    assert "#SBATCH --nodes=2" in res.output and "#SBATCH --partition=low" in res.output
+    assert "#SBATCH --array=0-1" in res.output and "#SBATCH --nodes=1" in res.output
+    assert "#SBATCH --partition=low" in res.output
     assert f"tokenize {corpus / 'a.jsonl'} --tokenizer bytes --out {tmp_path / 'o'}" in res.output
     assert not (tmp_path / "runs").exists() and not (tmp_path / "o").exists()
 
