@@ -47,6 +47,8 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 step "pytest"
-# Two lanes (tests/conftest.py): the Slurm tests in one worker, the rest in the other.
-# The 25 slowest steps are listed at the end: where the suite's time goes, run by run.
-exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-2}" --dist loadgroup --durations=25 "$@"
+# Three workers (tests/conftest.py): two Slurm lanes, each with its own sandbox (the
+# second is brought up on its first use), and the computing tests in the third worker
+# and in whichever lane has finished. The 25 slowest steps are listed at the end: where
+# the suite's time goes, run by run.
+exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@"

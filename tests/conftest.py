@@ -3,8 +3,8 @@
 Fixtures (use them by name; a ``slurm``-marked test gets ``sandbox`` without asking):
 
 ``sandbox``
-    A running sandbox (``slurmtrain.sandbox.SandboxInfo``), brought up with the
-    defaults (2 nodes, ``stnode1`` and ``stnode2``, 4 CPUs each; partitions debug,
+    The running sandbox of the test's lane (``slurmtrain.sandbox.SandboxInfo``; see
+    Lanes below), brought up with the defaults (2 nodes, ``stnode1`` and ``stnode2``, 4 CPUs each; partitions debug,
     low, high) if none runs. Any running sandbox is accepted, with or without
     accounting. ``os.environ["SLURM_CONF"]`` points at it, so ``sbatch``, ``srun``,
     ``squeue`` and ``scontrol`` in tests and in subprocesses talk to it.
@@ -16,16 +16,25 @@ Fixtures (use them by name; a ``slurm``-marked test gets ``sandbox`` without ask
     A sandbox without accounting, where ``sacct`` fails as on some real clusters.
     Restarts it if it runs with accounting.
 
-While the Slurm tests run, a thread releases every requeued job from Slurm's ~2-minute
-hold 5 s after its requeue (tests/slurm_hold.py).
+While the Slurm tests run, a thread per sandbox releases every requeued job from Slurm's
+~2-minute hold 5 s after its requeue (tests/slurm_hold.py).
+
+Lanes. Under ``pytest -n 3`` (or more) the Slurm test files are split into two lanes
+(``SECOND_LANE`` below), each run by one xdist worker against its own sandbox: the
+first lane's in the default state directory, the second's in ``SECOND_LANE_DIR`` (its
+own ports and job ids; the same node names). With fewer workers, or none, every Slurm
+test uses the default sandbox. A module-scoped fixture that submits jobs must ask for
+``_sandbox_session``: the lane's sandbox, with ``SLURMTRAIN_SANDBOX_DIR`` and
+``SLURM_CONF`` set for the file's duration (module fixtures run before the ``sandbox``
+fixture that every Slurm test gets).
 
 Where the sandbox cannot be had (not root, not Linux, no Slurm and no apt-get) these
 tests skip with the reason; with ``CI=true`` in the environment they fail instead,
 so CI never passes by skipping them. The sandbox is left running at the end of the
 session (cheap to reuse on the next run; a CI machine is thrown away).
 
-The sandbox's state directory is ``/var/lib/slurmtrain-sandbox`` unless
-``SLURMTRAIN_SANDBOX_DIR`` says otherwise.
+The first lane's state directory is ``/var/lib/slurmtrain-sandbox`` unless
+``SLURMTRAIN_SANDBOX_DIR`` says otherwise when pytest starts.
 """
 
 from __future__ import annotations
@@ -87,26 +96,83 @@ def pytest_report_header(config):
     return f"slurm sandbox: available ({where}; {'up' if sandbox.is_up() else 'will start on first use'})"
 
 
+# The Slurm tests run in two lanes when pytest-xdist has a worker for each and one more
+# for the computing tests (`-n 3`): each lane its own sandbox, in its own state directory
+# (the first lane the default one, which `slurmtrain sandbox up` brings up). The files of
+# the second lane, chosen so the two take about as long (their times in DEVELOPERS.md):
+SECOND_LANE = frozenset({
+    "tests/survival/test_survival_limits.py",
+    "tests/survival/test_user_programs.py",
+    "tests/survival/test_deepspeed_survival.py",
+    "tests/survival/test_pipeline_survival.py",
+    "tests/tracking/test_tracking_e2e.py",
+    "tests/e2e/test_e2e_trainer.py",
+})
+SECOND_LANE_DIR = "/var/lib/slurmtrain-sandbox-lane2"
+_FIRST_LANE_DIR = os.environ.get("SLURMTRAIN_SANDBOX_DIR")  # None: the default
+
+
+def _lane(config, path) -> str:
+    """"slurm" or "slurm2": the lane (and so the sandbox) of the tests in file ``path``."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    rel = os.path.relpath(str(path), str(config.rootpath)).replace(os.sep, "/")
+    return "slurm2" if workers >= 3 and rel in SECOND_LANE else "slurm"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2``), every Slurm test runs in one worker, in file order:
-    they share one sandbox (some restart it, some take all its nodes), while the tests
-    that only compute spread over the other worker. Slurm tests mostly wait on the
-    scheduler, so the two lanes overlap well on two cores."""
+    """Under pytest-xdist, each Slurm lane runs in one worker, in file order: a lane's
+    tests share one sandbox (some restart it, some take all its nodes), while the tests
+    that only compute spread over the other workers. xdist hands out the largest group
+    first, so the Slurm lanes start at once. Slurm tests mostly wait on the scheduler, so
+    the lanes overlap well on two cores."""
     for item in items:
         if item.get_closest_marker("slurm") is not None:
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+            item.add_marker(pytest.mark.xdist_group(_lane(config, item.path)))
+
+
+_LANES: dict[str, object] = {}  # lane -> its sandbox's SandboxInfo, once brought up
+
+
+def _enter_lane(lane: str) -> None:
+    """Point this process (and the commands it starts) at the lane's sandbox."""
+    state_dir = SECOND_LANE_DIR if lane == "slurm2" else _FIRST_LANE_DIR
+    if state_dir is None:
+        os.environ.pop("SLURMTRAIN_SANDBOX_DIR", None)
+    else:
+        os.environ["SLURMTRAIN_SANDBOX_DIR"] = state_dir
 
 
 @pytest.fixture(scope="session")
-def _sandbox_session():
-    info = _bring_up(None)
-    # Requeued jobs start again 5 s after their requeue, not after Slurm's ~2 min hold.
-    from slurm_hold import Releaser
-    releaser = Releaser()
-    releaser.start()
-    yield info
-    releaser.stop()
+def _releasers():
+    """One thread per sandbox in use releases its requeued jobs 5 s after their requeue,
+    not after Slurm's ~2 min hold (tests/slurm_hold.py)."""
+    threads = []
+    yield threads
+    for t in threads:
+        t.stop()
+
+
+@pytest.fixture(scope="module")
+def _sandbox_session(request, _releasers):
+    """The running sandbox of this test file's lane; brought up on the lane's first use."""
+    lane = _lane(request.config, request.path)
+    saved = {k: os.environ.get(k) for k in ("SLURMTRAIN_SANDBOX_DIR", "SLURM_CONF")}
+    _enter_lane(lane)
+    if lane not in _LANES:
+        info = _bring_up(None)
+        from slurm_hold import Releaser
+        releaser = Releaser(str(info.slurm_conf))
+        releaser.start()
+        _releasers.append(releaser)
+        _LANES[lane] = info
+    os.environ["SLURM_CONF"] = str(_LANES[lane].slurm_conf)
+    yield _LANES[lane]
+    for key, value in saved.items():  # the next file may be another lane's, or compute only
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture
@@ -121,14 +187,14 @@ def sandbox(_sandbox_session):
 
 
 @pytest.fixture
-def sandbox_accounting():
-    """A running sandbox with slurmdbd, so that sacct works."""
+def sandbox_accounting(_sandbox_session):
+    """The lane's sandbox, with slurmdbd, so that sacct works."""
     return _bring_up(True)
 
 
 @pytest.fixture
-def sandbox_no_accounting():
-    """A running sandbox without accounting (sacct fails)."""
+def sandbox_no_accounting(_sandbox_session):
+    """The lane's sandbox without accounting (sacct fails)."""
     return _bring_up(False)
 
 

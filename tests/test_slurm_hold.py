@@ -35,3 +35,18 @@ def test_a_job_is_released_only_after_the_credential_delay(tmp_path, monkeypatch
                                   f"22|BeginTime|{_stamp(0)}"])
     assert slurm_hold.release_due() == ["21"]
     assert (tmp_path / "scontrol.log").read_text().split() == ["update", "JobId=21", "StartTime=now"]
+
+
+def test_each_sandbox_is_asked_through_its_own_slurm_conf(tmp_path, monkeypatch):
+    """Two Slurm lanes, two sandboxes: a releaser asks and releases only through its own."""
+    _fake(tmp_path, monkeypatch, [])
+    stamp = _stamp(slurm_hold.RELEASE_AFTER_S + 20)
+    (tmp_path / "bin" / "squeue").write_text(
+        f'#!/bin/sh\n[ "$SLURM_CONF" = /lane2/slurm.conf ] && echo "1001|BeginTime|{stamp}"\nexit 0\n')
+    (tmp_path / "bin" / "scontrol").write_text(
+        f'#!/bin/sh\necho "$SLURM_CONF $*" >> {tmp_path / "scontrol.log"}\n')
+    monkeypatch.setenv("SLURM_CONF", "/lane1/slurm.conf")
+    assert slurm_hold.release_due() == []
+    assert slurm_hold.release_due("/lane2/slurm.conf") == ["1001"]
+    assert (tmp_path / "scontrol.log").read_text().split() == [
+        "/lane2/slurm.conf", "update", "JobId=1001", "StartTime=now"]

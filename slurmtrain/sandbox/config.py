@@ -122,6 +122,7 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         # most production clusters do, instead of leaving it pending forever.
         "EnforcePartLimits=ALL",
         "MinJobAge=600",
+        f"FirstJobId={layout.first_job_id}",
         "KillWait=30",
         "MessageTimeout=10",
         "SlurmdTimeout=60",

@@ -41,6 +41,18 @@ class Layout:
             return 16800
         return 17000 + (zlib.crc32(str(self.root).encode()) % 150) * 100
 
+    @property
+    def first_job_id(self) -> int:
+        """The first job id a fresh controller hands out (slurm.conf's FirstJobId).
+
+        Sandboxes side by side on this one machine share node names and addresses, and
+        the `local` profile's rendezvous port is 29500 + job id % 2000: so the default
+        sandbox counts from 1 and any other from 501, 1001 or 1501 (by its port block),
+        500 jobs apart modulo 2000."""
+        if self.root == Path(DEFAULT_STATE_DIR):
+            return 1
+        return 1 + 500 * (1 + (self.port_base - 17000) // 100 % 3)
+
     # configuration
     @property
     def settings(self) -> Path:

@@ -49,9 +49,15 @@ def test_nodes_and_partitions():
     assert "Default=YES" in parts[0] and "GraceTime=60" in parts[1] and "PreemptMode=REQUEUE" in parts[1]
 
 
-def test_other_state_dirs_get_other_ports():
+def test_other_state_dirs_get_other_ports_and_job_ids():
     assert Layout(Path(DEFAULT_STATE_DIR)).port_base == 16800
     assert Layout(Path("/tmp/elsewhere")).port_base != 16800
+    # two sandboxes side by side: the local profile's rendezvous port follows the job id
+    default = config.slurm_conf(config.Settings(), Layout(Path(DEFAULT_STATE_DIR)))
+    other = config.slurm_conf(config.Settings(), Layout(Path("/var/lib/slurmtrain-sandbox-2")))
+    assert "\nFirstJobId=1\n" in default and "\nFirstJobId=1001\n" in other
+    firsts = {Layout(Path(f"/tmp/sandbox-{i}")).first_job_id % 2000 for i in range(30)}
+    assert firsts == {501, 1001, 1501}
 
 
 @pytest.mark.parametrize("kw", [{"nodes": 0}, {"nodes": 65}, {"cpus_per_node": 0}])

@@ -133,3 +133,20 @@ def take_all_nodes(seconds: int) -> str:
     out = slurm("sbatch", "--parsable", "-p", "high", "-N", "2", "--ntasks-per-node=4", "-J", "preemptor",
                 "-o", "/dev/null", "--wrap", f"sleep {seconds}")
     return out.strip().split(";")[0]
+
+
+def resumes_where_it_stopped(run) -> list[tuple[int, int]]:
+    """(last step reached before each stop, step resumed from after it)."""
+    pairs, last = [], None
+    for e in events(run):
+        if e["event"] in ("stopped", "checkpoint_saved"):
+            last = e["step"]
+        elif e["event"] == "resumed":
+            pairs.append((last, e["step"]))
+    return pairs
+
+
+def assert_nothing_lost(run) -> None:
+    for reached, resumed in resumes_where_it_stopped(run):
+        # The step in flight when the stop came is finished and saved: nothing is lost.
+        assert resumed == reached, f"resumed at {resumed} after reaching step {reached}\n{describe(run)}"

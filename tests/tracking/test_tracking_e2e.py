@@ -51,7 +51,7 @@ def stop_once(job: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def jobs(tmp_path_factory):
+def jobs(_sandbox_session, tmp_path_factory):
     work = tmp_path_factory.mktemp("tracking")
     run_cli(["demo-corpus", "--max-mb", "0.5"], cwd=work)
     (work / "user_wandb.py").write_text(USER_SCRIPT)
