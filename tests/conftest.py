@@ -20,7 +20,7 @@ While the Slurm tests run, a thread per sandbox releases every requeued job from
 ~2-minute hold 5 s after its requeue (tests/slurm_hold.py).
 
 Lanes. Under ``pytest -n 3`` (or more) the Slurm test files are split into two lanes
-(``SECOND_LANE`` below), each run by one xdist worker against its own sandbox: the
+(``SECOND_LANE`` in tests/lanes.py), each run by one xdist worker against its own sandbox: the
 first lane's in the default state directory, the second's in ``SECOND_LANE_DIR`` (its
 own ports and job ids; the same node names). With fewer workers, or none, every Slurm
 test uses the default sandbox. A module-scoped fixture that submits jobs must ask for
@@ -42,6 +42,8 @@ from __future__ import annotations
 import os
 
 import pytest
+
+from lanes import FIRST_LANE_DIR, SECOND_LANE_DIR, lane
 
 
 def _ci() -> bool:
@@ -96,29 +98,6 @@ def pytest_report_header(config):
     return f"slurm sandbox: available ({where}; {'up' if sandbox.is_up() else 'will start on first use'})"
 
 
-# The Slurm tests run in two lanes when pytest-xdist has a worker for each and one more
-# for the computing tests (`-n 3`): each lane its own sandbox, in its own state directory
-# (the first lane the default one, which `slurmtrain sandbox up` brings up). The files of
-# the second lane, chosen so the two take about as long (their times in DEVELOPERS.md):
-SECOND_LANE = frozenset({
-    "tests/survival/test_survival_limits.py",
-    "tests/survival/test_user_programs.py",
-    "tests/survival/test_deepspeed_survival.py",
-    "tests/survival/test_pipeline_survival.py",
-    "tests/tracking/test_tracking_e2e.py",
-    "tests/e2e/test_e2e_trainer.py",
-})
-SECOND_LANE_DIR = "/var/lib/slurmtrain-sandbox-lane2"
-_FIRST_LANE_DIR = os.environ.get("SLURMTRAIN_SANDBOX_DIR")  # None: the default
-
-
-def _lane(config, path) -> str:
-    """"slurm" or "slurm2": the lane (and so the sandbox) of the tests in file ``path``."""
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    rel = os.path.relpath(str(path), str(config.rootpath)).replace(os.sep, "/")
-    return "slurm2" if workers >= 3 and rel in SECOND_LANE else "slurm"
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, each Slurm lane runs in one worker, in file order: a lane's
@@ -128,15 +107,15 @@ def pytest_collection_modifyitems(config, items):
     the lanes overlap well on two cores."""
     for item in items:
         if item.get_closest_marker("slurm") is not None:
-            item.add_marker(pytest.mark.xdist_group(_lane(config, item.path)))
+            item.add_marker(pytest.mark.xdist_group(lane(config, item.path)))
 
 
 _LANES: dict[str, object] = {}  # lane -> its sandbox's SandboxInfo, once brought up
 
 
-def _enter_lane(lane: str) -> None:
+def _enter_lane(name: str) -> None:
     """Point this process (and the commands it starts) at the lane's sandbox."""
-    state_dir = SECOND_LANE_DIR if lane == "slurm2" else _FIRST_LANE_DIR
+    state_dir = SECOND_LANE_DIR if name == "slurm2" else FIRST_LANE_DIR
     if state_dir is None:
         os.environ.pop("SLURMTRAIN_SANDBOX_DIR", None)
     else:
@@ -156,18 +135,18 @@ def _releasers():
 @pytest.fixture(scope="module")
 def _sandbox_session(request, _releasers):
     """The running sandbox of this test file's lane; brought up on the lane's first use."""
-    lane = _lane(request.config, request.path)
+    name = lane(request.config, request.path)
     saved = {k: os.environ.get(k) for k in ("SLURMTRAIN_SANDBOX_DIR", "SLURM_CONF")}
-    _enter_lane(lane)
-    if lane not in _LANES:
+    _enter_lane(name)
+    if name not in _LANES:
         info = _bring_up(None)
         from slurm_hold import Releaser
         releaser = Releaser(str(info.slurm_conf))
         releaser.start()
         _releasers.append(releaser)
-        _LANES[lane] = info
-    os.environ["SLURM_CONF"] = str(_LANES[lane].slurm_conf)
-    yield _LANES[lane]
+        _LANES[name] = info
+    os.environ["SLURM_CONF"] = str(_LANES[name].slurm_conf)
+    yield _LANES[name]
     for key, value in saved.items():  # the next file may be another lane's, or compute only
         if value is None:
             os.environ.pop(key, None)

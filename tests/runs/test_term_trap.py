@@ -1,6 +1,7 @@
 """The job script's TERM trap. Its look-up of why SIGTERM came (time limit, node failure,
 cancel) runs in Slurm's KillWait before SIGKILL: a slow or hung controller must not eat
-that window. And the TERM that ends the script's own requeue is a requeue."""
+that window. And the TERM that ends the script's own requeue is a requeue, also the
+requeue-with-hold that moves a job off bad nodes (requeue_excluding)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_term_cause_is_bounded_when_the_controller_hangs(tmp_path):
         (fake / tool).write_text("#!/bin/sh\nexec sleep 300\n")
         os.chmod(fake / tool, 0o755)
     began = time.monotonic()
-    proc = run_bash(["term_cause"], 'JOB_END=2026-11-22T10:00:00; term_cause', tmp_path,
+    proc = run_bash(["requeued_since_start", "term_cause"], 'JOB_END=2026-11-22T10:00:00; term_cause', tmp_path,
                     env={"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "7"})
     took = time.monotonic() - began
     assert proc.returncode == 0, proc.stderr
@@ -74,3 +75,39 @@ def test_the_scripts_own_requeue_ended_by_slurms_sigterm_is_a_requeue(tmp_path):
     (end,) = classify.ends(run_dir)
     assert end.kind == classify.TIME_LIMIT and end.detail.endswith("requeued"), end
     assert "failed" not in proc.stderr.splitlines()[-1], proc.stderr
+
+
+# `scontrol requeuehold` as a loaded sandbox did it to the preflight gate's requeue: the job
+# is requeued and held (its restart count goes up), and scontrol dies of Slurm's SIGTERM for
+# that requeue, printing nothing. update and release are recorded.
+FAKE_SCONTROL_REQUEUEHOLD = """#!/bin/bash
+case "$1 $2" in
+  "show job") echo "JobId=77 Restarts=$(cat "$FAKE_STATE" 2>/dev/null || echo 0) ExcNodeList=(null)" ;;
+  "requeuehold 77") [ -n "$FAKE_REFUSE" ] && { echo "$FAKE_REFUSE" >&2; exit 1; }
+                    echo 1 > "$FAKE_STATE"; exit 143 ;;
+  *) echo "$*" >> "$FAKE_LOG" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("refusal", [None, "Requested operation is presently disabled"])
+def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_sigterm(tmp_path, refusal):
+    """The hold went through although scontrol died: the job gets its ExcNodeList and is
+    released, not left held for ever as 'the requeue failed' (a loaded CI run's gated job
+    waited in JobHeldUser). A real refusal (the restart count unchanged) still fails."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text(FAKE_SCONTROL_REQUEUEHOLD)
+    (fake / "scontrol").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_STATE": str(tmp_path / "restarts"),
+           "FAKE_LOG": str(tmp_path / "scontrol.log"), **({"FAKE_REFUSE": refusal} if refusal else {})}
+    proc = run_bash(["event", "requeued_since_start", "requeue_excluding"],
+                    'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
+    out = proc.stdout.decode().strip()
+    log = (tmp_path / "scontrol.log").read_text().splitlines() if (tmp_path / "scontrol.log").exists() else []
+    if refusal:
+        assert out == f"rc=1 why={refusal}", proc.stderr
+        assert log == []
+    else:
+        assert out == "rc=0 why=", proc.stderr
+        assert log == ["update jobid=77 ExcNodeList=stnode1", "release 77"]

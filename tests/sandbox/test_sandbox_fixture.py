@@ -21,6 +21,7 @@ _sb.unavailable_reason = lambda accounting=False: "pretend: no Slurm here"
 @pytest.fixture
 def project(tmp_path):
     (tmp_path / "conftest.py").write_text(CONFTEST.read_text() + PRETEND)
+    (tmp_path / "lanes.py").write_text((CONFTEST.parent / "lanes.py").read_text())
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slurm: needs Slurm\n")
     (tmp_path / "test_x.py").write_text(
         "import pytest\n\n@pytest.mark.slurm\ndef test_needs_slurm():\n    pass\n\n"

@@ -1,0 +1,28 @@
+"""Which Slurm lane (and so which sandbox) runs each Slurm test file: tests/conftest.py
+groups the tests by it for pytest-xdist, tests/test_lanes.py checks the list."""
+
+from __future__ import annotations
+
+import os
+
+# The Slurm tests run in two lanes when pytest-xdist has a worker for each and one more
+# for the computing tests (`-n 3`): each lane its own sandbox, in its own state directory
+# (the first lane the default one, which `slurmtrain sandbox up` brings up). The files of
+# the second lane, chosen so the two take about as long (their times in DEVELOPERS.md):
+SECOND_LANE = frozenset({
+    "tests/survival/test_survival_limits.py",
+    "tests/survival/test_user_programs.py",
+    "tests/survival/test_deepspeed_survival.py",
+    "tests/survival/test_pipeline_survival.py",
+    "tests/tracking/test_tracking_e2e.py",
+    "tests/e2e/test_e2e_trainer.py",
+})
+SECOND_LANE_DIR = "/var/lib/slurmtrain-sandbox-lane2"
+FIRST_LANE_DIR = os.environ.get("SLURMTRAIN_SANDBOX_DIR")  # None: the default
+
+
+def lane(config, path) -> str:
+    """"slurm" or "slurm2": the lane (and so the sandbox) of the tests in file ``path``."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    rel = os.path.relpath(str(path), str(config.rootpath)).replace(os.sep, "/")
+    return "slurm2" if workers >= 3 and rel in SECOND_LANE else "slurm"
