@@ -48,7 +48,9 @@ fi
 
 step "pytest"
 # Three workers (tests/conftest.py): two Slurm lanes, each with its own sandbox (the
-# second is brought up on its first use), and the computing tests in the third worker
-# and in whichever lane has finished. The 25 slowest steps are listed at the end: where
-# the suite's time goes, run by run.
-exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-3}" --dist loadgroup --durations=25 "$@"
+# second is brought up on its first use), and the computing tests, one file at a time, in
+# the third worker and in whichever lane has finished; groups go out in the conftest's
+# order (--no-loadscope-reorder). The 25 slowest steps are listed at the end: where the
+# suite's time goes, run by run.
+exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
+  --durations=25 "$@"

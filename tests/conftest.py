@@ -100,14 +100,30 @@ def pytest_report_header(config):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group marks
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist, each Slurm lane runs in one worker, in file order: a lane's
-    tests share one sandbox (some restart it, some take all its nodes), while the tests
-    that only compute spread over the other workers. xdist hands out the largest group
-    first, so the Slurm lanes start at once. Slurm tests mostly wait on the scheduler, so
-    the lanes overlap well on two cores."""
+    """Under pytest-xdist, work goes out in groups (``--dist loadgroup``): each Slurm lane
+    is one group, run by one worker in file order (a lane's tests share one sandbox: some
+    restart it, some take all its nodes); every other file is a group of its own, so its
+    module fixtures (a DeepSpeed or pipeline reference run) run once, not once per worker
+    that happens to get one of its tests. The groups are handed out in item order (with
+    ``--no-loadscope-reorder``, as scripts/test.sh runs): the Slurm lanes first, so they
+    start at once and wait on Slurm while the computing files run beside them; then the
+    files with the most ``slow`` tests, so no long file starts last."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow: dict[str, int] = {}
     for item in items:
-        if item.get_closest_marker("slurm") is not None:
-            item.add_marker(pytest.mark.xdist_group(lane(config, item.path)))
+        key = str(item.path)
+        slow[key] = slow.get(key, 0) + (item.get_closest_marker("slow") is not None)
+
+    def order(item) -> tuple:
+        name = lane(config, item.path) if item.get_closest_marker("slurm") is not None else None
+        return (0, name) if name else (1, -slow[str(item.path)])
+
+    for item in items:
+        group = lane(config, item.path) if item.get_closest_marker("slurm") is not None else \
+            os.path.relpath(str(item.path), str(config.rootpath)).replace(os.sep, "/")
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=order)  # stable: file order within each group
 
 
 _LANES: dict[str, object] = {}  # lane -> its sandbox's SandboxInfo, once brought up
