@@ -194,9 +194,29 @@ def _array_from_info(st: RunStatus, info: slurmquery.JobInfo, evs: list[dict[str
     MinJobAge ago) from its events. The run's state combines them (states.aggregate)."""
     known = info.task_infos()
     per_task = eventlog.tasks(_job_events(evs, st.job_id))
-    st.tasks = [_slurm_task(t, known[t]) if t in known else _events_task(st, per_task.get(t, []), t)[0]
+    st.tasks = [_slurm_task(t, known[t]) if t in known else _unlisted_task(st, info, per_task.get(t, []), t)
                 for t in range(size)]
     _combine_tasks(st)
+
+
+def _unlisted_task(st: RunStatus, info: slurmquery.JobInfo, evs: list[dict[str, Any]], task: int) -> TaskStatus:
+    """A task that Slurm's answer for the array does not list. Its events say how it ended
+    if it did (Slurm forgot it MinJobAge after). If they record no end, the task is still
+    Slurm's: slurmdbd's first record of an array is one plain line with no task in it
+    until a task starts (seen on the sandbox), so sacct lists no task of a pending array.
+    A task that never started has that record's state (pending, or cancelled with the
+    array), or is pending beside listed tasks; one that started is running. Only
+    a task that started, has no end and that Slurm's per-task answer lacks stays UNKNOWN
+    (killed without a word and forgotten since)."""
+    found, _ = _events_task(st, evs, task)
+    if found.state is not JobState.UNKNOWN:
+        return found
+    started = any(e.get("event") == eventlog.Ev.STARTED for e in evs)
+    if not started:
+        return TaskStatus(task, JobState.PENDING if info.tasks else info.state, info.source)
+    if not info.tasks:
+        return TaskStatus(task, JobState.RUNNING, "events.jsonl", found.job_id, found.nodelist)
+    return found
 
 
 def _slurm_task(task: int, info: slurmquery.JobInfo) -> TaskStatus:

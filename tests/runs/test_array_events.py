@@ -157,6 +157,39 @@ def test_status_says_running_while_a_task_runs(tmp_path, fake_slurm):
     assert "           task 1  RUNNING  stnode2" not in out and "           task 1  RUNNING  stnode1  (job 12)" in out
 
 
+# sacct's answer for array 12 before any task started, recorded on the sandbox (Slurm
+# 22.05 with slurmdbd): one plain line, no task in it; then the tasks' own lines.
+SACCT_PENDING_ARRAY = "12|PENDING|0:0|0|stnode1|00:00:01|2026-11-22T19:50:37|None|12\n"
+
+
+def test_a_pending_array_in_sacct_is_pending_not_unknown(tmp_path, fake_slurm):
+    """slurmdbd lists a pending array as one plain job for its first seconds: each task
+    that has not started is pending, one whose job script already wrote `started` is
+    running, one that ended says so. Before, every task read UNKNOWN from its events and
+    so did the array (a status poll on a loaded CI run)."""
+    fake_slurm(sacct=SACCT_PENDING_ARRAY)
+    run = write_run(tmp_path, [SUBMITTED])
+    (st,) = track.statuses([run])
+    assert st.state is JobState.PENDING and st.outcome == K.RUNNING, (st.state, st.outcome)
+    assert [(t.task, t.state, t.source) for t in st.tasks] == [(0, JobState.PENDING, "sacct"),
+                                                               (1, JobState.PENDING, "sacct")]
+    run = write_run(tmp_path, [SUBMITTED, START0, DONE0, START1])
+    (st,) = track.statuses([run])
+    assert st.state is JobState.RUNNING, st
+    assert [(t.task, t.state) for t in st.tasks] == [(0, JobState.COMPLETED), (1, JobState.RUNNING)]
+
+
+def test_a_task_missing_beside_listed_ones_is_pending_until_it_started(tmp_path, fake_slurm):
+    fake_slurm(scontrol=scontrol_line("13", "0", "RUNNING"), sacct=None)
+    run = write_run(tmp_path, [SUBMITTED, START0])
+    (st,) = track.statuses([run])
+    assert [(t.task, t.state) for t in st.tasks] == [(0, JobState.RUNNING), (1, JobState.PENDING)]
+    # started, no end, and no longer listed while others are: nobody knows
+    run = write_run(tmp_path, [SUBMITTED, START0, START1])
+    (st,) = track.statuses([run])
+    assert [(t.task, t.state) for t in st.tasks] == [(0, JobState.RUNNING), (1, JobState.UNKNOWN)]
+
+
 # ---- the job script's mirror, task by task --------------------------------------------
 
 MIRROR = """
