@@ -47,6 +47,10 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 step "pytest"
+# One thread per torch process (the trainer's subprocesses already get it from torchrun or
+# tests/train/trainer_util.py): the suite keeps about ten processes busy on 2 cores, and
+# torch's default of a thread per core in the workers' own tests only adds contention.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Three workers (tests/conftest.py): two Slurm lanes, each with its own sandbox (the
 # second is brought up on its first use), and the computing tests, one file at a time, in
 # the third worker and in whichever lane has finished; groups go out in the conftest's

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from trainer_util import REPO, env, events, losses, rank_exit_codes, records, setup_run, show, train
+from trainer_util import REPO, env, events, fsdp2_reference, losses, rank_exit_codes, records, setup_run, show, train
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 torch = pytest.importorskip("torch")
@@ -36,7 +36,7 @@ def _straight(factory, stage: int | None):
 
 @pytest.fixture(scope="module")
 def fsdp2(tmp_path_factory):
-    return _straight(tmp_path_factory, None)
+    return fsdp2_reference(tmp_path_factory)[0]  # _recipe(work, None): the same recipe
 
 
 @pytest.fixture(scope="module")

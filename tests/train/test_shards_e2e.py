@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from trainer_util import events, losses, rank_exit_codes, setup_run, show, train
+from trainer_util import events, fsdp2_reference, losses, rank_exit_codes, setup_run, show, train
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 torch = pytest.importorskip("torch")
@@ -31,12 +31,10 @@ def on_shards(tmp_path_factory):
     return work
 
 
-def test_shards_train_like_the_raw_jsonl(on_shards, tmp_path):
-    recipe = setup_run(tmp_path, steps=20)
-    raw = train(["--recipe", str(recipe), "--run-dir", "run"], tmp_path, nproc=2)
-    assert raw.returncode == 0, show(raw)
+def test_shards_train_like_the_raw_jsonl(on_shards, tmp_path_factory):
+    raw, _ = fsdp2_reference(tmp_path_factory)  # the same recipe on the raw corpus.jsonl
     got = losses(on_shards / "run")
-    assert sorted(got) == list(range(1, 21)) and got == losses(tmp_path / "run")
+    assert sorted(got) == list(range(1, 21)) and got == losses(raw)
 
 
 def test_resume_from_shards_exact_and_at_another_world_size(on_shards, tmp_path):

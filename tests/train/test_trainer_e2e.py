@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer_util import events, losses, rank_exit_codes, records, setup_run, show, train
+from trainer_util import events, fsdp2_reference, losses, rank_exit_codes, records, setup_run, show, train
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 torch = pytest.importorskip("torch")
@@ -13,16 +13,13 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
-    """20 steps on two ranks without interruption: the reference run."""
-    work = tmp_path_factory.mktemp("straight")
-    recipe = setup_run(work, steps=20)
-    proc = train(["--recipe", str(recipe), "--run-dir", "run"], work, nproc=2)
-    assert proc.returncode == 0, show(proc)
-    return work / "run", proc
+    """20 steps on two ranks without interruption: the reference run (one per session,
+    shared with the DeepSpeed and shard tests)."""
+    return fsdp2_reference(tmp_path_factory)
 
 
 def test_loss_falls_on_a_learnable_corpus(straight):
-    run_dir, proc = straight
+    run_dir, stdout = straight
     loss = losses(run_dir)
     assert sorted(loss) == list(range(1, 21))
     assert loss[20] < loss[1] - 2.0, loss
@@ -32,8 +29,8 @@ def test_loss_falls_on_a_learnable_corpus(straight):
     assert {"lr", "grad_norm", "tokens_per_s", "samples_per_s", "step_time", "mfu",
             "peak_mem"} <= set(first) and first["mfu"] is None  # CPU: no MFU
     # The first log line says how big the model is; only rank 0 logs.
-    assert "parameters" in proc.stdout.splitlines()[0]
-    assert "[rank1]" not in proc.stdout
+    assert "parameters" in stdout.splitlines()[0]
+    assert "[rank1]" not in stdout
     assert events(run_dir)[-2:] == [("checkpoint_saved", 20), ("finished", 20)]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -52,6 +53,26 @@ def setup_run(tmp: Path, steps: int = 20, save_steps: int = 0) -> Path:
     recipe = tmp / "recipe.toml"
     recipe.write_text(RECIPE.format(steps=steps, save_steps=save_steps))
     return recipe
+
+
+def fsdp2_reference(tmp_path_factory) -> tuple[Path, str]:
+    """(run directory, rank 0's output) of the FSDP2 run that several files compare with:
+    :func:`setup_run`'s recipe, 20 steps, two ranks under torchrun. Run once per test
+    session: under xdist the files run in different workers, so the first to ask runs it
+    under a lock in the session's shared temporary directory and the others wait for it
+    (each start of the trainer costs ~10 CPU-s on this suite's 2 cores)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "fsdp2-reference"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = root / "stdout.txt"
+        if not out.exists():
+            recipe = setup_run(root / "work", steps=20)
+            proc = train(["--recipe", str(recipe), "--run-dir", "run"], root / "work", nproc=2)
+            assert proc.returncode == 0, show(proc)
+            out.write_text(proc.stdout)
+    return root / "work" / "run", out.read_text()
 
 
 def env(**extra: str) -> dict[str, str]:
