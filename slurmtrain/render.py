@@ -90,6 +90,10 @@ def _check_array(p: Profile, job: JobSpec) -> None:
     """A job array runs the same script as N tasks that share one run directory: right for
     work split by task (``tokenize --part slurm``), wrong for the built-in trainer, whose
     tasks would all write the same checkpoints."""
+    if any(d.split("=")[0] == "--array" for d in p.slurm.extra):  # the schema allows --key=value only
+        # Tracked as one job, its tasks' events would be read as one job's restarts.
+        raise UsageError("slurm.extra has an --array directive: slurmtrain tracks a job array only when it "
+                         "makes one itself (`slurmtrain tokenize --profile P --nodes N`); drop it from slurm.extra")
     if job.array is None:
         return
     if job.array < 1:
@@ -97,9 +101,6 @@ def _check_array(p: Profile, job: JobSpec) -> None:
     if job.recipe and not job.command:
         raise UsageError("a job array runs the command once per task, all in one run directory: the built-in "
                          "trainer's tasks would overwrite each other's checkpoints; submit one job instead")
-    if any(d.startswith("--array") for d in p.slurm.extra):
-        raise UsageError("slurm.extra has an --array directive and this job is an array already; "
-                         "drop it from slurm.extra")
 
 
 def _job_tag(job: JobSpec) -> str:

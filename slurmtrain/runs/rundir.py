@@ -175,10 +175,21 @@ def _is_path(ref: str) -> bool:
     return os.sep in ref or ref.startswith(("~", "."))
 
 
+def _task_job_ids(run: RunDir) -> set[str]:
+    """The own job ids of a job array's tasks (each task's job script writes its own in
+    `started`); empty for a run that is no array, without reading its events."""
+    if run.array_size is None:
+        return set()
+    from .. import events  # only for arrays: most lookups never get here
+
+    return {str(e["job_id"]) for e in events.read(run.path) if e.get("event") == "started" and "job_id" in e}
+
+
 def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
     """RUN as the user typed it, the same for every command that takes one: a run
     directory (a path: any directory given as one), a run name under ``runs_dir``, a job
-    id recorded in a manifest, a job name (its latest run), or a unique prefix of a name.
+    id recorded in a manifest (or an array task's: ``<array id>_<task>``, or the task's
+    own id), a job name (its latest run), or a unique prefix of a name.
     A name may also be a directory the trainer wrote to by itself (no manifest)."""
     path = Path(ref).expanduser()
     if _is_path(ref):
@@ -191,8 +202,10 @@ def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
     if is_run_dir(root / ref):
         return RunDir((root / ref).absolute())
     runs = list_runs(root)
-    if ref.isdigit():
-        by_job = [r for r in runs if ref in r.job_ids]
+    task = re.fullmatch(r"(\d+)_\d+", ref)  # an array task as squeue shows it: <array id>_<task>
+    job_id = task[1] if task else ref
+    if job_id.isdigit():
+        by_job = [r for r in runs if job_id in r.job_ids] or [r for r in runs if job_id in _task_job_ids(r)]
         if by_job:
             return RunDir(by_job[-1].path.absolute())
     by_name = [r for r in runs if r.manifest().get("job_name") == ref]

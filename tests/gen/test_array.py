@@ -61,9 +61,17 @@ def test_arrays_are_refused_where_they_make_no_sense(job, words):
         render(load_profile("local", SRUN), job)
 
 
-def test_an_array_directive_in_slurm_extra_is_refused():
+@pytest.mark.parametrize("directive", ["--array=0-9", "--array=1,3%1"])
+def test_an_array_directive_in_slurm_extra_is_refused(directive):
+    """For an array job and for a plain one alike: a hand-made array would be tracked as one
+    job (its tasks' starts read as one job's restarts)."""
     with pytest.raises(UsageError, match="slurm.extra has an --array directive"):
-        array_script(sets=['slurm.extra=["--array=0-9"]'])
+        array_script(sets=[f'slurm.extra=["{directive}"]'])
+    with pytest.raises(UsageError, match="slurmtrain tokenize --profile P --nodes N"):
+        render(load_profile("local", [*SRUN, f'slurm.extra=["{directive}"]']), JobSpec(command=COMMAND))
+    # other directives still pass (a --account is not an --array)
+    assert "#SBATCH --account=ml" in render(load_profile("local", [*SRUN, 'slurm.extra=["--account=ml"]']),
+                                           JobSpec(command=COMMAND))
 
 
 PYXIS = ['container.runtime="pyxis"', 'container.image="nvcr.io/nvidia/pytorch:24.01-py3"']

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from slurmtrain import eventlog, events
 from slurmtrain.cli import main
+from slurmtrain.errors import UsageError
 from slurmtrain.profile import load_profile
 from slurmtrain.render import JobSpec, render
 from slurmtrain.runs import classify, rundir, track
@@ -155,6 +157,16 @@ def test_status_says_running_while_a_task_runs(tmp_path, fake_slurm):
     assert "state      RUNNING  (from scontrol)" in out, out
     assert "tasks      task 0  COMPLETED  stnode1  (job 13, exit code 0)" in out, out
     assert "           task 1  RUNNING  stnode2" not in out and "           task 1  RUNNING  stnode1  (job 12)" in out
+
+
+def test_a_task_names_its_run_as_squeue_shows_it_or_by_its_own_id(tmp_path):
+    """`status 12_0` (squeue's JOBID of task 0) and `status 13` (task 0's own id, in its
+    batch log and sacct's JobIDRaw) find the array's run, like `status 12`."""
+    run = write_run(tmp_path, [SUBMITTED, START0, START1])
+    for ref in ("12", "12_0", "12_1", "13"):
+        assert rundir.resolve(ref, tmp_path).path == run.path.absolute(), ref
+    with pytest.raises(UsageError, match="no run under"):
+        rundir.resolve("14", tmp_path)  # no task of it started with that id
 
 
 # sacct's answer for array 12 before any task started, recorded on the sandbox (Slurm
