@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 RUN_FORMS = ("RUN is a run directory, a run name under --runs-dir or a unique prefix of one, "
-             "a job id, or a job name (its latest run).")
+             "a job id (an array task's too: ARRAY_TASK as squeue shows it), or a job name (its latest run).")
 
 runs_dir_option = click.option(
     "--runs-dir", default="runs", show_default=True, envvar="SLURMTRAIN_RUNS_DIR",
