@@ -21,7 +21,7 @@ DS = ["--set", "train.engine=deepspeed", "--set", "deepspeed.config=zero2"]
 
 
 def test_deepspeed_launcher_run_survives_preemption(workdir, runs_dir):
-    steps = 120
+    steps = 60  # preempted after the checkpoint at 20
     train = TRAIN + DS + ["--train-steps", str(steps), "--save-steps", "20"]
     ref_dir = runs_dir / "uninterrupted"
     ref = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slurm
 
 
 def test_preemption_twice_resumes_bitwise(workdir, runs_dir):
-    steps = 100
+    steps = 60  # preempted after the checkpoints at 10 and 20: 40 steps to spare
     train = TRAIN + ["--train-steps", str(steps), "--save-steps", "10"]
     # The same recipe, never interrupted, with the same world size (2 ranks), beside it.
     ref_dir = runs_dir / "uninterrupted"
@@ -155,7 +155,7 @@ def test_resubmit_watch_continues_a_run_slurm_does_not_requeue(workdir, runs_dir
     # Requeue disabled: the stop ends the job (its `scontrol requeue` is refused) and
     # `slurmtrain resubmit --watch` continues the run in new jobs until it completes.
     run, job = submit(runs_dir, workdir, ["--set", "resilience.requeue=false", "--name", "resubmit"],
-                      TRAIN + ["--train-steps", "150", "--save-steps", "50"])
+                      TRAIN + ["--train-steps", "80", "--save-steps", "20"])
     wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved"), 180)
     slurm("scancel", "--batch", "--signal=USR2", job)  # what Slurm sends before the time limit
     wait_until(run, "the refused requeue", lambda: named(run, "requeue_failed"), 120)
@@ -171,6 +171,6 @@ def test_resubmit_watch_continues_a_run_slurm_does_not_requeue(workdir, runs_dir
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["job_ids"] == [job] + [e["job_id"] for e in resubmitted]
     assert_nothing_lost(run)
-    assert named(run, "finished")[0]["step"] == 150
+    assert named(run, "finished")[0]["step"] == 80
     again = run_cli(["resubmit", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False)
     assert again.returncode == 2 and "nothing to continue" in again.stderr, again.stderr

@@ -43,7 +43,7 @@ def test_time_limit_checkpoints_requeues_and_completes(workdir, runs_dir):
 
 def test_node_failure_requeues_and_resumes_from_checkpoint(workdir, runs_dir):
     run, job = submit(runs_dir, workdir, ["--name", "nodefail"],
-                      TRAIN + ["--train-steps", "100", "--save-steps", "20"])
+                      TRAIN + ["--train-steps", "60", "--save-steps", "20"])
     wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved"), 180, job)
     saved = named(run, "checkpoint_saved")[-1]["step"]
     down = "stnode2"
@@ -59,7 +59,7 @@ def test_node_failure_requeues_and_resumes_from_checkpoint(workdir, runs_dir):
     assert [o.kind for o in ends] == [classify.NODE_FAILURE, classify.COMPLETED], describe(run)
     resumed = named(run, "resumed")
     assert resumed and resumed[0]["step"] >= saved, describe(run)
-    assert named(run, "finished")[0]["step"] == 100
+    assert named(run, "finished")[0]["step"] == 60
 
 
 def test_requeue_limit_stops_with_a_status_that_says_so(workdir, runs_dir):
