@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,5 +41,6 @@ def run_bash(functions: list[str], body: str, run_dir: Path, args: list[str | by
     functions are defined, with ``RUN_DIR`` set; ``args`` are ``$1``, ``$2``, ..."""
     defs = "\n".join(function(f) for f in functions)
     script = f"set -uo pipefail\nRUN_DIR={shlex.quote(str(run_dir))}\nRESTARTS=${{RESTARTS:-0}}\n{defs}\n{body}\n"
-    return subprocess.run(["bash", "-c", script, "bash", *args], capture_output=True, timeout=60,
+    bash = shutil.which("bash") or "/bin/bash"  # found here: a test may give the script a PATH without it
+    return subprocess.run([bash, "-c", script, "bash", *args], capture_output=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", **(env or {})})

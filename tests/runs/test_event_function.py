@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import warnings
 
 import pytest
@@ -112,3 +113,27 @@ def test_the_cli_prints_the_file_line_and_text_of_a_bad_line(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert f"{tmp_path / events.EVENTS_FILE}:2: EventLogWarning: not valid JSON" in proc.stderr, proc.stderr
     assert '"message": "a"b"' in proc.stderr
+
+
+def test_the_time_comes_from_bash_not_from_date(tmp_path):
+    """No command substitution on bash 5 (bash 5.2 breaks one that a trap interrupts, and
+    event() runs beside the job script's traps): with no `date` on PATH the time is still
+    there, a number; where EPOCHREALTIME is missing (bash < 5) date gives it."""
+    before = time.time()
+    proc = run_bash(["event"], 'event "$@"', tmp_path, ["no_date"], env={"PATH": "/nonexistent"})
+    assert proc.returncode == 0 and b"date" not in proc.stderr, proc.stderr
+    proc = run_bash(["event"], 'unset EPOCHREALTIME; event "$@"', tmp_path, ["old_bash"])
+    assert proc.returncode == 0, proc.stderr
+    got = events.read(tmp_path)
+    assert [e["event"] for e in got] == ["no_date", "old_bash"]
+    assert all(isinstance(e["time"], float) and before - 1 < e["time"] < time.time() + 1 for e in got), got
+
+
+def test_a_ledger_line_needs_no_date_either(tmp_path):
+    (tmp_path / "run").mkdir()
+    proc = run_bash(["ledger_add"], 'SLURMTRAIN_LEDGER="$RUN_DIR/../bad-nodes.jsonl"; ledger_add stnode2 watchdog x',
+                    tmp_path / "run", env={"PATH": "/nonexistent", "SLURM_JOB_ID": "9"})
+    assert proc.returncode == 0, proc.stderr
+    line = json.loads((tmp_path / "bad-nodes.jsonl").read_text())
+    assert (line["node"], line["run"], line["job_id"], line["source"]) == ("stnode2", "run", "9", "watchdog")
+    assert abs(line["time"] - time.time()) < 5
