@@ -119,13 +119,19 @@ def wait_until(run: Path, what: str, pred, timeout: float = 120, job_id: str | N
                             on_poll=(lambda: release_requeued(job_id)) if job_id else None)
 
 
+def job_ended(job_id: str) -> str | None:
+    """Slurm's final state of the job once it has ended for good, else None. Judged by
+    slurmtrain's own state table: Slurm shows transient states beyond PENDING/RUNNING
+    (SIGNALING at the end of a job on a loaded machine, REQUEUE_HOLD, STAGE_OUT...)."""
+    from slurmtrain.runs.states import parse_state
+
+    state = job_field(job_id, "JobState")
+    return state if state and parse_state(state).is_final else None
+
+
 def wait_job_gone(job_id: str, run: Path, timeout: float = 300) -> str:
-    """Wait until the job has ended for good (not PENDING/RUNNING/requeued); its state."""
-    def ended():
-        state = job_field(job_id, "JobState")
-        return state if state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED",
-                                      "SUSPENDED", "PREEMPTED") else None
-    return wait_until(run, f"job {job_id} to end", ended, timeout, job_id=job_id)
+    """Wait until the job has ended for good (not queued, running or coming back); its state."""
+    return wait_until(run, f"job {job_id} to end", lambda: job_ended(job_id), timeout, job_id=job_id)
 
 
 def take_all_nodes(seconds: int) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "survival"))
-from survival_util import (cancel, describe, job_field, named, release_requeued, run_cli,  # noqa: E402
+from survival_util import (cancel, describe, job_ended, job_field, named, release_requeued, run_cli,  # noqa: E402
                            slurm, submit, wait_until)
 
 pytest.importorskip("wandb", reason="wandb is not installed on this machine (the [test] extra has it)")
@@ -40,9 +40,6 @@ run.finish()
 if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
     time.sleep(600)  # the first start waits to be stopped (USR2, default action)
 """
-
-
-_ALIVE = ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "REQUEUED", "SUSPENDED", "PREEMPTED", None)
 
 
 def stop_once(job: str) -> None:
@@ -83,15 +80,11 @@ def jobs(_sandbox_session, tmp_path_factory):
         wait_until(trainer, "the trainer's requeue", lambda: named(trainer, "requeue"), 120, tjob)
 
 
-        def ended(job):
-            state = job_field(job, "JobState")
-            return state not in _ALIVE and state
-
         def both_ended():  # releases both requeued jobs (Slurm holds each about two minutes)
             release_requeued(ujob)
-            return ended(tjob) and ended(ujob)
+            return job_ended(tjob) and job_ended(ujob)
         wait_until(trainer, "both jobs to end", both_ended, 300, tjob)
-        states = {"trainer": ended(tjob), "user": ended(ujob)}
+        states = {"trainer": job_ended(tjob), "user": job_ended(ujob)}
         yield trainer, user, states
     finally:
         for job in submitted:
