@@ -244,7 +244,6 @@ def preflight(recipe: Recipe, sources: Sources, world_size: int) -> tuple[int, T
     """The checks that need no process group (so they run before one exists, and a refused
     start tears nothing down): batch sizes, tokenizer, data path. Returns the gradient
     accumulation steps and the tokenizer."""
-    cfg = recipe.train
     _, accum, _ = check_pipeline(recipe, sources, world_size)
     tok = load_tokenizer(recipe.data.tokenizer)
     vocab = model_args(recipe).vocab_size

@@ -3,7 +3,6 @@ JSON, the bad-node ledger and how submit/resubmit exclude its nodes (a fake sbat
 
 import json
 import os
-import stat
 import subprocess
 import sys
 

@@ -4,7 +4,6 @@ reach the user as Slurm's own one-line message, recorded in the run directory.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest

@@ -1,11 +1,9 @@
 """The gen command line: output, secrets, help text, and a light import path."""
 
-import os
 import subprocess
 import sys
 
 import click
-import pytest
 from click.testing import CliRunner
 
 from slurmtrain.cli import main

@@ -5,10 +5,6 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from slurmtrain.runs import slurmquery
-
 RECORDED = Path(__file__).parent / "recorded"
 EVENTS = RECORDED / "events"  # events.jsonl files: the sandbox's, and written by hand in the same format
 
