@@ -84,24 +84,28 @@ FAKE_SCONTROL_REQUEUEHOLD = """#!/bin/bash
 case "$1 $2" in
   "show job") echo "JobId=77 Restarts=$(cat "$FAKE_STATE" 2>/dev/null || echo 0) ExcNodeList=(null)" ;;
   "requeuehold 77") [ -n "$FAKE_REFUSE" ] && { echo "$FAKE_REFUSE" >&2; exit 1; }
-                    echo 1 > "$FAKE_STATE"; exit 143 ;;
+                    if [ -n "$FAKE_LAG" ]; then (sleep "$FAKE_LAG"; echo 1 > "$FAKE_STATE") &
+                    else echo 1 > "$FAKE_STATE"; fi
+                    exit 143 ;;
   *) echo "$*" >> "$FAKE_LOG" ;;
 esac
 """
 
 
-@pytest.mark.parametrize("refusal", [None, "Requested operation is presently disabled"])
-def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_sigterm(tmp_path, refusal):
+@pytest.mark.parametrize("refusal, lag", [(None, None), (None, "2"), ("Requested operation is presently disabled", None)])
+def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_sigterm(tmp_path, refusal, lag):
     """The hold went through although scontrol died: the job gets its ExcNodeList and is
     released, not left held for ever as 'the requeue failed' (a loaded CI run's gated job
-    waited in JobHeldUser). A real refusal (the restart count unchanged) still fails."""
+    waited in JobHeldUser), also when the controller shows the new restart count 2 s later
+    (another loaded run's). A real refusal (the restart count unchanged) still fails."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "scontrol").write_text(FAKE_SCONTROL_REQUEUEHOLD)
     (fake / "scontrol").chmod(0o755)
     env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_STATE": str(tmp_path / "restarts"),
-           "FAKE_LOG": str(tmp_path / "scontrol.log"), **({"FAKE_REFUSE": refusal} if refusal else {})}
-    proc = run_bash(["event", "requeued_since_start", "requeue_excluding"],
+           "FAKE_LOG": str(tmp_path / "scontrol.log"), **({"FAKE_REFUSE": refusal} if refusal else {}),
+           **({"FAKE_LAG": lag} if lag else {})}
+    proc = run_bash(["event", "requeued_since_start", "requeue_went_through", "requeue_excluding"],
                     'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
     out = proc.stdout.decode().strip()
     log = (tmp_path / "scontrol.log").read_text().splitlines() if (tmp_path / "scontrol.log").exists() else []
