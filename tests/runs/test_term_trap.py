@@ -79,9 +79,12 @@ def test_the_scripts_own_requeue_ended_by_slurms_sigterm_is_a_requeue(tmp_path):
 
 # `scontrol requeuehold` as a loaded sandbox did it to the preflight gate's requeue: the job
 # is requeued and held (its restart count goes up), and scontrol dies of Slurm's SIGTERM for
-# that requeue, printing nothing. update and release are recorded.
+# that requeue, printing nothing. update and release are recorded; with FAKE_KILL_RELEASE the
+# first release dies of that SIGTERM instead (as another loaded run's did).
 FAKE_SCONTROL_REQUEUEHOLD = """#!/bin/bash
 case "$1 $2" in
+  "release 77") echo "$*" >> "$FAKE_LOG"
+                if [ -n "$FAKE_KILL_RELEASE" ] && ! [ -e "$FAKE_LOG.killed" ]; then touch "$FAKE_LOG.killed"; exit 143; fi ;;
   "show job") echo "JobId=77 Restarts=$(cat "$FAKE_STATE" 2>/dev/null || echo 0) ExcNodeList=(null)" ;;
   "requeuehold 77") [ -n "$FAKE_REFUSE" ] && { echo "$FAKE_REFUSE" >&2; exit 1; }
                     if [ -n "$FAKE_LAG" ]; then (sleep "$FAKE_LAG"; echo 1 > "$FAKE_STATE") &
@@ -92,20 +95,24 @@ esac
 """
 
 
-@pytest.mark.parametrize("refusal, lag", [(None, None), (None, "2"), ("Requested operation is presently disabled", None)])
-def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_sigterm(tmp_path, refusal, lag):
+@pytest.mark.parametrize("refusal, lag, kill_release", [
+    (None, None, False), (None, "2", False), (None, None, True),
+    ("Requested operation is presently disabled", None, False)])
+def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_sigterm(
+        tmp_path, refusal, lag, kill_release):
     """The hold went through although scontrol died: the job gets its ExcNodeList and is
     released, not left held for ever as 'the requeue failed' (a loaded CI run's gated job
     waited in JobHeldUser), also when the controller shows the new restart count 2 s later
-    (another loaded run's). A real refusal (the restart count unchanged) still fails."""
+    (another loaded run's), and when the SIGTERM kills the release instead (a third's: it
+    is released again). A real refusal (the restart count unchanged) still fails."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "scontrol").write_text(FAKE_SCONTROL_REQUEUEHOLD)
     (fake / "scontrol").chmod(0o755)
     env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_STATE": str(tmp_path / "restarts"),
            "FAKE_LOG": str(tmp_path / "scontrol.log"), **({"FAKE_REFUSE": refusal} if refusal else {}),
-           **({"FAKE_LAG": lag} if lag else {})}
-    proc = run_bash(["event", "requeued_since_start", "requeue_went_through", "requeue_excluding"],
+           **({"FAKE_LAG": lag} if lag else {}), **({"FAKE_KILL_RELEASE": "1"} if kill_release else {})}
+    proc = run_bash(["event", "requeued_since_start", "requeue_went_through", "retry_20s", "requeue_excluding"],
                     'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
     out = proc.stdout.decode().strip()
     log = (tmp_path / "scontrol.log").read_text().splitlines() if (tmp_path / "scontrol.log").exists() else []
@@ -114,4 +121,5 @@ def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_s
         assert log == []
     else:
         assert out == "rc=0 why=", proc.stderr
-        assert log == ["update jobid=77 ExcNodeList=stnode1", "release 77"]
+        releases = ["release 77"] * (2 if kill_release else 1)
+        assert log == ["update jobid=77 ExcNodeList=stnode1", *releases]
