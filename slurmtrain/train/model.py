@@ -3,8 +3,7 @@
 
 Build on the meta device, shard, then materialise::
 
-    with torch.device("meta"):
-        model = Transformer(args)
+    model = meta_model(args)                           # no storage, no init
     for block in model.layers: fully_shard(block)      # optional, FSDP2
     fully_shard(model)
     model.to_empty(device="cuda")
@@ -19,6 +18,7 @@ so q/k weights are stored exactly as HF stores them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -62,6 +62,10 @@ class RotaryCache(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
 
     def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if device.type == "meta":  # shapes only: meta's arange would import torch._dynamo
+            shape = (self.max_seq_len, self.head_dim)
+            return (torch.empty(shape, device=device, dtype=torch.float32),
+                    torch.empty(shape, device=device, dtype=torch.float32))
         # Same arithmetic as HF's compute_default_rope_parameters + LlamaRotaryEmbedding.
         exponent = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float()
         inv_freq = 1.0 / (self.theta ** (exponent / self.head_dim))
@@ -214,6 +218,29 @@ class Transformer(nn.Module):
         if not self.args.tie_embeddings:
             nn.init.normal_(self.output.weight, mean=0.0, std=std)
         self.rope.init_weights()
+
+
+def meta_model(args: ModelArgs) -> Transformer:
+    """``Transformer(args)`` on the meta device, skipping the default initialisation that
+    ``nn.Linear`` and ``nn.Embedding`` run as they are built: on meta it computes nothing,
+    yet torch's meta kernels for the random fills import ``torch._dynamo`` (about a second
+    of every rank's start, 2 of its 5 CPU-s on a small model). ``init_weights`` sets every
+    parameter once the model has storage."""
+    with torch.device("meta"), _default_init_skipped():
+        return Transformer(args)
+
+
+@contextlib.contextmanager
+def _default_init_skipped():
+    names = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_")
+    saved = {n: getattr(nn.init, n) for n in names}
+    try:
+        for n in names:
+            setattr(nn.init, n, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(nn.init, n, fn)
 
 
 def count_parameters(model: nn.Module) -> int:

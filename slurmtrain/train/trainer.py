@@ -28,7 +28,7 @@ from .checkpoint import Checkpointer
 from .distributed import World
 from .inputs import check_batch, check_pipeline, corpus_files  # noqa: F401 (check_batch: tests)
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
-from .model import Transformer, count_parameters
+from .model import count_parameters, meta_model
 from .parallelize import parallelize
 from .presets import flops_per_token, human_count
 from ..schema import Sources
@@ -264,8 +264,7 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     _, _, microbatches = check_pipeline(recipe, sources, world.size)
     args = model_args(recipe)
 
-    with torch.device("meta"):
-        model = Transformer(args)
+    model = meta_model(args)
     n_params = count_parameters(model)
     log.info("model: preset %s, %s parameters (%d), %d layers, dim %d; world size %d on %s",
              recipe.model.preset, human_count(n_params), n_params, args.n_layers, args.dim,

@@ -86,11 +86,11 @@ def test_meta_model_has_the_preset_param_count(name):
 @torch_test
 @pytest.mark.parametrize("tied", [False, True])
 def test_meta_init_then_to_empty_equals_eager_init(tied):
-    from slurmtrain.train.model import Transformer
+    from slurmtrain.train.model import meta_model
 
     args = dataclasses.replace(get_preset("tiny"), tie_embeddings=tied)
-    with torch.device("meta"):
-        lazy = Transformer(args)
+    lazy = meta_model(args)
+    assert lazy.output.weight.is_meta and lazy.rope.cos.is_meta
     lazy.to_empty(device="cpu")
     lazy.init_weights(seed=3)
     eager = build(args, seed=3)
@@ -101,6 +101,35 @@ def test_meta_init_then_to_empty_equals_eager_init(tied):
     assert "rope.cos" not in lazy.state_dict()  # non-persistent: recomputed, never saved
     tokens = torch.randint(0, args.vocab_size, (2, 9))
     torch.testing.assert_close(lazy(tokens), eager(tokens), rtol=0, atol=0)
+
+
+@torch_test
+def test_meta_model_skips_the_default_init_and_leaves_nn_init_as_it_was():
+    """Building on meta runs none of nn.Linear's and nn.Embedding's own random fills, whose
+    meta kernels import torch._dynamo (a second of every rank's start); nn.init is whole
+    again afterwards, also when the build fails."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch
+from torch import nn
+from slurmtrain.train.model import meta_model
+from slurmtrain.train.presets import get_preset
+before = {n: getattr(nn.init, n) for n in ("normal_", "uniform_", "kaiming_uniform_")}
+meta_model(get_preset("tiny"))
+assert "torch._dynamo" not in sys.modules, "meta_model imported torch._dynamo"
+try:
+    meta_model(None)
+except AttributeError:
+    pass
+assert all(getattr(nn.init, n) is f for n, f in before.items()), "nn.init left patched"
+w = torch.full((4, 4), 5.0)
+nn.init.normal_(w, std=1e-3)
+assert w.abs().max() < 1, "nn.init.normal_ does not fill any more"
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
 
 
 @torch_test

@@ -119,10 +119,9 @@ def fsdp2_initial_state(args, world, seed: int) -> dict[str, torch.Tensor]:
     numbers than the unsharded model's ``init_weights(seed)``: initialising through the
     very same code is what makes both engines start from identical weights."""
     import warnings
-    from ..model import Transformer
+    from ..model import meta_model
     from ..parallelize import parallelize
-    with torch.device("meta"):
-        model = Transformer(args)
+    model = meta_model(args)
     parallelize(model, world.mesh, param_dtype=None, activation_checkpointing=False,
                 compile=False)
     model.to_empty(device=world.device)
