@@ -1,4 +1,4 @@
-"""The DeepSpeed engine end to end on CPU (gloo, two ranks under torchrun): ZeRO-1/2/3
+"""The DeepSpeed engine end to end on CPU (gloo, two ranks with torchrun's environment: trainer_util.command): ZeRO-1/2/3
 train the same losses as FSDP2 from the same seed and batches, resume exactly, and their
 checkpoints export to Hugging Face. One run per fixture, shared by the assertions."""
 

@@ -1,5 +1,5 @@
-"""Pipeline stages composed with FSDP2, end to end on CPU (gloo, real processes under
-torchrun): the loss at every step agrees with a one-stage run's for each schedule at 2 stages
+"""Pipeline stages composed with FSDP2, end to end on CPU (gloo, real processes with
+torchrun's environment): the loss at every step agrees with a one-stage run's for each schedule at 2 stages
 x 1 and x 2 data-parallel ranks, a resume on the same layout is exact, and a checkpoint
 resumes on another layout. All of them share one one-stage reference run.
 

@@ -52,10 +52,11 @@ def test_unknown_recipe_key(tmp_path):
 
 
 def test_batch_size_the_world_size_does_not_divide(tmp_path):
-    """Two ranks: 6 sequences cannot be split into micro-batches of 2 on each of 2 ranks."""
+    """Two ranks under torchrun, which ends rank 1 once rank 0 has left with the message:
+    6 sequences cannot be split into micro-batches of 2 on each of 2 ranks."""
     recipe = setup_run(tmp_path)
     proc = train(["--recipe", str(recipe), "--run-dir", "run",
-                  "--set", "train.global_batch_size=6"], tmp_path, nproc=2)
+                  "--set", "train.global_batch_size=6"], tmp_path, nproc=2, torchrun=True)
     assert rank_exit_codes(proc) <= {2, -15} and 2 in rank_exit_codes(proc), show(proc)
     assert one_error_line(proc) == (
         "slurmtrain: error: --set train.global_batch_size=6: train.global_batch_size: 6 is not "

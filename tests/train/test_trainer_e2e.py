@@ -1,4 +1,4 @@
-"""The trainer end to end on CPU: two ranks under torchrun (gloo), the same FSDP2 and DCP
+"""The trainer end to end on CPU: two ranks with torchrun's environment (gloo), the same FSDP2 and DCP
 code as on GPUs. Each run takes a few seconds, most of it starting Python and torch."""
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def test_resume_is_exact(straight, tmp_path):
     recipe = setup_run(tmp_path, steps=20)
     args = ["--recipe", str(recipe), "--run-dir", "run"]
     first = train(args + ["--set", "debug.stop_at_step=10"], tmp_path, nproc=2)
-    # Each rank exits 75 ("stopped after checkpoint"); torchrun terminates those still
-    # tearing down when the first one leaves, so some may show SIGTERM instead.
+    # Each rank exits 75 ("stopped after checkpoint"); the launcher (torchrun or spawn_ranks.py) terminates
+    # those still tearing down when the first one leaves, so some may show SIGTERM instead.
     assert 75 in rank_exit_codes(first) <= {75, -15}, show(first)
     assert events(tmp_path / "run")[-2:] == [("checkpoint_saved", 10), ("stopped", 10)]
     second = train(args, tmp_path, nproc=2)

@@ -1,5 +1,5 @@
 """Helpers for the trainer's end-to-end tests: a learnable corpus, a small recipe, and
-``python -m slurmtrain.train`` in a subprocess (under torchrun for two ranks)."""
+``python -m slurmtrain.train`` in a subprocess (several ranks through spawn_ranks.py, or torchrun)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def setup_run(tmp: Path, steps: int = 20, save_steps: int = 0) -> Path:
 
 def fsdp2_reference(tmp_path_factory) -> tuple[Path, str]:
     """(run directory, rank 0's output) of the FSDP2 run that several files compare with:
-    :func:`setup_run`'s recipe, 20 steps, two ranks under torchrun. Run once per test
+    :func:`setup_run`'s recipe, 20 steps, two ranks under the real torchrun. Run once per test
     session: under xdist the files run in different workers, so the first to ask runs it
     under a lock in the session's shared temporary directory and the others wait for it
     (each start of the trainer costs ~10 CPU-s on this suite's 2 cores)."""
@@ -69,7 +69,9 @@ def fsdp2_reference(tmp_path_factory) -> tuple[Path, str]:
         out = root / "stdout.txt"
         if not out.exists():
             recipe = setup_run(root / "work", steps=20)
-            proc = train(["--recipe", str(recipe), "--run-dir", "run"], root / "work", nproc=2)
+            # The real torchrun here (elsewhere the suite starts ranks with spawn_ranks.py).
+            proc = train(["--recipe", str(recipe), "--run-dir", "run"], root / "work", nproc=2,
+                         torchrun=True)
             assert proc.returncode == 0, show(proc)
             out.write_text(proc.stdout)
     return root / "work" / "run", out.read_text()
@@ -81,23 +83,30 @@ def env(**extra: str) -> dict[str, str]:
     return out
 
 
-def command(args: list[str], nproc: int = 1) -> list[str]:
+def command(args: list[str], nproc: int = 1, torchrun: bool = False) -> list[str]:
+    """The trainer's command line; ``nproc`` > 1 ranks through ``spawn_ranks.py`` (torchrun's
+    environment and failure handling at none of its agent's ~3 CPU-s of start-up), or
+    through torchrun itself with ``torchrun=True``."""
+    trainer = [sys.executable, "-m", "slurmtrain.train", *args]
     if nproc == 1:
-        return [sys.executable, "-m", "slurmtrain.train", *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={nproc}", "-m", "slurmtrain.train", *args]
+        return trainer
+    if torchrun:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={nproc}", *trainer[1:]]
+    return [sys.executable, str(Path(__file__).with_name("spawn_ranks.py")), str(nproc), *trainer]
 
 
-def train(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 180,
+def train(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 180, torchrun: bool = False,
           **extra_env: str) -> subprocess.CompletedProcess:
-    """The trainer in a subprocess (under torchrun for ``nproc`` > 1), output captured.
+    """The trainer in a subprocess (``nproc`` > 1 ranks as :func:`command` starts them),
+    output captured.
 
     Killed and failed only when it stops progressing: no output and no change to the files
     under ``cwd`` (metrics, checkpoints, events) for ``waiting.STALL_S`` seconds
     (tests/waiting.py). ``timeout`` is how long it takes on a quiet machine, for the reader."""
     import waiting
 
-    return waiting.run(command(args, nproc), f"trainer {' '.join(args)}", [cwd], cwd=cwd, env=env(**extra_env))
+    return waiting.run(command(args, nproc, torchrun), f"trainer {' '.join(args)}", [cwd], cwd=cwd, env=env(**extra_env))
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -120,8 +129,8 @@ def show(proc: subprocess.CompletedProcess) -> str:
 
 
 def rank_exit_codes(proc: subprocess.CompletedProcess) -> set[int]:
-    """The trainer processes' exit codes: torchrun itself exits 1 whenever a rank exits
-    non-zero, and lists each failed rank's own code in its report."""
+    """The trainer processes' exit codes: torchrun (and spawn_ranks.py) itself exits 1
+    whenever a rank exits non-zero, and lists each failed rank's own code in its report."""
     import re
     codes = {int(c) for c in re.findall(r"exitcode\s*:\s*(-?\d+)", proc.stderr)}
     return codes or {proc.returncode}
