@@ -87,10 +87,23 @@ def _submit(cwd: Path, runs: str, name: str, port: int, *extra: str) -> Path:
 
 
 def _finished(run_dir: Path, what: str) -> list[dict]:
+    """The run's events once it has ended; a failed requeue ends the wait too (the job is
+    then held, and would only stall it), and a stall shows the events, the batch log's end
+    and Slurm's view of the job."""
     def ended():
         evs = events.read(run_dir)
-        return evs if any(e["event"] in ("finished", "failed") for e in evs) else None
-    return waiting.wait_for(what, ended, lambda: (waiting.files_fingerprint(run_dir), _queue()), poll=2)
+        return evs if any(e["event"] in ("finished", "failed", "requeue_failed") for e in evs) else None
+
+    def details() -> str:
+        logs = sorted((run_dir / "logs").glob("job-*.out"))
+        tail = "\n".join(logs[-1].read_text(errors="replace").splitlines()[-20:]) if logs else "(no batch log)"
+        evs = "\n".join(json.dumps(e) for e in events.read(run_dir))
+        job = next((e["job_id"] for e in events.read(run_dir) if e.get("job_id")), "")
+        show = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True,
+                              timeout=60).stdout if job else ""
+        return f"events:\n{evs}\nbatch log tail:\n{tail}\nscontrol show job {job}:\n{show}"
+    return waiting.wait_for(what, ended, lambda: (waiting.files_fingerprint(run_dir), _queue()), poll=2,
+                            details=details)
 
 
 def _doctor_json(cwd: Path, runs: str) -> dict:
