@@ -115,6 +115,20 @@ def test_nccl_default_group_gets_a_gloo_group_for_the_flag(monkeypatch):
     assert len(made) == 1
 
 
+def _catches(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (the SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) >> (sig - 1) & 1)
+
+
+def _torch_loaded(pid: int) -> bool:
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
 @pytest.mark.slow
 def test_a_stop_signal_while_the_trainer_starts_is_kept_not_fatal(tmp_path):
     """Workers get the stop signal's default action (it ends a program with no handler).
@@ -129,7 +143,14 @@ def test_a_stop_signal_while_the_trainer_starts_is_kept_not_fatal(tmp_path):
     proc = subprocess.Popen(command(["--recipe", str(recipe), "--run-dir", "run"]), cwd=tmp_path,
                             env=env(SLURMTRAIN_STOP_SIGNAL="USR2"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    time.sleep(0.5)  # python has started; torch has not loaded yet
+    # Send it once the handler is in (the process catches SIGUSR2), while torch is not
+    # loaded yet: a fixed half second was too short for a loaded CI machine's python to
+    # get there (it died of the signal's default action, -12).
+    deadline = time.monotonic() + 120
+    while not _catches(proc.pid, signal.SIGUSR2):
+        assert proc.poll() is None and time.monotonic() < deadline, "the trainer never caught SIGUSR2"
+        time.sleep(0.01)
+    assert not _torch_loaded(proc.pid), "torch loaded before the test could send the signal"
     proc.send_signal(signal.SIGUSR2)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 75, out[-3000:]
