@@ -223,8 +223,8 @@ class Transformer(nn.Module):
 def meta_model(args: ModelArgs) -> Transformer:
     """``Transformer(args)`` on the meta device, skipping the default initialisation that
     ``nn.Linear`` and ``nn.Embedding`` run as they are built: on meta it computes nothing,
-    yet torch's meta kernels for the random fills import ``torch._dynamo`` (about a second
-    of every rank's start, 2 of its 5 CPU-s on a small model). ``init_weights`` sets every
+    yet torch's meta kernels for the random fills import ``torch._dynamo``: about a second
+    of a one-rank or DeepSpeed start (FSDP2 imports it anyway). ``init_weights`` sets every
     parameter once the model has storage."""
     with torch.device("meta"), _default_init_skipped():
         return Transformer(args)
