@@ -19,8 +19,9 @@ def spawn(n: int, code: str) -> subprocess.CompletedProcess:
 
 
 def test_each_rank_gets_torchruns_environment():
-    proc = spawn(3, "import os; print(*(os.environ[k] for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', "
-                    "'MASTER_ADDR', 'MASTER_PORT')))")
+    # One write per rank: the ranks share stdout, and print's pieces could interleave.
+    proc = spawn(3, "import os; os.write(1, (' '.join(os.environ[k] for k in ('RANK', 'LOCAL_RANK', "
+                    "'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT')) + '\\n').encode())")
     assert proc.returncode == 0, proc.stderr
     lines = sorted(proc.stdout.splitlines())
     ports = {line.split()[-1] for line in lines}
@@ -30,7 +31,8 @@ def test_each_rank_gets_torchruns_environment():
 
 def test_one_rank_failing_stops_the_others_and_is_reported():
     start = time.monotonic()
-    proc = spawn(2, "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(100)")
+    # Rank 0 waits for a signal; only spawn_ranks' SIGTERM ends it.
+    proc = spawn(2, "import os, signal, sys\nif os.environ['RANK'] == '1': sys.exit(3)\nsignal.pause()")
     assert proc.returncode == 1, proc.stderr
     assert rank_exit_codes(proc) == {3}, proc.stderr  # rank 0, ended by SIGTERM, is not a failure
     assert "rank 1 failed" in proc.stderr
