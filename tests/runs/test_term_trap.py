@@ -112,7 +112,7 @@ def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_s
     env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_STATE": str(tmp_path / "restarts"),
            "FAKE_LOG": str(tmp_path / "scontrol.log"), **({"FAKE_REFUSE": refusal} if refusal else {}),
            **({"FAKE_LAG": lag} if lag else {}), **({"FAKE_KILL_RELEASE": "1"} if kill_release else {})}
-    proc = run_bash(["event", "requeued_since_start", "requeue_went_through", "retry_20s", "requeue_excluding"],
+    proc = run_bash(["event", "requeued_since_start", "retry", "requeue_went_through", "requeue_excluding"],
                     'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
     out = proc.stdout.decode().strip()
     log = (tmp_path / "scontrol.log").read_text().splitlines() if (tmp_path / "scontrol.log").exists() else []
