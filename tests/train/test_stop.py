@@ -140,7 +140,8 @@ def test_a_stop_signal_while_the_trainer_starts_is_kept_not_fatal(tmp_path):
     from trainer_util import command, env, events, setup_run
 
     recipe = setup_run(tmp_path, steps=50)
-    proc = subprocess.Popen(command(["--recipe", str(recipe), "--run-dir", "run"]), cwd=tmp_path,
+    # Started as users start it (not forked by rank_server.py, where torch is loaded already).
+    proc = subprocess.Popen(command(["--recipe", str(recipe), "--run-dir", "run"], fork=False), cwd=tmp_path,
                             env=env(SLURMTRAIN_STOP_SIGNAL="USR2"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     # Send it once the handler is in (the process catches SIGUSR2), while torch is not

@@ -83,17 +83,44 @@ def env(**extra: str) -> dict[str, str]:
     return out
 
 
-def command(args: list[str], nproc: int = 1, torchrun: bool = False) -> list[str]:
-    """The trainer's command line; ``nproc`` > 1 ranks through ``spawn_ranks.py`` (torchrun's
-    environment and failure handling at none of its agent's ~3 CPU-s of start-up), or
-    through torchrun itself with ``torchrun=True``."""
+def command(args: list[str], nproc: int = 1, torchrun: bool = False, fork: bool = True) -> list[str]:
+    """The trainer's command line: its ``nproc`` ranks forked by this process's
+    ``rank_server.py``, which has imported the trainer already (through ``spawn_ranks.py``:
+    torchrun's environment and failure handling, one rank's own exit status), or with
+    ``fork=False`` started as ``python -m slurmtrain.train`` (several through spawn_ranks.py),
+    or through torchrun itself with ``torchrun=True``."""
     trainer = [sys.executable, "-m", "slurmtrain.train", *args]
-    if nproc == 1:
-        return trainer
     if torchrun:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={nproc}", *trainer[1:]]
-    return [sys.executable, str(Path(__file__).with_name("spawn_ranks.py")), str(nproc), *trainer]
+    spawn = [sys.executable, str(Path(__file__).with_name("spawn_ranks.py"))]
+    if fork:
+        return [*spawn, "--server", rank_server(), str(nproc), *trainer]
+    return trainer if nproc == 1 else [*spawn, str(nproc), *trainer]
+
+
+_SERVER: tuple[subprocess.Popen, str] | None = None
+
+
+def rank_server() -> str:
+    """The socket of this process's rank_server.py, started on first use (~5 CPU-s of
+    imports, once) and ended with this process."""
+    global _SERVER
+    if _SERVER is None or _SERVER[0].poll() is not None:
+        import atexit
+        import tempfile
+        import time
+        path = os.path.join(tempfile.mkdtemp(prefix="rank-server-"), "sock")
+        proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("rank_server.py")), path],
+                                env=env(), stdin=subprocess.DEVNULL)
+        atexit.register(proc.kill)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(path):
+            assert proc.poll() is None, f"rank_server.py exited {proc.returncode} before it was ready"
+            assert time.monotonic() < deadline, "rank_server.py not ready after 300 s"
+            time.sleep(0.05)
+        _SERVER = (proc, path)
+    return _SERVER[1]
 
 
 def train(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 180, torchrun: bool = False,
