@@ -15,7 +15,8 @@ import pytest
 from trainer_util import env, rank_exit_codes, rank_server
 
 SPAWN = str(Path(__file__).with_name("spawn_ranks.py"))
-MODES = ("exec", "server")
+# Through the server: it imports torch and the trainer first, a few seconds (slow lane).
+MODES = ("exec", pytest.param("server", marks=pytest.mark.slow))
 
 
 def argv(mode: str, n: int, code: str) -> list[str]:
@@ -53,6 +54,7 @@ def test_one_rank_failing_stops_the_others_and_is_reported(mode):
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 def test_one_rank_through_the_server_exits_as_python_would():
     assert spawn("server", 1, "import sys; sys.exit(75)").returncode == 75
     assert spawn("server", 1, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)").returncode == -15
@@ -62,6 +64,7 @@ def test_one_rank_through_the_server_exits_as_python_would():
     assert (printed.stdout, printed.stderr) == ("out\n", "err\n")
 
 
+@pytest.mark.slow
 def test_a_signal_to_spawn_ranks_reaches_every_forked_rank(tmp_path):
     code = ("import os, signal, sys\n"
             "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(10 + int(os.environ['RANK'])))\n"
@@ -74,6 +77,7 @@ def test_a_signal_to_spawn_ranks_reaches_every_forked_rank(tmp_path):
     assert proc.returncode == 1 and rank_exit_codes(subprocess.CompletedProcess([], 1, "", err)) >= {10, 11}, err
 
 
+@pytest.mark.slow
 def test_the_run_dies_with_its_client(tmp_path):
     """A test that kills spawn_ranks after a stall (SIGKILL: nothing to forward) ends the
     ranks the server forked for it, not leaves them training."""
