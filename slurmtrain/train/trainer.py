@@ -26,7 +26,7 @@ from . import data as data_mod
 from . import speed
 from .checkpoint import Checkpointer
 from .distributed import World
-from .inputs import check_batch, check_pipeline, corpus_files  # noqa: F401 (check_batch: tests)
+from .inputs import check_pipeline, corpus_files
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .model import count_parameters, meta_model
 from .parallelize import parallelize

@@ -7,7 +7,7 @@ import click
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
-from slurmtrain.profile import available
+from slurmtrain.profile import available, load_profile
 
 SENTINEL = "sk-SENTINEL-7f3a9c-do-not-leak"
 
@@ -51,11 +51,20 @@ def test_secret_values_never_rendered(monkeypatch):
                 continue
             assert result.exit_code == 0, result.output
             assert SENTINEL not in result.output
-            assert "export WANDB_API_KEY\n" in result.output
+            for secret in load_profile(name).profile.env.secrets:  # by name only
+                assert f"export {secret}\n" in result.output
+
+
+def test_the_sandbox_profile_warns_of_no_unset_secret(monkeypatch):
+    """Every sandbox job's log said WANDB_API_KEY was unset: `local` named it a secret,
+    though its jobs get the submitting environment as it is and W&B is not in use."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    result = CliRunner().invoke(main, ["gen", "-p", "local", "--", "python", "t.py"])
+    assert result.exit_code == 0 and "warning: secret" not in result.output
 
 
 def test_secret_cannot_be_given_a_value():
-    result = CliRunner().invoke(main, ["gen", "-p", "local", "--set", "env.vars.WANDB_API_KEY=abc", "--", "x"])
+    result = CliRunner().invoke(main, ["gen", "-p", "aws-p4d", "--set", "env.vars.WANDB_API_KEY=abc", "--", "x"])
     assert result.exit_code == 2 and "env.secrets" in result.output
 
 

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from slurmtrain.train import data  # noqa: E402  (imports torch)
-from slurmtrain.train.trainer import WarmupCosine, check_batch  # noqa: E402
+from slurmtrain.train.inputs import check_batch  # noqa: E402
+from slurmtrain.train.trainer import WarmupCosine  # noqa: E402
 
 
 def corpus(tmp_path, n=50):

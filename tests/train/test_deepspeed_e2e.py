@@ -26,8 +26,8 @@ def _recipe(work, stage: int | None, steps: int = 20, save_steps: int = 0):
     return recipe
 
 
-def _straight(factory, stage: int | None):
-    work = factory.mktemp(f"zero{stage}" if stage else "fsdp2")
+def _straight(factory, stage: int):
+    work = factory.mktemp(f"zero{stage}")
     recipe = _recipe(work, stage)
     proc = train(["--recipe", str(recipe), "--run-dir", "run"], work, nproc=2)
     assert proc.returncode == 0, show(proc)
