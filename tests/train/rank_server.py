@@ -76,10 +76,7 @@ def fork_rank(argv: list[str], env: dict[str, str]) -> Forked:
     pid = os.fork()
     if pid == 0:
         Forked.die_with_parent()
-        for sig in FORWARDED:
-            signal.signal(sig, signal.SIG_DFL)
-        os.environ.update(env)
-        os._exit(run_as_main(argv))
+        os._exit(run_here(argv, env))
     return Forked(pid)
 
 
@@ -103,6 +100,7 @@ def child(request: dict, fds: list[int]) -> int:
 
 
 def run_here(argv: list[str], env: dict[str, str]) -> int:
+    """Run ``python ARGV`` in this process with ``env`` added and the signals' default actions."""
     for sig in FORWARDED:
         signal.signal(sig, signal.SIG_DFL)
     os.environ.update(env)

@@ -162,8 +162,8 @@ def exit_as(code: int) -> None:
     """Exit with ``code``; a negative one by that signal, as the run's own process did."""
     if code < 0:
         signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
-        time.sleep(5)  # the signal ends it before this does
+        os.kill(os.getpid(), -code)  # delivered before kill returns: this process ends here
+        code = 128 - code  # a signal whose default is not to end a process: the shell's number
     sys.exit(code)
 
 

@@ -81,7 +81,7 @@ def test_a_signal_to_spawn_ranks_reaches_every_forked_rank(tmp_path):
 def test_the_run_dies_with_its_client(tmp_path):
     """A test that kills spawn_ranks after a stall (SIGKILL: nothing to forward) ends the
     ranks the server forked for it, not leaves them training."""
-    code = "import os, time\nopen(os.environ['RANK'], 'w').write(str(os.getpid()))\ntime.sleep(300)"
+    code = "import os, signal\nopen(os.environ['RANK'], 'w').write(str(os.getpid()))\nsignal.pause()"
     proc = subprocess.Popen(argv("server", 2, code), cwd=tmp_path, env=env())
     _wait(lambda: all((tmp_path / r).is_file() and (tmp_path / r).read_text() for r in "01"), proc)
     pids = [int((tmp_path / r).read_text()) for r in "01"]

@@ -108,11 +108,14 @@ def rank_server() -> str:
     global _SERVER
     if _SERVER is None or _SERVER[0].poll() is not None:
         import atexit
+        import shutil
         import tempfile
         import time
-        path = os.path.join(tempfile.mkdtemp(prefix="rank-server-"), "sock")
+        folder = tempfile.mkdtemp(prefix="rank-server-")
+        path = os.path.join(folder, "sock")
         proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("rank_server.py")), path],
                                 env=env(), stdin=subprocess.DEVNULL)
+        atexit.register(shutil.rmtree, folder, True)  # runs after the kill below (atexit is LIFO)
         atexit.register(proc.kill)
         deadline = time.monotonic() + 300
         while not os.path.exists(path):
