@@ -123,3 +123,44 @@ def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_s
         assert out == "rc=0 why=", proc.stderr
         releases = ["release 77"] * (2 if kill_release else 1)
         assert log == ["update jobid=77 ExcNodeList=stnode1", *releases]
+
+
+# Slurm's SIGTERM for the requeue reaches every process of the job, so it kills whichever
+# child of the script runs at that moment. Each stand-in here counts the commands run after
+# the hold; the FAKE_TERM_AT-th of them dies of SIGTERM (exit 143) instead of running.
+TERM_LANDS_HERE = """
+if [ -e "$FAKE_COUNT" ]; then
+  c=$(( $(cat "$FAKE_COUNT") + 1 )); echo "$c" > "$FAKE_COUNT"
+  [ "$c" = "$FAKE_TERM_AT" ] && kill -TERM $$
+fi
+"""
+FAKE_SCONTROL_TERM_LANDS = "#!/bin/bash\n" + TERM_LANDS_HERE + """
+case "$1 $2" in
+  "show job") echo "JobId=77 Restarts=0 ExcNodeList=(null)" ;;
+  "requeuehold 77") echo 0 > "$FAKE_COUNT" ;;
+  *) echo "$*" >> "$FAKE_LOG" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("term_at", [1, 2])
+def test_requeue_excluding_survives_the_requeues_sigterm_on_any_of_its_commands(tmp_path, term_at):
+    """Whichever command the SIGTERM kills after the hold (the first or the second: the
+    update or the release), the job gets its ExcNodeList and is released. A CI run's gated job
+    was released without it and started again on the node the gate had rejected: the
+    retry loop's `seq` was killed, so the update was tried zero times."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text(FAKE_SCONTROL_TERM_LANDS)
+    for tool in ("seq", "sleep"):
+        (fake / tool).write_text(f"#!/bin/bash\n{TERM_LANDS_HERE}\nexec /usr/bin/{tool} \"$@\"\n")
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_COUNT": str(tmp_path / "count"),
+           "FAKE_TERM_AT": str(term_at), "FAKE_LOG": str(tmp_path / "scontrol.log")}
+    proc = run_bash(["event", "requeued_since_start", "retry", "requeue_went_through", "requeue_excluding"],
+                    'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
+    assert proc.stdout.decode().strip() == "rc=0 why=", proc.stderr
+    assert int((tmp_path / "count").read_text()) >= term_at  # the TERM did land
+    log = (tmp_path / "scontrol.log").read_text().splitlines()
+    assert log == ["update jobid=77 ExcNodeList=stnode1", "release 77"]

@@ -66,15 +66,18 @@ def test_one_rank_through_the_server_exits_as_python_would():
 
 @pytest.mark.slow
 def test_a_signal_to_spawn_ranks_reaches_every_forked_rank(tmp_path):
+    """Each rank records the signal and exits 0. (Exiting non-zero raced: the first rank
+    out had the supervisor SIGTERM the other before Python ran that one's handler.)"""
     code = ("import os, signal, sys\n"
-            "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(10 + int(os.environ['RANK'])))\n"
+            "signal.signal(signal.SIGUSR1, lambda *_: (open('got-' + os.environ['RANK'], 'w').close(), sys.exit(0)))\n"
             "open(os.environ['RANK'], 'w').close()\n"
             "signal.pause()")
     proc = subprocess.Popen(argv("server", 2, code), cwd=tmp_path, env=env(), stderr=subprocess.PIPE, text=True)
     _wait(lambda: {p.name for p in tmp_path.iterdir()} == {"0", "1"}, proc)
     proc.send_signal(signal.SIGUSR1)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and rank_exit_codes(subprocess.CompletedProcess([], 1, "", err)) >= {10, 11}, err
+    assert proc.returncode == 0, err
+    assert {p.name for p in tmp_path.iterdir()} == {"0", "1", "got-0", "got-1"}
 
 
 @pytest.mark.slow
