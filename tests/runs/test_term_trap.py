@@ -164,3 +164,22 @@ def test_requeue_excluding_survives_the_requeues_sigterm_on_any_of_its_commands(
     assert int((tmp_path / "count").read_text()) >= term_at  # the TERM did land
     log = (tmp_path / "scontrol.log").read_text().splitlines()
     assert log == ["update jobid=77 ExcNodeList=stnode1", "release 77"]
+
+
+@pytest.mark.slow  # 20 tries a second apart
+def test_requeue_excluding_warns_when_slurm_never_takes_the_exclusion(tmp_path):
+    """An update Slurm refuses for all 20 tries still releases the job (held for ever is
+    worse), and the batch log says the job may start on the excluded node again."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "scontrol").write_text(FAKE_SCONTROL_TERM_LANDS.replace(
+        '  *) echo', '  "update jobid=77") echo "Job is no longer pending execution" >&2; exit 1 ;;\n  *) echo'))
+    (fake / "scontrol").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_COUNT": str(tmp_path / "count"),
+           "FAKE_TERM_AT": "0", "FAKE_LOG": str(tmp_path / "scontrol.log")}
+    proc = run_bash(["event", "requeued_since_start", "retry", "requeue_went_through", "requeue_excluding"],
+                    'requeue_excluding stnode1; echo "rc=$?"', tmp_path, env=env)
+    assert proc.stdout.decode().strip() == "rc=0", proc.stderr
+    assert (tmp_path / "scontrol.log").read_text().splitlines() == ["release 77"]
+    assert proc.stderr.decode().strip() == ("slurmtrain: warning: Slurm refused ExcNodeList=stnode1 for 20 s; "
+                                            "the job may start on stnode1 again")
