@@ -77,6 +77,20 @@ def test_the_scripts_own_requeue_ended_by_slurms_sigterm_is_a_requeue(tmp_path):
     assert "failed" not in proc.stderr.splitlines()[-1], proc.stderr
 
 
+def requeue_excluding(tmp_path, tools: dict[str, str], **fake_env: str):
+    """``requeue_excluding stnode1`` of the rendered script, for job 77, with stand-ins
+    ``tools`` (name: text) first on PATH; stdout is ``rc=N why=REQUEUE_WHY``."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in tools.items():
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_LOG": str(tmp_path / "scontrol.log"),
+           **fake_env}
+    return run_bash(["event", "requeued_since_start", "retry", "requeue_went_through", "requeue_excluding"],
+                    'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
+
+
 # `scontrol requeuehold` as a loaded sandbox did it to the preflight gate's requeue: the job
 # is requeued and held (its restart count goes up), and scontrol dies of Slurm's SIGTERM for
 # that requeue, printing nothing. update and release are recorded; with FAKE_KILL_RELEASE the
@@ -105,15 +119,9 @@ def test_requeue_excluding_releases_the_job_when_scontrol_dies_of_the_requeues_s
     waited in JobHeldUser), also when the controller shows the new restart count 2 s later
     (another loaded run's), and when the SIGTERM kills the release instead (a third's: it
     is released again). A real refusal (the restart count unchanged) still fails."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "scontrol").write_text(FAKE_SCONTROL_REQUEUEHOLD)
-    (fake / "scontrol").chmod(0o755)
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_STATE": str(tmp_path / "restarts"),
-           "FAKE_LOG": str(tmp_path / "scontrol.log"), **({"FAKE_REFUSE": refusal} if refusal else {}),
-           **({"FAKE_LAG": lag} if lag else {}), **({"FAKE_KILL_RELEASE": "1"} if kill_release else {})}
-    proc = run_bash(["event", "requeued_since_start", "retry", "requeue_went_through", "requeue_excluding"],
-                    'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
+    chosen = {"FAKE_REFUSE": refusal, "FAKE_LAG": lag, "FAKE_KILL_RELEASE": "1" if kill_release else None}
+    proc = requeue_excluding(tmp_path, {"scontrol": FAKE_SCONTROL_REQUEUEHOLD}, FAKE_STATE=str(tmp_path / "restarts"),
+                             **{k: v for k, v in chosen.items() if v})
     out = proc.stdout.decode().strip()
     log = (tmp_path / "scontrol.log").read_text().splitlines() if (tmp_path / "scontrol.log").exists() else []
     if refusal:
@@ -149,17 +157,9 @@ def test_requeue_excluding_survives_the_requeues_sigterm_on_any_of_its_commands(
     update or the release), the job gets its ExcNodeList and is released. A CI run's gated job
     was released without it and started again on the node the gate had rejected: the
     retry loop's `seq` was killed, so the update was tried zero times."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "scontrol").write_text(FAKE_SCONTROL_TERM_LANDS)
-    for tool in ("seq", "sleep"):
-        (fake / tool).write_text(f"#!/bin/bash\n{TERM_LANDS_HERE}\nexec /usr/bin/{tool} \"$@\"\n")
-    for tool in fake.iterdir():
-        tool.chmod(0o755)
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_COUNT": str(tmp_path / "count"),
-           "FAKE_TERM_AT": str(term_at), "FAKE_LOG": str(tmp_path / "scontrol.log")}
-    proc = run_bash(["event", "requeued_since_start", "retry", "requeue_went_through", "requeue_excluding"],
-                    'requeue_excluding stnode1; rc=$?; echo "rc=$rc why=$REQUEUE_WHY"', tmp_path, env=env)
+    tools = {tool: f"#!/bin/bash\n{TERM_LANDS_HERE}\nexec /usr/bin/{tool} \"$@\"\n" for tool in ("seq", "sleep")}
+    proc = requeue_excluding(tmp_path, {"scontrol": FAKE_SCONTROL_TERM_LANDS, **tools},
+                             FAKE_COUNT=str(tmp_path / "count"), FAKE_TERM_AT=str(term_at))
     assert proc.stdout.decode().strip() == "rc=0 why=", proc.stderr
     assert int((tmp_path / "count").read_text()) >= term_at  # the TERM did land
     log = (tmp_path / "scontrol.log").read_text().splitlines()
@@ -170,16 +170,10 @@ def test_requeue_excluding_survives_the_requeues_sigterm_on_any_of_its_commands(
 def test_requeue_excluding_warns_when_slurm_never_takes_the_exclusion(tmp_path):
     """An update Slurm refuses for all 20 tries still releases the job (held for ever is
     worse), and the batch log says the job may start on the excluded node again."""
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "scontrol").write_text(FAKE_SCONTROL_TERM_LANDS.replace(
-        '  *) echo', '  "update jobid=77") echo "Job is no longer pending execution" >&2; exit 1 ;;\n  *) echo'))
-    (fake / "scontrol").chmod(0o755)
-    env = {"PATH": f"{fake}:/usr/bin:/bin", "SLURM_JOB_ID": "77", "FAKE_COUNT": str(tmp_path / "count"),
-           "FAKE_TERM_AT": "0", "FAKE_LOG": str(tmp_path / "scontrol.log")}
-    proc = run_bash(["event", "requeued_since_start", "retry", "requeue_went_through", "requeue_excluding"],
-                    'requeue_excluding stnode1; echo "rc=$?"', tmp_path, env=env)
-    assert proc.stdout.decode().strip() == "rc=0", proc.stderr
+    refusing = FAKE_SCONTROL_TERM_LANDS.replace(
+        '  *) echo', '  "update jobid=77") echo "Job is no longer pending execution" >&2; exit 1 ;;\n  *) echo')
+    proc = requeue_excluding(tmp_path, {"scontrol": refusing}, FAKE_COUNT=str(tmp_path / "count"), FAKE_TERM_AT="0")
+    assert proc.stdout.decode().strip() == "rc=0 why=", proc.stderr
     assert (tmp_path / "scontrol.log").read_text().splitlines() == ["release 77"]
     assert proc.stderr.decode().strip() == ("slurmtrain: warning: Slurm refused ExcNodeList=stnode1 for 20 s; "
                                             "the job may start on stnode1 again")
