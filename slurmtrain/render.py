@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -30,6 +31,8 @@ class JobSpec:
     regen_command: str = ""            # shown in the script's header comment
     exclude: tuple[str, ...] = ()      # nodes sbatch must not give the job (the bad-node ledger's)
     array: int | None = None           # a job array of this many tasks (0..N-1), each its own allocation
+    plain: bool = False                # no supervisor: the task and one srun (gen --plain)
+    python: str = ""                   # the interpreter that ran gen/submit (default supervisor; "": sys.executable)
 
 
 class Raw(str):
@@ -290,6 +293,17 @@ def _run_dir_expr(job: JobSpec) -> str:
     return f'"${{SLURMTRAIN_RUN_DIR:-$SLURM_SUBMIT_DIR/runs/$SLURM_JOB_NAME-{job_id}}}"'
 
 
+def _supervisor_python(p: Profile, job: JobSpec) -> str:
+    """Who runs ``python -m slurmtrain.job`` on the batch host: launch.supervisor_python;
+    else launch.python, unless that names the container's interpreter (the supervisor runs
+    outside it); else the interpreter that ran gen/submit, which has slurmtrain."""
+    if p.launch.supervisor_python:
+        return p.launch.supervisor_python
+    if p.launch.python and p.container.runtime == "none":
+        return p.launch.python
+    return job.python or sys.executable
+
+
 def _setup_lines(p: Profile) -> list[str]:
     lines = list(p.launch.setup)
     if p.launch.workdir:
@@ -345,9 +359,9 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "array": job.array is not None,
         "job_tag": _job_tag(job),
         # How the batch script names its job to Slurm and to people (templates/rundir.j2's JOB_REF).
-        "job_ref": "$JOB_REF" if job.array is not None else "$SLURM_JOB_ID",
+        "plain": job.plain,
+        "supervisor_python": _supervisor_python(p, job),
         "stop_signal": _signal_name(p.resilience.signal),
-        "signal_seconds": p.resilience.signal_seconds,
         "max_requeues": p.resilience.max_requeues,
         "rendezvous_timeout": p.resilience.rendezvous_timeout,
         "env_exports": _env_exports(p),
@@ -361,18 +375,14 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "srun_options": _srun_options(p, job),
         "task_log_redirect": p.container.runtime != "pyxis",
         "stop_timeout": p.resilience.stop_timeout,
-        "term_grace": TERM_GRACE,
         "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,
         "preflight": p.resilience.preflight,
-        "bad_node_seconds": int(p.resilience.bad_node_hours * 3600),
+        "bad_node_hours": f"{p.resilience.bad_node_hours:g}",
         "gate_exec": _gate_exec(p, job) if p.resilience.preflight else "",
     }
 
-
-# Seconds between the SIGTERM that ends tasks still running after stop_timeout and SIGKILL.
-TERM_GRACE = 15
 
 # DeepSpeed's launcher kills its workers this long after it gets SIGTERM (hard-coded in
 # deepspeed.launcher.launch.terminate_process_tree).

@@ -73,7 +73,7 @@ def nodes(ctx, runs_dir) -> None:
     ctx.obj["runs_dir"] = runs_dir
     if ctx.invoked_subcommand is not None:
         return
-    from ..doctor import ledger
+    from .. import ledger
     entries = ledger.read(runs_dir)
     if not entries:
         click.echo(f"no bad nodes recorded in {ledger.path(runs_dir)}")
@@ -89,7 +89,7 @@ def nodes(ctx, runs_dir) -> None:
 @click.pass_context
 def forget(ctx, node_names, everything) -> None:
     """Remove NODE (or --all) from the bad-node ledger."""
-    from ..doctor import ledger
+    from .. import ledger
     from ..errors import UsageError
     if bool(node_names) == everything:
         raise UsageError("nodes forget: give node names or --all (not both)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import click
@@ -14,17 +15,22 @@ from .options import build_job, job_options
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--plain", is_flag=True,
+              help="No supervisor: the task and one srun, for sites where slurmtrain cannot run on the job's first "
+                   "node. Gives up the requeue after a stop, the start-up watchdog and the run's events.")
 @job_options
-def gen(**opts) -> None:
+def gen(plain: bool, **opts) -> None:
     """Print a complete, standalone sbatch script for COMMAND on a cluster profile.
 
     \b
       slurmtrain gen --profile aws-p4d --nodes 4 -- python train.py --lr 3e-4 > job.sbatch
       slurmtrain gen --profile local --recipe tiny-demo
+      slurmtrain gen --plain --profile aws-p4d -- python train.py   # unsupervised
     """
     from ..train.jobcheck import check_job  # torch-free
 
     loaded, job = build_job("gen", regen_args=sys.argv[2:], **opts)
+    job = dataclasses.replace(job, plain=plain)
     check_job(loaded, job)
     click.echo(render(loaded, job), nl=False)
 

@@ -19,7 +19,8 @@ from ..errors import ConfigError
 from ..profile import LoadedProfile
 from ..render import JobSpec
 from . import checks as checks_mod
-from . import ledger, report
+from .. import ledger
+from . import report
 from .report import FAIL, PASS, SLURM_NODE, WARN, Row
 
 # Profile settings the doctor job always runs with: one process per node (the checks

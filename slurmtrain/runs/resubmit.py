@@ -64,7 +64,7 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
         raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
                          "nothing to continue (use --force to submit it again anyway)")
     previous = run.job_id
-    from ..doctor import ledger
+    from .. import ledger
     bad = ledger.excluded(run.path.parent, ledger.hours_of_run(run.path))
     if bad:
         events.append(run.path, "nodes_excluded", nodes=" ".join(bad), source="bad-node ledger")

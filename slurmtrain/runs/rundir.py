@@ -258,6 +258,7 @@ def initial_manifest(run: RunDir, *, loaded, job, cwd: str | os.PathLike) -> dic
         "launcher": p.launch.launcher,
         "nodes": p.slurm.nodes,
         "array": job.array,  # tasks of a job array (each of `nodes` nodes); None: one job
+        "exclude": list(job.exclude),  # nodes sbatch was told to leave out (the bad-node ledger's)
         "partition": p.slurm.partition,
         "state": "created",
         "job_ids": [],

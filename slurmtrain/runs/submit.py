@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -33,7 +32,7 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     ``use_ledger`` is false (doctor: it is how a node gets checked again)."""
     cwd = Path(cwd or Path.cwd())
     if use_ledger:
-        from ..doctor import ledger
+        from .. import ledger
         job = dataclasses.replace(job, exclude=tuple(sorted(set(job.exclude) | set(
             ledger.excluded(runs_dir, loaded.profile.resilience.bad_node_hours)))))
     run = rundir.create(runs_dir, job.job_name)
@@ -71,12 +70,8 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
 
 
 def excluded_nodes(run: RunDir) -> str:
-    """The nodes the run's script excludes (``#SBATCH --exclude=``), as written; "" if none."""
-    try:
-        found = re.search(r"^#SBATCH --exclude=(\S+)$", run.script.read_text(), re.M)
-    except OSError:
-        return ""
-    return found.group(1) if found else ""
+    """The nodes the run's job leaves out (the manifest's ``exclude``), comma-separated; "" if none."""
+    return ",".join(run.manifest().get("exclude") or [])
 
 
 def _ledger_hint(run: RunDir) -> str:

@@ -19,7 +19,7 @@ import pytest
 
 import waiting
 from slurmtrain import events
-from slurmtrain.doctor import ledger
+from slurmtrain import ledger
 
 pytestmark = pytest.mark.slurm
 

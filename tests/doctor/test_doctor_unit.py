@@ -12,7 +12,8 @@ from stand_ins import FAKE_SRUN_STOP
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
-from slurmtrain.doctor import checks, ledger, report
+from slurmtrain import ledger
+from slurmtrain.doctor import checks, report
 from slurmtrain.doctor.report import FAIL, PASS, SKIP, WARN, Expect
 from slurmtrain.errors import UsageError
 
@@ -189,7 +190,7 @@ def test_bad_input_is_one_line_exit_2(fake_sbatch):
 def test_doctor_cli_path_imports_no_torch():
     code = ("import sys; from slurmtrain.cli import main\nfrom click.testing import CliRunner\n"
             "CliRunner().invoke(main, ['doctor', '--help']); CliRunner().invoke(main, ['nodes'])\n"
-            "import slurmtrain.doctor.run, slurmtrain.doctor.report, slurmtrain.doctor.ledger\n"
+            "import slurmtrain.doctor.run, slurmtrain.doctor.report, slurmtrain.ledger\n"
             "print(' '.join(m for m in ('torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"the doctor's CLI path imported: {out}"

@@ -95,7 +95,7 @@ def forget(runs_dir: str | os.PathLike, nodes: list[str] | None) -> int:
 
 def hours_of_run(run_dir: str | os.PathLike, default: float = 24.0) -> float:
     """``resilience.bad_node_hours`` of the profile a run was submitted with (its profile.toml)."""
-    from .._toml import tomllib
+    from ._toml import tomllib
     try:
         data = tomllib.loads((Path(run_dir) / "profile.toml").read_text(encoding="utf-8"))
         return float(data.get("resilience", {}).get("bad_node_hours", default))

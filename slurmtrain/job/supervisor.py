@@ -1,0 +1,416 @@
+"""The loop: start the task, watch it, take every decision in one place.
+
+One run of the batch step is one *start* of the job (Slurm's restart count says which).
+The sequence: refuse a start past the requeue limit; write ``started``; run the
+preflight gate if asked; launch; watch (signals, the start-up watchdog, the stop
+window's escalation) until the launch ends; then ``decide.after_launch`` says finish,
+fail or requeue. Every way out is an :class:`End` carrying the summary line's words.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol
+
+from .. import eventlog, events, ledger
+from . import decide
+from .slurm import Slurm
+from .step import Launch, Step
+
+TERM_GRACE_S = 15      # after the SIGTERM that ends tasks still running past stop_timeout, SIGKILL
+TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
+
+
+class Clock(Protocol):
+    """Time and signals (:class:`signals.Signals`; a controllable one in the tests)."""
+
+    def now(self) -> float: ...
+    def wait(self, seconds: float) -> None: ...
+    def take(self) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class Config:
+    """The knobs the job script passes (the profile's resilience keys)."""
+
+    run_dir: Path
+    stop_signal: int
+    stop_timeout: int
+    max_requeues: int
+    rendezvous_timeout: int
+    requeue_always: bool
+    bad_node_hours: float
+    preflight: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    """Who this job is, from Slurm's environment."""
+
+    job_id: str
+    ref: str                       # how Slurm commands name it: "<array>_<task>" for an array task
+    tag: str                       # how file names name it: the job id, or "<array>_<task>"
+    restarts: int
+    nodelist: str
+    array_job_id: str = ""
+    array_task: int | None = None
+    array_tasks: int | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> "Job":
+        job_id, task = env.get("SLURM_JOB_ID", ""), env.get("SLURM_ARRAY_TASK_ID", "")
+        if task.isdigit():
+            array = env.get("SLURM_ARRAY_JOB_ID", job_id)
+            ref = f"{array}_{task}"
+            return cls(job_id, ref, ref, int(env.get("SLURM_RESTART_COUNT") or 0), env.get("SLURM_JOB_NODELIST", ""),
+                       array, int(task), int(env.get("SLURM_ARRAY_TASK_COUNT") or 0) or None)
+        return cls(job_id, job_id, job_id, int(env.get("SLURM_RESTART_COUNT") or 0), env.get("SLURM_JOB_NODELIST", ""))
+
+
+class End(Exception):
+    """This start is over: ``outcome`` for the summary line (None: already printed)."""
+
+    def __init__(self, outcome: str | None, code: int):
+        super().__init__(outcome)
+        self.outcome, self.code = outcome, code
+
+
+_SRUN_FAILURE = re.compile(r"^srun: error: ([^:]*): tasks? [0-9,-]*: (Exited|Killed|Terminated)", re.M)
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, job: Job, slurm: Slurm, clock: Clock, launch: Launch,
+                 out: Callable[[str], None] | None = None, batch_log: Path | None = None):
+        self.cfg, self.job, self.slurm, self.clock, self.launch = cfg, job, slurm, clock, launch
+        self._out = out or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.run_dir = cfg.run_dir
+        self.stop_file = self.run_dir / f".stop-{job.job_id}"
+        self.arrived_dir = self.run_dir / f".arrived-{job.job_id}"
+        self.batch_log, self.log_start = batch_log, _size(batch_log)
+        self.nodes: list[str] = []
+        self.step: Step | None = None
+        self.end_at_start = ""
+        # What the signals said; set only by handle_signal, read by the decisions.
+        self.stopping = False
+        self.stop_at: float | None = None
+        self.term_at: float | None = None
+        self.killed = False
+        self.slurm_requeued = False
+        self.cancelled = False
+        self.requeuing = False         # our own requeue is under way: its SIGTERM is expected
+
+    # ---- the sequence ------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            self.begin()
+            if self.cfg.preflight:
+                self.gate()
+            status = self.watch(self.launch.start_task(self.nodes))
+            self.finish(status)
+            raise End("finished", 0)  # finish always ends; this is for a reader
+        except End as end:
+            if end.outcome is not None:
+                self.summary(end.outcome, end.code)
+            return end.code
+
+    def begin(self) -> None:
+        j, c = self.job, self.cfg
+        if j.restarts > c.max_requeues:
+            self.say(f"slurmtrain: requeue limit reached ({j.restarts} requeues, max_requeues={c.max_requeues}); "
+                     "not starting again")
+            self.event("requeue_limit", max_requeues=c.max_requeues)
+            raise End("not started again: requeue limit reached", 3)
+        self.nodes = self.retry(3, lambda: self.slurm.hostnames(j.nodelist)) or []
+        if not self.nodes:
+            raise End(f"failed: scontrol could not expand the node list {j.nodelist!r}", 1)
+        self.event("started", nodes=" ".join(self.nodes), **({"array_tasks": j.array_tasks} if j.array_tasks else {}))
+        if j.restarts > 0:
+            self.event("restarted")
+        for stale in (self.stop_file,):
+            stale.unlink(missing_ok=True)
+        self.arrived_dir.mkdir(parents=True, exist_ok=True)
+        for mark in self.arrived_dir.iterdir():  # a requeued start keeps its job id: last start's marks
+            mark.unlink(missing_ok=True)
+        self.end_at_start = self.slurm.end_time()
+        self.say(f"slurmtrain: job {j.ref} on {' '.join(self.nodes)}; run directory {self.run_dir}: each node's "
+                 f"output in logs/{j.tag}-<node>.out, events in events.jsonl")
+
+    def watch(self, step: Step) -> int:
+        """Until the launch ends: signals, the start-up watchdog, the stop window."""
+        self.step = step
+        if self.stopping:  # a stop came before the launch (during the gate): pass it on
+            step.send(self.cfg.stop_signal)
+        deadline = self.clock.now() + self.cfg.rendezvous_timeout
+        joined = False
+        while True:
+            self.take_signals()
+            status = step.poll()
+            if not joined:
+                joined = self.check_start(status, deadline)
+            if status is not None:
+                return status
+            self.escalate()
+            self.clock.wait(TICK_S)
+
+    def finish(self, status: int) -> None:
+        evs, task = events.read(self.run_dir), self.job.array_task
+        facts = decide.Facts(
+            status=status, stop_requested=self.stop_file.exists(),
+            program_finished=eventlog.finished_since_start(evs, task), saved=eventlog.saved_in_run(evs, task),
+            slurm_requeued=self.slurm_requeued, cancelled=self.cancelled,
+            preempted=status != 0 and not self.stop_file.exists() and self.slurm.preempted(),
+            restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always)
+        v = decide.after_launch(facts)
+        for name, fields in v.events:
+            self.event(name, **fields)
+        if v.say:
+            self.say(v.say)
+        if v.action == "node_failure":
+            for node in self.slurm.unhealthy(self.job.nodelist):
+                self.ledger_add(node, "node_failure", f"Slurm requeued job {self.job.ref} after a node failure; "
+                                "the node was down or not responding")
+        if v.action != "requeue":
+            raise End(v.outcome, v.code)
+        self.summary(v.outcome, v.code)  # before the requeue: Slurm ends this process soon after it
+        self.requeue()
+        raise End(None, 0)
+
+    # ---- signals -----------------------------------------------------------------------
+
+    def take_signals(self) -> None:
+        for signum in self.clock.take():
+            self.handle_signal(signum)
+
+    def handle_signal(self, signum: int) -> None:
+        if signum == signal.SIGTERM:
+            if self.requeuing:
+                return  # Slurm ends the job for our own requeue: expected
+            if self.stopping or self.slurm_requeued or self.cancelled:
+                return
+            cause = decide.term_cause(self.slurm.restarts(), self.job.restarts, self.end_at_start,
+                                      self.slurm.end_time())
+            if cause == decide.REQUEUED:
+                self.slurm_requeued = True
+                self.event("requeued_by_slurm")
+                return
+            if cause == decide.CANCEL:
+                self.cancelled = True
+                self.event("cancelled")
+                return
+        elif self.stopping:
+            return
+        self.request_stop(signal.Signals(signum).name.removeprefix("SIG"))
+
+    def request_stop(self, name: str) -> None:
+        """Every task is asked to checkpoint and stop; tasks still running after stop_timeout
+        are ended (escalate)."""
+        self.stopping, self.stop_at = True, self.clock.now()
+        self.stop_file.touch()
+        self.event("signal", signal=name)
+        self.say(f"slurmtrain: received SIG{name}; asking every task to checkpoint and stop")
+        if self.step is not None:
+            self.step.send(self.cfg.stop_signal)  # srun passes it on to every process of its tasks
+
+    def escalate(self) -> None:
+        """stop_timeout after the stop: SIGTERM to the tasks (through Slurm: SIGTERM to srun
+        itself would SIGKILL them at once); TERM_GRACE_S later, SIGKILL (SIGTERM to srun)."""
+        now = self.clock.now()
+        if self.stop_at is None or self.killed:
+            return
+        if self.term_at is None and now >= self.stop_at + self.cfg.stop_timeout:
+            self.say(f"slurmtrain: tasks still running {self.cfg.stop_timeout} s after the stop request; "
+                     "sending them SIGTERM")
+            self.event("stop_timeout", seconds=self.cfg.stop_timeout)
+            self.term_at = now
+            self.slurm.signal_steps("TERM")
+        elif self.term_at is not None and now >= self.term_at + TERM_GRACE_S:
+            self.say(f"slurmtrain: tasks still running {TERM_GRACE_S} s after SIGTERM; killing them")
+            self.event("stop_escalated", seconds=TERM_GRACE_S)
+            self.killed = True
+            # Not scancel --signal=KILL: Slurm takes that as cancelling the whole job.
+            self.step.send(signal.SIGTERM)
+
+    # ---- start-up ----------------------------------------------------------------------
+
+    def check_start(self, status: int | None, deadline: float) -> bool:
+        """True once every node ran its setup lines. A failed setup line, a launch that
+        ended with nodes missing, or the deadline ends this start (exit 4)."""
+        arrived = {p.name for p in self.arrived_dir.iterdir()} if self.arrived_dir.is_dir() else set()
+        missing = [n for n in self.nodes if n not in arrived]
+        if not missing:
+            return True
+        failed = [n for n in self.nodes if f"{n}.setup-failed" in arrived]
+        if not failed and status is None and self.clock.now() < deadline:
+            return False
+        self.end_launch()
+        lines = []
+        for node in failed:
+            code, _, line = (self.arrived_dir / f"{node}.setup-failed").read_text(errors="replace").partition("\n")
+            line = line.rstrip("\n")
+            code = int(code) if code.strip().isdigit() else code.strip()
+            self.event("setup_failed", node=node, line=line, exit_code=code)
+            self.ledger_add(node, "setup", f"setup line failed (exit status {code}): {line}")
+            lines.append(f"{node}: setup line `{line}` exited with status {code}")
+        others = [n for n in missing if n not in failed]
+        why = "; ".join(lines) or f"did not join within {self.cfg.rendezvous_timeout} s"
+        self.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not start: {why} "
+                 "(launch.setup, container start or file system on those nodes); stopping the job")
+        self.event("watchdog_timeout", missing=" ".join(missing))
+        for node in others:
+            self.ledger_add(node, "watchdog", "start-up watchdog: did not join (its setup, container or launcher "
+                            f"start failed, or {self.cfg.rendezvous_timeout} s passed)")
+        what = f"setup failed on {' '.join(failed)}" if failed else f"node(s) {' '.join(missing)} did not join"
+        raise End(f"failed at start-up: {what}", 4)
+
+    def end_launch(self) -> None:
+        """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM)."""
+        if self.step is None:
+            return
+        self.step.send(signal.SIGTERM)
+        while self.step.poll() is None:
+            self.take_signals()
+            self.clock.wait(0.2)
+
+    def gate(self) -> None:
+        """resilience.preflight: every node runs its setup lines and doctor's fast checks;
+        a node that fails, or answers unlike most nodes, is left out by a requeue."""
+        gate_dir = self.run_dir / f".preflight-{self.job.job_id}-{self.job.restarts}"
+        gate_dir.mkdir(parents=True, exist_ok=True)
+        for old in gate_dir.iterdir():
+            old.unlink(missing_ok=True)
+        step = self.launch.start_gate(self.nodes, gate_dir)
+        deadline = self.clock.now() + self.cfg.rendezvous_timeout
+        while step.poll() is None:
+            self.take_signals()
+            if self.clock.now() >= deadline:
+                step.send(signal.SIGTERM)
+                deadline = float("inf")
+            self.clock.wait(0.5)
+        answers = {p.stem: p.read_text(errors="replace") for p in gate_dir.glob("*.ok")}
+        bad = decide.gate_rejects(self.nodes, answers)
+        if not bad:
+            self.event("preflight_passed", nodes=" ".join(self.nodes))
+            return
+        names = " ".join(bad)
+        self.say(f"slurmtrain: error: preflight: node(s) {names} failed the checks (their logs in logs/, answers "
+                 f"in {gate_dir}); requeueing without them")
+        self.event("preflight_failed", nodes=names)
+        for node in bad:
+            self.ledger_add(node, "gate", f"preflight gate failed in job {self.job.ref}")
+        if self.job.restarts >= self.cfg.max_requeues:
+            self.event("requeue_limit", max_requeues=self.cfg.max_requeues)
+            raise End(f"preflight failed on {names}; requeue limit reached", 3)
+        self.event("requeue", reason="preflight", exclude=names)
+        self.summary(f"preflight failed on {names}; requeued without them", 0)
+        ok, why = self.requeue_excluding(bad)
+        if not ok:
+            self.event("requeue_failed", message=why)
+            raise End(f"preflight failed on {names}; the requeue failed: {why}", 1)
+        raise End(None, 0)
+
+    # ---- requeue -----------------------------------------------------------------------
+
+    def requeue(self) -> None:
+        """Requeue this job, without the bad-node ledger's nodes when it has any."""
+        bad = ledger.excluded(self.run_dir.parent, self.cfg.bad_node_hours)
+        if bad:
+            self.say(f"slurmtrain: requeueing without the bad-node ledger's node(s) {','.join(bad)}")
+            ok, why = self.requeue_excluding(bad)
+            if ok:
+                return
+            self.say(f"slurmtrain: scontrol requeuehold failed: {why}; requeueing with the job's node list as it is")
+        self.requeuing = True
+        answer = self.slurm.requeue()
+        if answer.ok or self.went_through():
+            return
+        if "pending execution" in answer.text:  # Slurm requeued it already: a node of the job failed
+            self.say(f"slurmtrain: Slurm has requeued job {self.job.ref} itself (a node failure)")
+            self.event("requeued_by_slurm")
+            return
+        self.say(f"slurmtrain: scontrol requeue failed: {answer.text}; continue the run with "
+                 f"`slurmtrain resubmit {self.run_dir}`")
+        self.event("requeue_failed", message=answer.text)
+        raise End("stopped after a checkpoint; the requeue failed", 0)
+
+    def requeue_excluding(self, nodes: list[str]) -> tuple[bool, str]:
+        """Requeue with ``nodes`` added to the job's ExcNodeList. Slurm changes the list only
+        while the job is pending: hold the requeue (pending at once, restart count up), set
+        the list, release. Setting and releasing are retried: both are harmless twice, and
+        Slurm's SIGTERM for this very requeue may kill any scontrol that runs then."""
+        excluded = sorted(set(self.slurm.excluded()) | set(nodes))
+        self.requeuing = True
+        held = self.slurm.requeue_hold()
+        pending = False
+        if not held.ok:
+            if "pending execution" in held.text:  # Slurm requeued it already (a node failure)
+                pending = True
+                self.event("requeued_by_slurm")
+            elif not self.went_through():
+                self.requeuing = False
+                return False, held.text
+        if not self.retry(20, lambda: self.slurm.set_excluded(excluded).ok):
+            self.say(f"slurmtrain: warning: Slurm refused ExcNodeList={','.join(excluded)} for 20 s; the job may "
+                     f"start on {','.join(nodes)} again")
+        if pending or self.retry(20, lambda: self.slurm.release().ok):
+            return True, ""
+        return False, f"the job is requeued but held: scontrol release {self.job.ref} failed for 20 s"
+
+    def went_through(self) -> bool:
+        """Slurm's restart count went up since this start: a requeue happened even though
+        the command that asked for it died (Slurm's SIGTERM) or was not answered. A busy
+        controller shows it a moment late: asked for up to 5 s."""
+        return bool(self.retry(5, lambda: (self.slurm.restarts() or 0) > self.job.restarts))
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def retry(self, tries: int, attempt: Callable[[], object]) -> object:
+        """``attempt()`` until it is truthy, ``tries`` times a second apart; its last value."""
+        value: object = None
+        for i in range(tries):
+            value = attempt()
+            if value:
+                return value
+            if i + 1 < tries:
+                self.clock.wait(1.0)
+        return value
+
+    def event(self, name: str, **fields) -> None:
+        j = self.job
+        ident: dict = {"job_id": j.job_id, "restart": j.restarts}
+        if j.array_task is not None:
+            ident.update(array_job_id=j.array_job_id, array_task=j.array_task)
+        events.append(self.run_dir, name, **ident, **fields)
+
+    def ledger_add(self, node: str, source: str, reason: str) -> None:
+        ledger.add(self.run_dir.parent, node, reason, run=self.run_dir.name, job_id=self.job.job_id, source=source)
+
+    def say(self, text: str) -> None:
+        self._out(text)
+
+    def summary(self, outcome: str, code: int) -> None:
+        """The batch log's last line: how this start ended, and the node of the first
+        failure (srun's own error line in this start's part of the batch log)."""
+        node = ""
+        if self.batch_log is not None:
+            try:
+                with open(self.batch_log, "rb") as f:
+                    f.seek(self.log_start)
+                    found = _SRUN_FAILURE.search(f.read().decode(errors="replace"))
+                node = f", first failure on node {found[1]}" if found else ""
+            except OSError:
+                pass
+        print(f"slurmtrain: job {self.job.ref}: {outcome}, exit status {code}{node}; run directory {self.run_dir}",
+              flush=True)
+
+
+def _size(path: Path | None) -> int:
+    try:
+        return os.stat(path).st_size if path is not None else 0
+    except OSError:
+        return 0
