@@ -95,8 +95,8 @@ class LaunchSection:
     python: str | None = field("python interpreter for the built-in trainer and launchers (default: the one "
                                "the command names, else python3)", None)
     supervisor_python: str | None = field("python interpreter that supervises the job on its first node; it must "
-                                          "import slurmtrain (default: launch.python without a container, else the "
-                                          "one that ran gen/submit)", None)
+                                          "import slurmtrain, outside any container (default: the one that ran "
+                                          "gen/submit)", None)
     setup: tuple[str, ...] = field("shell lines run before launching (module load, conda/venv activation); taken as shell", ())
     workdir: str | None = field("directory to cd into before launching (default: the submit directory)", None)
 

@@ -294,14 +294,11 @@ def _run_dir_expr(job: JobSpec) -> str:
 
 
 def _supervisor_python(p: Profile, job: JobSpec) -> str:
-    """Who runs ``python -m slurmtrain.job`` on the batch host: launch.supervisor_python;
-    else launch.python, unless that names the container's interpreter (the supervisor runs
-    outside it); else the interpreter that ran gen/submit, which has slurmtrain."""
-    if p.launch.supervisor_python:
-        return p.launch.supervisor_python
-    if p.launch.python and p.container.runtime == "none":
-        return p.launch.python
-    return job.python or sys.executable
+    """Who runs ``python -m slurmtrain.job`` on the batch host: launch.supervisor_python,
+    else the interpreter that ran gen/submit, which imports slurmtrain by construction.
+    Not launch.python: that one runs the launcher, often inside a container (the supervisor
+    runs outside it) or in a training environment that has torch but not slurmtrain."""
+    return p.launch.supervisor_python or job.python or sys.executable
 
 
 def _setup_lines(p: Profile) -> list[str]:

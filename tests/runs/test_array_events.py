@@ -11,17 +11,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings, strategies as st
 
 from slurmtrain import eventlog, events
 from slurmtrain.cli import main
 from slurmtrain.errors import UsageError
-from slurmtrain.profile import load_profile
-from slurmtrain.render import JobSpec, render
 from slurmtrain.runs import classify, rundir, track
 from slurmtrain.runs.states import JobState
 
-from script_functions import function
 
 K = eventlog
 T = 1_800_000_000.0
@@ -202,34 +198,7 @@ def test_a_task_missing_beside_listed_ones_is_pending_until_it_started(tmp_path,
     assert [(t.task, t.state) for t in st.tasks] == [(0, JobState.RUNNING), (1, JobState.UNKNOWN)]
 
 
-# ---- the job script's mirror, task by task --------------------------------------------
-
-MIRROR = """
-program_finished && f=yes || f=no
-program_saved && s=yes || s=no
-echo "$f $s"
-"""
-
-
-def array_functions() -> str:
-    text = render(load_profile("local", ['launch.launcher="srun"', "slurm.nodes=1"]),
-                  JobSpec(command=("python3", "x.py"), array=2, run_dir="/r"))
-    return "\n".join(function(name, text) for name in ("program_finished", "program_saved"))
-
-
-FUNCTIONS = array_functions()
-
-
-def bash_says(run_dir: Path, task: int) -> tuple[bool, bool]:
-    import subprocess
-
-    proc = subprocess.run(["bash", "-c", f"set -uo pipefail\nRUN_DIR={run_dir}\n{FUNCTIONS}\n{MIRROR}"],
-                          capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": str(task)})
-    assert proc.returncode == 0, proc.stderr
-    f, s = proc.stdout.split()
-    return f == "yes", s == "yes"
-
+# ---- what the supervisor asks, task by task ---------------------------------------------
 
 def test_the_array_script_asks_of_its_own_task():
     evs = [START0, START1, {"event": "checkpoint_saved", "step": 3, "array_task": 1},
@@ -238,23 +207,3 @@ def test_the_array_script_asks_of_its_own_task():
     assert (K.finished_since_start(evs, 1), K.saved_in_run(evs, 1)) == (False, True)
     # read as one sequence, task 1 would take task 0's `finished` for its program's
     assert K.finished_since_start(evs) is True
-
-
-NAMES = sorted(eventlog.ALL_EVENTS) + ["something_else"]
-FIELDS = st.fixed_dictionaries({}, optional={
-    "array_task": st.sampled_from([0, 1, 10]), "exit_code": st.sampled_from([0, 1, 143]), "step": st.integers(0, 50),
-    "message": st.sampled_from(['"array_task": 1', '"event": "started"']),
-})
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(evs=st.lists(st.tuples(st.sampled_from(NAMES), FIELDS), max_size=12), compact=st.booleans())
-def test_the_array_s_functions_agree_with_eventlog_on_random_histories(tmp_path, evs, compact):
-    """Interleaved tasks' lines (task 10 besides 1: no prefix match), as json.dumps or a
-    program's compact JSON writes them."""
-    separators = (",", ":") if compact else None
-    lines = [{"time": T + i, "event": n, "job_id": "12", **f} for i, (n, f) in enumerate(evs)]
-    (tmp_path / events.EVENTS_FILE).write_text("".join(json.dumps(e, separators=separators) + "\n" for e in lines))
-    for task in (0, 1):
-        python = K.finished_since_start(lines, task), K.saved_in_run(lines, task)
-        assert bash_says(tmp_path, task) == python, (task, lines)

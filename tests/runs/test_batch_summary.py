@@ -3,11 +3,22 @@ srun's own lines in this start's part of the log ("task 2" or "tasks 0-1")."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from script_functions import run_bash
+from slurmtrain.job.slurm import Slurm
+from slurmtrain.job.supervisor import Config, Job, Supervisor
 
 EARLIER = "srun: error: stnode9: task 0: Exited with exit code 1\n"  # a previous start's
+
+
+def supervisor(run_dir: Path, log: Path) -> Supervisor:
+    cfg = Config(run_dir=run_dir, stop_signal=12, stop_timeout=10, max_requeues=3, rendezvous_timeout=10,
+                 requeue_always=False, bad_node_hours=24, preflight=False)
+    job = Job("7", "7", "7", 0, "stnode[1-2]")
+    return Supervisor(cfg, job, Slurm("7", run=lambda argv, timeout: None), clock=None, launch=None,
+                      batch_log=log)
 
 
 @pytest.mark.parametrize("line,node", [
@@ -16,16 +27,17 @@ EARLIER = "srun: error: stnode9: task 0: Exited with exit code 1\n"  # a previou
     ("srun: error: stnode2: tasks 0,2: Terminated\n", "stnode2"),
     ("nothing from srun\n", None),
 ])
-def test_summary_names_the_first_failing_node_of_this_start(tmp_path, line, node):
+def test_summary_names_the_first_failing_node_of_this_start(tmp_path, capsys, line, node):
     log = tmp_path / "job-7.out"
     log.write_text(EARLIER)
-    body = f'BATCH_LOG={log}; LOG_START={len(EARLIER)}; SLURM_JOB_ID=7\n' \
-           f'printf %s {line!r} >> "$BATCH_LOG"\nsummary failed 3'
-    proc = run_bash(["summary"], body, tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    out = proc.stdout.decode().strip()
+    sup = supervisor(tmp_path, log)  # this start's part of the log begins here
+    with open(log, "a") as f:
+        f.write(line)
+    sup.summary("failed", 3)
+    out = capsys.readouterr().out.strip()
     assert out.startswith("slurmtrain: job 7: failed, exit status 3")
     assert (f", first failure on node {node};" in out) if node else "first failure" not in out, out
+    assert out.endswith(f"; run directory {tmp_path}")
 
 
 def test_track_finds_the_failing_node_in_a_grouped_srun_line():

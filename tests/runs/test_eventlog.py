@@ -13,13 +13,11 @@ not requeued). Written by hand in the sandbox's format.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, given, settings, strategies as st
 
 from slurmtrain import eventlog, events
 from slurmtrain.cli import main
@@ -27,8 +25,7 @@ from slurmtrain.runs import classify, track
 from slurmtrain.runs.states import JobState
 from slurmtrain.train import progress
 
-from runs_fakes import EVENTS, recorded_cases, recorded_run
-from script_functions import run_bash
+from runs_fakes import recorded_cases, recorded_run
 
 K = eventlog
 # case: (outcome of the latest start, outcome of each start, track's state and exit code
@@ -119,71 +116,6 @@ def test_stop_unsaved_says_why_and_how_to_requeue_anyway(tmp_path):
     assert classify.classify(run.path, "TIMEOUT", 0).kind == K.STOPPED_UNSAVED
 
 
-# ---- the job script's mirror: program_finished / program_saved -------------------------
-
-MIRROR = """
-program_finished && f=yes || f=no
-program_saved && s=yes || s=no
-echo "$f $s"
-"""
-
-
-def bash_says(run_dir: Path) -> tuple[bool, bool]:
-    proc = run_bash(["program_finished", "program_saved"], MIRROR, run_dir)
-    assert proc.returncode == 0, proc.stderr
-    f, s = proc.stdout.decode().split()
-    return f == "yes", s == "yes"
-
-
-def python_says(run_dir: Path) -> tuple[bool, bool]:
-    evs = events.read(run_dir)
-    return eventlog.finished_since_start(evs), eventlog.saved_in_run(evs)
-
-
-@pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_job_script_functions_agree_with_eventlog(tmp_path, case):
-    """At every line of the history (every moment the script could ask), bash and Python agree."""
-    lines = (EVENTS / f"{case}.jsonl").read_text().splitlines(keepends=True)
-    for n in range(len(lines) + 1):
-        (tmp_path / events.EVENTS_FILE).write_text("".join(lines[:n]))
-        assert bash_says(tmp_path) == python_says(tmp_path), f"{case}, first {n} lines"
-
-
-def test_what_the_functions_decide():
-    def says(*names_and_fields):
-        evs = [{"event": n, **f} for n, f in names_and_fields]
-        return eventlog.finished_since_start(evs), eventlog.saved_in_run(evs)
-
-    start = ("started", {"job_id": "1", "restart": 0})
-    assert says(start) == (False, False)
-    assert says(start, ("checkpoint_saved", {"step": 3})) == (False, True)
-    assert says(start, ("stopped", {"step": 3})) == (False, True)
-    assert says(("checkpoint_saved", {"step": 3}), start) == (False, True)  # an earlier start's counts
-    assert says(start, ("finished", {"step": 9})) == (True, False)
-    assert says(start, ("finished", {})) == (True, False)  # slurmtrain.stop.finished() without a step
-    assert says(start, ("finished", {"job_id": "1", "restart": 0, "exit_code": 0})) == (False, False)  # the script's
-
-
-# Random histories: whatever the writers append, the script and eventlog decide alike.
-NAMES = sorted(eventlog.ALL_EVENTS) + ["something_else"]
-FIELDS = st.fixed_dictionaries({}, optional={
-    "job_id": st.sampled_from(["7", "8"]), "restart": st.integers(0, 3), "exit_code": st.sampled_from([0, 1, 75, 143]),
-    "step": st.integers(0, 500), "message": st.sampled_from(['"event": "started"', 'a "finished" b', "x\ny"]),
-})
-history_lines = st.lists(st.tuples(st.sampled_from(NAMES), FIELDS), max_size=12)
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(evs=history_lines, compact=st.booleans())
-def test_job_script_functions_agree_on_random_histories(tmp_path, evs, compact):
-    """Lines as the writers make them: json.dumps' spacing, or a program's compact JSON."""
-    separators = (",", ":") if compact else None
-    text = "".join(json.dumps({"time": 1.0 + i, "event": n, **f}, separators=separators) + "\n"
-                   for i, (n, f) in enumerate(evs))
-    (tmp_path / events.EVENTS_FILE).write_text(text)
-    assert bash_says(tmp_path) == python_says(tmp_path), text
-
-
 # ---- the names -------------------------------------------------------------------------
 
 def test_developers_md_lists_every_event_and_no_other():
@@ -205,13 +137,3 @@ def test_every_event_reads_as_words_in_the_history(tmp_path):
     raw = [s for s in said if re.match(r"[a-z_]+ (job_id|restart|step)=", s)]
     assert not raw, raw
     assert len(said) == len(eventlog.ALL_EVENTS) - 1  # `restarted` is said by "started ... (restart N)"
-
-
-def test_job_script_functions_hold_on_a_long_history(tmp_path):
-    """A long run's events.jsonl is bigger than a pipe's buffer: the functions still see
-    what came since the latest start (under `set -o pipefail`, as in the job script)."""
-    line = json.dumps({"time": 1.0, "event": "checkpoint_saved", "step": 1, "seconds": 0.05}) + "\n"
-    script = json.dumps({"time": 2.0, "event": "started", "job_id": "7", "restart": 3}) + "\n"
-    program = json.dumps({"time": 3.0, "event": "finished", "step": 9}) + "\n"
-    (tmp_path / events.EVENTS_FILE).write_text(line * 5000 + script + line * 5000 + program)
-    assert bash_says(tmp_path) == python_says(tmp_path) == (True, True)

@@ -55,7 +55,7 @@ def test_submit_writes_the_run_directory(fake_bin, tmp_path):
     loaded = load_profile("local")
     script = (run / "job.sbatch").read_text()
     expected = render(loaded, JobSpec(command=("python", "x.py", "--lr", "3e-4"), job_name="demo",
-                                      run_dir=str(run), regen_command=script.splitlines()[3][4:]))
+                                      run_dir=str(run), regen_command=script.splitlines()[2][4:]))
     assert script == expected
     assert f"#SBATCH --output={run}/logs/job-%j.out" in script
     m = json.loads((run / "manifest.json").read_text())
