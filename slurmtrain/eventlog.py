@@ -31,7 +31,7 @@ How a start ended, the first that applies:
 events of the start                         outcome
 ==========================================  ============================================
 the script's ``finished``                   completed
-``watchdog_timeout``                        watchdog (a node never joined)
+``watchdog_timeout`` (+ ``setup_failed``)   watchdog (a node never joined, or its setup failed)
 ``requeue_limit``                           requeue limit (with the cause of the stop)
 ``cancel_requested`` or ``cancelled``       cancelled
 ``requeued_by_slurm``                       node failure, requeued by Slurm (a ``failed``
@@ -83,7 +83,8 @@ class Ev:
     REQUEUE_FAILED = "requeue_failed"      # {message}: scontrol refused the requeue
     REQUEUE_LIMIT = "requeue_limit"        # {max_requeues}
     WATCHDOG_TIMEOUT = "watchdog_timeout"  # {missing}: the nodes that never joined
-    FINISHED = "finished"                  # the script: {exit_code}; the program: {step?}
+    SETUP_FAILED = "setup_failed"          # {node, line, exit_code}: a node's first failing setup line
+    FINISHED = "finished"                  # the script: {exit_code, launch_exit?}; the program: {step?}
     FAILED = "failed"                      # {exit_code}
     CANCELLED = "cancelled"                # SIGTERM that is neither the time limit nor a node failure
     STOP_TIMEOUT = "stop_timeout"          # {seconds}: tasks still running after the stop; SIGTERM
@@ -102,7 +103,7 @@ class Ev:
 
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
-                           Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.FINISHED, Ev.FAILED,
+                           Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED})
@@ -313,8 +314,15 @@ def outcome(start: Start, later: bool = False) -> Outcome:
     if not start.has_script:
         return _without_script(start, step)
     if (e := next((e for e in reversed(start.events) if is_script_finished(e)), None)) is not None:
-        return Outcome(COMPLETED, _with_step("the command finished (exit 0)", step), True, step, e)
+        said = ("the command finished (exit 0)" if not e.get("launch_exit") else
+                f"the program finished; its launch then exited with status {e['launch_exit']} (teardown)")
+        return Outcome(COMPLETED, _with_step(said, step), True, step, e)
     if (e := last(Ev.WATCHDOG_TIMEOUT)) is not None:
+        failed = [f for f in start.events if f.get("event") == Ev.SETUP_FAILED]
+        if failed:
+            why = "; ".join(f"a setup line failed on {f.get('node')} (exit status {f.get('exit_code')}): "
+                            f"{f.get('line')}" for f in failed)
+            return Outcome(WATCHDOG, f"start-up: {why} (see the node's log)", True, step, e)
         return Outcome(WATCHDOG, f"start-up watchdog: node(s) {e.get('missing') or '?'} did not join "
                                  "in time (see the batch log)", True, step, e)
     if (e := last(Ev.REQUEUE_LIMIT)) is not None:

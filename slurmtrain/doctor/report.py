@@ -46,16 +46,22 @@ def load_results(doctor_dir: Path) -> dict[str, dict]:
 
 
 def rows(nodes: list[str], results: dict[str, dict], checks: tuple[str, ...], expect: Expect,
-         arrived: set[str] | None = None) -> list[Row]:
+         arrived: set[str] | None = None, setup_failed: dict | None = None) -> list[Row]:
     """One row per node and check. ``arrived``: the nodes that ran their setup lines (the
-    job's arrival marks); a node that did not fails ``setup``, and the nodes the job's
+    job's arrival marks); a node that did not fails ``setup`` (naming its failed setup
+    line, from ``setup_failed``: node -> arrivals.SetupFailure), and the nodes the job's
     end then took down with it are not blamed (their checks are skipped)."""
     arrived = set(results) if arrived is None else arrived | set(results)
+    setup_failed = setup_failed or {}
     out: list[Row] = []
     bad_setup = [n for n in nodes if n not in arrived]
     for node in nodes:
         if node in arrived:
             out.append(Row(node, "setup", "started", PASS))
+        elif node in setup_failed:
+            f = setup_failed[node]
+            out.append(Row(node, "setup", f"setup line failed (exit {f.status})", FAIL,
+                           f"{f.describe()} (see its log in the run directory's logs/)"))
         else:
             out.append(Row(node, "setup", "did not start", FAIL,
                            "the node did not get through its setup lines, container or launcher start "

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..profile import LoadedProfile
 from ..render import JobSpec
 from . import checks as checks_mod
-from .. import ledger
+from .. import arrivals, ledger
 from . import report
 from .report import FAIL, PASS, SLURM_NODE, WARN, Row
 
@@ -78,11 +78,10 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
         job_id = submit_mod.submit_run(run).job_id
         say(f"submitted doctor job {job_id}; run directory {run.path}")
         _wait(job_id, say, poll_s)
-    arrived_dir = run.path / f".arrived-{job_id}"  # the start-up watchdog's marks (nodes.j2)
-    arrived = {p.name for p in arrived_dir.iterdir()} if arrived_dir.is_dir() else set()
+    marks = arrivals.marks_dir(run.path, job_id)  # the nodes' arrival marks (templates/task.j2)
     rows = report.rows(_nodes(run.path), report.load_results(run.path / "doctor"), chosen,
                        report.Expect(loaded.profile.slurm.gpus_per_node, loaded.profile.fabric.expected_busbw_gbps),
-                       arrived)
+                       arrivals.arrived(marks), arrivals.setup_failures(marks))
     if not _nodes(run.path):
         rows.append(Row("(job)", "setup", "-", FAIL, f"the doctor job {job_id} never started its nodes; see {run.logs}"))
     if "slurm" in chosen:

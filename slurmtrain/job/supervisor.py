@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .. import eventlog, events, ledger
+from .. import arrivals, eventlog, events, ledger
 from . import decide
 from .slurm import Slurm
 from .step import Launch, Step
@@ -90,7 +90,7 @@ class Supervisor:
         self._out = out or (lambda line: print(line, file=sys.stderr, flush=True))
         self.run_dir = cfg.run_dir
         self.stop_file = self.run_dir / f".stop-{job.job_id}"
-        self.arrived_dir = self.run_dir / f".arrived-{job.job_id}"
+        self.arrived_dir = arrivals.marks_dir(self.run_dir, job.job_id)
         self.batch_log, self.log_start = batch_log, _size(batch_log)
         self.nodes: list[str] = []
         self.step: Step | None = None
@@ -111,6 +111,7 @@ class Supervisor:
             self.begin()
             if self.cfg.preflight:
                 self.gate()
+                self.clear_marks()  # the gate's nodes ran their setup lines too: not the task's arrival
             status = self.watch(self.launch.start_task(self.nodes))
             self.finish(status)
             raise End("finished", 0)  # finish always ends; this is for a reader
@@ -134,9 +135,7 @@ class Supervisor:
             self.event("restarted")
         for stale in (self.stop_file,):
             stale.unlink(missing_ok=True)
-        self.arrived_dir.mkdir(parents=True, exist_ok=True)
-        for mark in self.arrived_dir.iterdir():  # a requeued start keeps its job id: last start's marks
-            mark.unlink(missing_ok=True)
+        self.clear_marks()
         self.end_at_start = self.slurm.end_time()
         self.say(f"slurmtrain: job {j.ref} on {' '.join(self.nodes)}; run directory {self.run_dir}: each node's "
                  f"output in logs/{j.tag}-<node>.out, events in events.jsonl")
@@ -241,32 +240,38 @@ class Supervisor:
     def check_start(self, status: int | None, deadline: float) -> bool:
         """True once every node ran its setup lines. A failed setup line, a launch that
         ended with nodes missing, or the deadline ends this start (exit 4)."""
-        arrived = {p.name for p in self.arrived_dir.iterdir()} if self.arrived_dir.is_dir() else set()
-        missing = [n for n in self.nodes if n not in arrived]
+        missing = [n for n in self.nodes if n not in arrivals.arrived(self.arrived_dir)]
         if not missing:
             return True
-        failed = [n for n in self.nodes if f"{n}.setup-failed" in arrived]
+        failed = arrivals.setup_failures(self.arrived_dir)
         if not failed and status is None and self.clock.now() < deadline:
             return False
         self.end_launch()
-        lines = []
-        for node in failed:
-            code, _, line = (self.arrived_dir / f"{node}.setup-failed").read_text(errors="replace").partition("\n")
-            line = line.rstrip("\n")
-            code = int(code) if code.strip().isdigit() else code.strip()
-            self.event("setup_failed", node=node, line=line, exit_code=code)
-            self.ledger_add(node, "setup", f"setup line failed (exit status {code}): {line}")
-            lines.append(f"{node}: setup line `{line}` exited with status {code}")
-        others = [n for n in missing if n not in failed]
-        why = "; ".join(lines) or f"did not join within {self.cfg.rendezvous_timeout} s"
-        self.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not start: {why} "
-                 "(launch.setup, container start or file system on those nodes); stopping the job")
+        failed = arrivals.setup_failures(self.arrived_dir)  # others may have failed meanwhile
+        for f in failed.values():
+            self.event("setup_failed", node=f.node, line=f.line, exit_code=f.status)
+            self.ledger_add(f.node, "setup", f.describe())
+        if failed:
+            why = "; ".join(f"{f.node}: {f.describe()}" for f in failed.values())
+            self.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not start: {why}; "
+                     "stopping the job")
+        else:
+            self.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not join within "
+                     f"{self.cfg.rendezvous_timeout} s (launch.setup, container start or file system on those "
+                     "nodes); stopping the job")
         self.event("watchdog_timeout", missing=" ".join(missing))
-        for node in others:
+        for node in (n for n in missing if n not in failed):
             self.ledger_add(node, "watchdog", "start-up watchdog: did not join (its setup, container or launcher "
                             f"start failed, or {self.cfg.rendezvous_timeout} s passed)")
         what = f"setup failed on {' '.join(failed)}" if failed else f"node(s) {' '.join(missing)} did not join"
         raise End(f"failed at start-up: {what}", 4)
+
+    def clear_marks(self) -> None:
+        """No arrival mark from before: a requeued start keeps its job id, and the gate's nodes
+        ran the setup lines too."""
+        self.arrived_dir.mkdir(parents=True, exist_ok=True)
+        for mark in self.arrived_dir.iterdir():
+            mark.unlink(missing_ok=True)
 
     def end_launch(self) -> None:
         """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM)."""

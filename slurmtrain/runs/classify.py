@@ -78,6 +78,7 @@ _PHRASES = {
     Ev.FAILED: "failed with exit status {exit_code}: not requeued",
     Ev.TRAIN_ERROR: "training error at step {step}: {error}",
     Ev.WATCHDOG_TIMEOUT: "start-up watchdog: node(s) {missing} did not join",
+    Ev.SETUP_FAILED: "a setup line failed on {node} (exit status {exit_code}): {line}",
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",
@@ -105,7 +106,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         again = f" (restart {e['restart']})" if e.get("restart") else ""
         return f"job {e.get('job_id')} started on {e.get('nodes', '?')}{again}"
     if eventlog.is_script_finished(e):
-        return "the job finished (exit 0)"
+        return ("the job finished (exit 0)" if not e.get("launch_exit") else
+                f"the job finished (exit 0): the program had finished, its launch exited {e['launch_exit']} after")
     if name == Ev.FINISHED:
         return f"finished at step {e['step']}" if "step" in e else "the program finished"
     if name == Ev.FAILED and requeued_by_slurm:

@@ -19,8 +19,6 @@ from pathlib import Path
 from ..errors import ConfigError, UsageError
 from ..profile import LoadedProfile
 from ..render import JobSpec
-from .inputs import check_files, check_pipeline, expand, is_relative, knowable
-from .recipe import load_recipe_sources
 
 TRAINER = "slurmtrain.train"
 
@@ -31,6 +29,9 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
     args = trainer_args(job)
     if args is None:
         return
+    # Here, not at the top: `gen` of any other program imports none of the recipe's checks.
+    from .inputs import check_files, check_pipeline, expand, is_relative
+    from .recipe import load_recipe_sources
     p = loaded.profile
     start, where = start_dir(loaded, (submit_dir or Path.cwd()).absolute())
     env = {**os.environ, **p.env.vars}
@@ -49,7 +50,7 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
     if start is None:
         return
     check_files(recipe, sources, start, where, env)
-    if args.init_ckpt and knowable(args.init_ckpt, env):
+    if args.init_ckpt and _knowable(args.init_ckpt, env):
         ckpt = expand(args.init_ckpt, start, env)
         if not ckpt.is_dir():
             hint = f" ({where})" if is_relative(args.init_ckpt, env) else ""
@@ -86,7 +87,8 @@ def start_dir(loaded: LoadedProfile, submit_dir: Path) -> tuple[Path | None, str
     if not workdir:
         return submit_dir, f"relative to {submit_dir}, the submit directory, where the job starts"
     env = {**os.environ, **p.env.vars}
-    if not knowable(workdir, env):
+    from .inputs import expand
+    if not _knowable(workdir, env):
         return None, ""
     path = expand(workdir, submit_dir, env)
     return path, f"relative to {path}, where the job starts: launch.workdir of profile {loaded.name}"
@@ -95,3 +97,8 @@ def start_dir(loaded: LoadedProfile, submit_dir: Path) -> tuple[Path | None, str
 def _is_path(ref: str) -> bool:
     """As :func:`.recipe.recipe_path` tells a recipe file from a built-in recipe's name."""
     return ref.endswith(".toml") or os.sep in ref
+
+
+def _knowable(path: str, env: dict[str, str]) -> bool:
+    from .inputs import knowable
+    return knowable(path, env)

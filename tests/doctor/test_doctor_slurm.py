@@ -23,7 +23,9 @@ from slurmtrain import ledger
 
 pytestmark = pytest.mark.slurm
 
-BAD_SETUP = """launch.setup=['[ "$SLURMD_NODENAME" != stnode2 ] || { echo "node broken for the test" >&2; exit 3; }']"""
+# No `exit`: a plain command that fails on stnode2 only (a missing venv, a failing module load).
+BAD_LINE = 'test "$SLURMD_NODENAME" != stnode2'
+BAD_SETUP = f"launch.setup=['{BAD_LINE}']"
 # Fails on whichever node the job's first start lands on: the gate must move it.
 FIRST_START_FAILS = """launch.setup=['[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] || { echo "bad on the first start" >&2; exit 3; }']"""
 
@@ -69,7 +71,8 @@ def runs(_sandbox_session, tmp_path_factory):
                               "--runs-dir", "alloc", "--seconds", "1", "--checks", "versions,rundir,allreduce",
                               "--set", "launch.rdzv_port=29864", "--set", "launch.rdzv_port_spread=0"],
                              cwd=cwd, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out = {"cwd": cwd, "bad": _finish(bad, "doctor with a bad stnode2", cwd / "bad"),
+    setup_job = _submit(cwd, "setupjob", "badsetup", 29865, "-N", "2", "--set", BAD_SETUP)
+    out = {"cwd": cwd, "setup_job": setup_job, "bad": _finish(bad, "doctor with a bad stnode2", cwd / "bad"),
            "healthy": _finish(healthy, "doctor on the healthy sandbox", cwd / "healthy"),
            "alloc": _finish(alloc, "doctor inside an salloc allocation", cwd / "alloc")}
     return out
@@ -92,7 +95,8 @@ def _finished(run_dir: Path, what: str) -> list[dict]:
     and Slurm's view of the job."""
     def ended():
         evs = events.read(run_dir)
-        return evs if any(e["event"] in ("finished", "failed", "requeue_failed") for e in evs) else None
+        ends = ("finished", "failed", "requeue_failed", "watchdog_timeout")
+        return evs if any(e["event"] in ends for e in evs) else None
 
     def details() -> str:
         logs = sorted((run_dir / "logs").glob("job-*.out"))
@@ -138,10 +142,38 @@ def test_a_node_whose_setup_fails_is_named_and_exits_nonzero(runs):
     assert _doctor_json(cwd, "bad")["failing"] == [{"node": "stnode2", "check": "setup"}]
 
 
+def test_doctor_names_the_failed_setup_line_and_its_status(runs):
+    proc = runs["bad"]
+    assert f"setup line `{BAD_LINE}` exited with status 1" in proc.stdout, proc.stdout
+
+
+def test_a_failed_setup_line_is_named_in_status_and_logs(runs):
+    """A submitted 2-node run whose setup line fails on stnode2 only: the job ends at
+    start-up (exit 4) and status, its JSON and logs name the node, the line and its status."""
+    cwd, run_dir = runs["cwd"], runs["setup_job"]
+    evs = _finished(run_dir, "the run whose setup fails on stnode2")
+    [failed] = [e for e in evs if e["event"] == "setup_failed"]
+    assert (failed["node"], failed["line"], failed["exit_code"]) == ("stnode2", BAD_LINE, 1)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "slurmtrain", *args, "--runs-dir", "setupjob", run_dir.name],
+                              cwd=cwd, capture_output=True, text=True, timeout=120)
+    status = cli("status")
+    assert f"a setup line failed on stnode2 (exit status 1): {BAD_LINE}" in status.stdout, status.stdout
+    detail = json.loads(cli("status", "--json").stdout)
+    assert BAD_LINE in json.dumps(detail) and "stnode2" in json.dumps(detail)
+    logs = cli("logs")
+    assert f"setup line failed on stnode2 with exit status 1: {BAD_LINE}" in logs.stdout, logs.stdout
+    batch = next((run_dir / "logs").glob("job-*.out")).read_text()
+    assert f"stnode2: setup line `{BAD_LINE}` exited with status 1" in batch, batch
+    assert "failed at start-up: setup failed on stnode2, exit status 4" in batch, batch
+    assert [(e.node, e.source) for e in ledger.read(cwd / "setupjob")] == [("stnode2", "setup")]
+
+
 def test_ledger_records_the_watchdogs_node_next_submit_excludes_it_and_forget_clears(runs):
     cwd = runs["cwd"]
     sources = {e.source for e in ledger.read(cwd / "bad") if e.node == "stnode2"}
-    assert sources == {"watchdog", "doctor"}, ledger.read(cwd / "bad")
+    assert sources == {"setup", "doctor"}, ledger.read(cwd / "bad")
     assert all(e.node == "stnode2" for e in ledger.read(cwd / "bad"))
     run_dir = _submit(cwd, "bad", "after-ledger", 29862)
     assert "#SBATCH --exclude=stnode2\n" in (run_dir / "job.sbatch").read_text()

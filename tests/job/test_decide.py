@@ -1,0 +1,184 @@
+"""slurmtrain.job.decide: what the supervisor does, from what happened. Pure functions, asked
+directly: why a SIGTERM came, which nodes the preflight gate leaves out, and every branch of
+the verdict after the launch (tests/job/test_supervisor.py drives them through the loop)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from slurmtrain.job import decide
+
+END = "2026-11-24T20:00:00"
+
+
+# ---- term_cause ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("restarts_now, end_now, cause", [
+    (1, END, decide.REQUEUED),            # the restart count went up: Slurm requeued it (node failure)
+    (3, "2026-11-24T18:00:00", decide.REQUEUED),  # ... whatever the end says
+    (0, END, decide.TIME_LIMIT),          # the end is where it was planned
+    (None, END, decide.TIME_LIMIT),       # no restart count (Slurm did not answer): the end decides
+    (0, "2026-11-24T18:00:00", decide.CANCEL),  # scancel moved the end
+    (0, "", decide.CANCEL),               # no end now (squeue did not answer): nothing says time limit
+    (None, "", decide.CANCEL),            # nothing learnt at all (a hung controller)
+])
+def test_term_cause(restarts_now, end_now, cause):
+    assert decide.term_cause(restarts_now, 0, END, end_now) == cause
+
+
+def test_term_cause_compares_with_this_starts_restart_count():
+    assert decide.term_cause(2, 2, END, END) == decide.TIME_LIMIT  # a later start: 2 is not "up"
+    assert decide.term_cause(3, 2, END, END) == decide.REQUEUED
+
+
+@pytest.mark.parametrize("end_at_start", ["", "N/A"])
+def test_term_cause_without_a_planned_end_is_never_a_time_limit(end_at_start):
+    """No end known at the start (squeue failed, or a job without a time limit: N/A): an
+    equal end now proves nothing, so it is not taken for the time limit."""
+    assert decide.term_cause(0, 0, end_at_start, end_at_start) == decide.CANCEL
+
+
+# ---- gate_rejects ----------------------------------------------------------------------
+
+NODES = ["n1", "n2", "n3"]
+
+
+def test_gate_rejects_nothing_when_every_node_answers_alike():
+    assert decide.gate_rejects(NODES, {n: "torch 2.6, 8 GPUs" for n in NODES}) == []
+
+
+def test_gate_rejects_the_odd_node_out():
+    answers = {"n1": "8 GPUs", "n2": "7 GPUs", "n3": "8 GPUs"}
+    assert decide.gate_rejects(NODES, answers) == ["n2"]
+
+
+def test_gate_rejects_a_node_without_an_answer():
+    assert decide.gate_rejects(NODES, {"n1": "ok", "n3": "ok"}) == ["n2"]
+
+
+def test_gate_rejects_every_node_when_none_answered():
+    assert decide.gate_rejects(NODES, {}) == NODES
+
+
+def test_gate_ignores_answers_of_nodes_not_in_the_job():
+    """A stale answer from a node the job does not have neither counts for the majority nor
+    is rejected."""
+    answers = {"n1": "a", "n2": "a", "n3": "b", "x7": "b", "x8": "b"}
+    assert decide.gate_rejects(NODES, answers) == ["n3"]
+
+
+def test_gate_on_a_tie_keeps_the_first_nodes_answer():
+    """Two nodes that differ: the majority is a tie, and the first node's answer wins (the
+    second node is the one left out, whichever is broken)."""
+    assert decide.gate_rejects(["n1", "n2"], {"n1": "a", "n2": "b"}) == ["n2"]
+
+
+# ---- after_launch ----------------------------------------------------------------------
+
+# A stopped launch whose program saved: the base every case below changes one fact of.
+STOPPED = decide.Facts(status=143, stop_requested=True, program_finished=False, saved=True, slurm_requeued=False,
+                       cancelled=False, preempted=False, restarts=0, max_requeues=3, requeue_always=False)
+
+
+def names(v: decide.Verdict) -> list[str]:
+    return [name for name, _ in v.events]
+
+
+def test_a_launch_that_succeeded_is_finished():
+    v = decide.after_launch(replace(STOPPED, status=0, stop_requested=False))
+    assert (v.action, v.outcome, v.code) == ("end", "finished", 0)
+    assert v.events == [("finished", {"exit_code": 0})]
+
+
+def test_a_launch_that_succeeded_after_a_stop_is_finished_too():
+    v = decide.after_launch(replace(STOPPED, status=0))
+    assert (v.action, v.outcome, v.code) == ("end", "finished", 0)
+
+
+@pytest.mark.parametrize("stop_requested, why", [(True, "as the stop request came"),
+                                                 (False, "before its launcher exited")])
+def test_a_program_that_finished_is_finished_whatever_the_launch_said(stop_requested, why):
+    v = decide.after_launch(replace(STOPPED, program_finished=True, stop_requested=stop_requested, status=1))
+    assert (v.action, v.code) == ("end", 0)
+    assert v.outcome == "finished (the launch then exited with status 1)"
+    assert v.events == [("finished", {"exit_code": 0, "launch_exit": 1})]
+    assert why in v.say and "not requeueing" in v.say
+
+
+def test_a_program_that_finished_wins_over_slurms_requeue_and_a_cancel():
+    v = decide.after_launch(replace(STOPPED, program_finished=True, slurm_requeued=True, cancelled=True))
+    assert v.action == "end" and v.code == 0 and names(v) == ["finished"]
+
+
+def test_slurms_own_requeue_is_a_node_failure_and_not_requeued_again():
+    v = decide.after_launch(replace(STOPPED, slurm_requeued=True, cancelled=True))
+    assert (v.action, v.outcome, v.code) == ("node_failure", "requeued by Slurm after a node failure", 143)
+    assert v.events == [] and "node of the job failed" in v.say
+
+
+def test_a_cancel_ends_without_a_requeue():
+    v = decide.after_launch(replace(STOPPED, cancelled=True))
+    assert (v.action, v.outcome, v.code) == ("end", "cancelled", 143)
+    assert v.events == [] and "not requeueing" in v.say
+
+
+def test_a_failure_without_a_stop_is_failed():
+    v = decide.after_launch(replace(STOPPED, status=1, stop_requested=False))
+    assert (v.action, v.outcome, v.code) == ("end", "failed", 1)
+    assert v.events == [("failed", {"exit_code": 1})]
+    assert "a failure of the command itself" in v.say
+
+
+def test_a_failure_without_a_stop_is_failed_even_when_saved_and_requeue_always():
+    v = decide.after_launch(replace(STOPPED, stop_requested=False, requeue_always=True))
+    assert v.outcome == "failed" and v.action == "end"
+
+
+def test_preemption_counts_as_a_stop_and_is_requeued():
+    v = decide.after_launch(replace(STOPPED, stop_requested=False, preempted=True))
+    assert (v.action, v.code) == ("requeue", 143)
+    assert v.events == [("preempted", {"exit_code": 143}), ("requeue", {"exit_code": 143})]
+    assert v.say.startswith("slurmtrain: Slurm preempted the job")
+
+
+def test_preemption_after_a_stop_adds_no_preempted_event():
+    v = decide.after_launch(replace(STOPPED, preempted=True))
+    assert names(v) == ["requeue"]
+
+
+def test_preemption_with_nothing_saved_is_not_requeued():
+    v = decide.after_launch(replace(STOPPED, stop_requested=False, preempted=True, saved=False))
+    assert v.action == "end" and names(v) == ["preempted", "stop_unsaved"]
+
+
+def test_a_stop_with_nothing_saved_is_not_requeued():
+    v = decide.after_launch(replace(STOPPED, saved=False))
+    assert (v.action, v.outcome, v.code) == ("end", "stopped; the program saved nothing, not requeued", 143)
+    assert v.events == [("stop_unsaved", {"exit_code": 143})]
+    assert 'requeue_when = "always"' in v.say
+
+
+def test_exit_75_is_a_checkpoint_even_without_a_saved_event():
+    v = decide.after_launch(replace(STOPPED, saved=False, status=decide.STOPPED_EXIT))
+    assert (v.action, v.code) == ("requeue", 75)
+
+
+def test_requeue_always_requeues_a_stop_with_nothing_saved():
+    v = decide.after_launch(replace(STOPPED, saved=False, requeue_always=True))
+    assert v.action == "requeue" and names(v) == ["requeue"]
+
+
+@pytest.mark.parametrize("restarts", [3, 4])
+def test_a_stop_at_the_requeue_limit_ends_with_exit_3(restarts):
+    v = decide.after_launch(replace(STOPPED, restarts=restarts))
+    assert (v.action, v.outcome, v.code) == ("end", "stopped; requeue limit reached", 3)
+    assert v.events == [("requeue_limit", {"max_requeues": 3})]
+
+
+def test_a_stop_below_the_requeue_limit_is_requeued():
+    v = decide.after_launch(replace(STOPPED, restarts=2))
+    assert (v.action, v.outcome, v.code) == ("requeue", "stopped after a checkpoint; requeued", 143)
+    assert v.events == [("requeue", {"exit_code": 143})]
+    assert "requeueing the job" in v.say
