@@ -18,3 +18,18 @@ for old in GOLDEN_DIR.glob("*.sbatch"):
 for profile, launcher in cases():
     golden_path(profile, launcher).write_text(render_case(profile, launcher))
     print(f"wrote {golden_path(profile, launcher)}")
+
+# README.md shows the aws-p4d script whole (tests/gen/test_readme.py)
+import re  # noqa: E402
+
+from gen.test_readme import REPO, rendered  # noqa: E402
+
+readme = REPO / "README.md"
+text = readme.read_text()
+script = rendered()
+text = re.sub(r"(<!-- job-script:start[^\n]*\n```bash\n).*?(```\n<!-- job-script:end -->)",
+              lambda m: m.group(1) + script + m.group(2), text, flags=re.S)
+text = re.sub(r"For `aws-p4d` at 4\nnodes it is \d+ lines", f"For `aws-p4d` at 4\nnodes it is {len(script.splitlines())} lines",
+              text)
+readme.write_text(text)
+print(f"wrote the job script in {readme}")

@@ -1,10 +1,8 @@
 """What a run's ``events.jsonl`` says: the event names, the split into starts, and how
 each start ended. The one owner of that meaning: ``runs/classify.py`` (``status``'s
 outcome and history), ``runs/track.py`` (the state once Slurm forgets a job),
-``train/progress.py`` (``watch``) ask this module, and the job script's
-``program_finished``/``program_saved`` (templates/finish.j2) mirror
-:func:`finished_since_start`/:func:`saved_in_run` (a test runs both on every
-recorded history).
+``train/progress.py`` (``watch``) and the job's supervisor (``slurmtrain/job``, which
+asks :func:`finished_since_start`/:func:`saved_in_run` after the launch) ask this module.
 
 Starts. One job id can run many times (each requeue starts the batch script again with
 ``restart`` one higher), and ``slurmtrain resubmit`` continues a run in a new job. A
@@ -266,7 +264,7 @@ def since_start(evs: Iterable[Event]) -> list[Event]:
 def finished_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
     """The program wrote ``finished`` since the latest start (of array task ``task``,
     when given): a stop that came as it finished ends the run instead of requeueing it.
-    templates/finish.j2's ``program_finished`` decides the same."""
+    The job's supervisor asks it after the launch ends."""
     return any(is_program_finished(e) for e in since_start(of_task(evs, task)))
 
 
@@ -275,8 +273,7 @@ def saved_in_run(evs: Iterable[Event], task: int | None = None) -> bool:
     or ``stopped``): it saves and resumes, so a requeue after a stop carries on from its
     newest checkpoint. Any start, not only the latest: a stop that comes while a resumed
     program is still loading (before its first save of this start) must not end the run.
-    For an array, of task ``task`` only. templates/finish.j2's ``program_saved`` decides
-    the same."""
+    For an array, of task ``task`` only. The job's supervisor asks it before a requeue."""
     return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in of_task(evs, task))
 
 

@@ -355,7 +355,6 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "run_dir_expr": _run_dir_expr(job),
         "array": job.array is not None,
         "job_tag": _job_tag(job),
-        # How the batch script names its job to Slurm and to people (templates/rundir.j2's JOB_REF).
         "plain": job.plain,
         "supervisor_python": _supervisor_python(p, job),
         "stop_signal": _signal_name(p.resilience.signal),

@@ -217,7 +217,7 @@ def run(args) -> dict:
     if "gpus" in checks:
         results["gpus"] = _timed(check_gpus, limit)
     # The head node (the script's MASTER_ADDR; a launcher may give rank 0 to another node)
-    # checks the script's port, computed as nodes.j2 does (torchrun's workers see their own).
+    # checks the script's port, computed as the job script does (torchrun's workers see their own).
     if "port" in checks and node == os.environ.get("SLURMTRAIN_HEAD_NODE"):
         port = args.rdzv_port + (int(os.environ.get("SLURM_JOB_ID", 0)) % args.rdzv_port_spread
                                  if args.rdzv_port_spread else 0)

@@ -32,7 +32,7 @@ class Signals:
 
     def take(self) -> list[int]:
         """The signals received since the last call, in order."""
-        got, self._got[:] = list(self._got), []
+        got, self._got = self._got, []  # one store: a signal recorded meanwhile is in one list or the other
         return got
 
     @staticmethod

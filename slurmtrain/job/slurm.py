@@ -63,14 +63,19 @@ class Slurm:
         value = (job or {}).get("Restarts", "")
         return int(value) if value.isdigit() else None
 
-    def preempted(self) -> bool:
+    def preempted(self) -> bool | None:
         """Slurm preempted the job (its PreemptTime is set): with a GraceTime Slurm signals
-        the tasks only, so no signal reached the supervisor."""
-        return (self._job() or {}).get("PreemptTime", "None")[:1].isdigit()
+        the tasks only, so no signal reached the supervisor. None: Slurm did not answer."""
+        job = self._job()
+        return None if job is None else job.get("PreemptTime", "None")[:1].isdigit()
 
-    def excluded(self) -> list[str]:
-        value = (self._job() or {}).get("ExcNodeList", "(null)")
-        return [] if value in ("", "(null)") else self.hostnames(value)
+    def excluded(self) -> list[str] | None:
+        """The job's ExcNodeList; None when Slurm did not answer."""
+        job = self._job()
+        if job is None:
+            return None
+        value = job.get("ExcNodeList", "(null)")
+        return [] if value in ("", "(null)") else (self.hostnames(value) or None)
 
     def end_time(self) -> str:
         """When the job ends as Slurm plans it now; a cancel moves it to the cancel's moment."""

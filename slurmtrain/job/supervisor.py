@@ -103,6 +103,7 @@ class Supervisor:
         self.slurm_requeued = False
         self.cancelled = False
         self.requeuing = False         # our own requeue is under way: its SIGTERM is expected
+        self.kept: list[int] = []      # signals taken during a pause, for take_signals
 
     # ---- the sequence ------------------------------------------------------------------
 
@@ -136,7 +137,8 @@ class Supervisor:
         for stale in (self.stop_file,):
             stale.unlink(missing_ok=True)
         self.clear_marks()
-        self.end_at_start = self.slurm.end_time()
+        # Asked again if Slurm does not answer: without it every time-limit SIGTERM would read as a cancel.
+        self.end_at_start = str(self.retry(3, self.slurm.end_time) or "")
         self.say(f"slurmtrain: job {j.ref} on {' '.join(self.nodes)}; run directory {self.run_dir}: each node's "
                  f"output in logs/{j.tag}-<node>.out, events in events.jsonl")
 
@@ -159,11 +161,13 @@ class Supervisor:
 
     def finish(self, status: int) -> None:
         evs, task = events.read(self.run_dir), self.job.array_task
+        finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
+        # Asked of Slurm only where it decides: a failure that no signal explains.
+        ask = status != 0 and not (stop or finished or self.cancelled or self.slurm_requeued)
         facts = decide.Facts(
-            status=status, stop_requested=self.stop_file.exists(),
-            program_finished=eventlog.finished_since_start(evs, task), saved=eventlog.saved_in_run(evs, task),
+            status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=self.slurm_requeued, cancelled=self.cancelled,
-            preempted=status != 0 and not self.stop_file.exists() and self.slurm.preempted(),
+            preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always)
         v = decide.after_launch(facts)
         for name, fields in v.events:
@@ -183,17 +187,20 @@ class Supervisor:
     # ---- signals -----------------------------------------------------------------------
 
     def take_signals(self) -> None:
-        for signum in self.clock.take():
+        got, self.kept = self.kept + self.clock.take(), []
+        for signum in got:
             self.handle_signal(signum)
 
     def handle_signal(self, signum: int) -> None:
         if signum == signal.SIGTERM:
             if self.requeuing:
                 return  # Slurm ends the job for our own requeue: expected
-            if self.stopping or self.slurm_requeued or self.cancelled:
+            if self.slurm_requeued or self.cancelled:
                 return
             cause = decide.term_cause(self.slurm.restarts(), self.job.restarts, self.end_at_start,
                                       self.slurm.end_time())
+            if self.stopping and cause == decide.TIME_LIMIT:
+                return  # the time limit came during the stop window: the stop goes on
             if cause == decide.REQUEUED:
                 self.slurm_requeued = True
                 self.event("requeued_by_slurm")
@@ -329,6 +336,10 @@ class Supervisor:
             ok, why = self.requeue_excluding(bad)
             if ok:
                 return
+            if self.requeuing:  # the hold went through, the release did not: requeued, but held
+                self.say(f"slurmtrain: error: {why}; release it with `scontrol release {self.job.ref}`")
+                self.event("requeue_failed", message=why)
+                raise End("stopped after a checkpoint; requeued but held", 0)
             self.say(f"slurmtrain: scontrol requeuehold failed: {why}; requeueing with the job's node list as it is")
         self.requeuing = True
         answer = self.slurm.requeue()
@@ -348,7 +359,14 @@ class Supervisor:
         while the job is pending: hold the requeue (pending at once, restart count up), set
         the list, release. Setting and releasing are retried: both are harmless twice, and
         Slurm's SIGTERM for this very requeue may kill any scontrol that runs then."""
-        excluded = sorted(set(self.slurm.excluded()) | set(nodes))
+        def ask():
+            found = self.slurm.excluded()
+            return None if found is None else (found,)
+        asked = self.retry(3, ask)  # a busy controller: without the job's own list, the update would drop it
+        if not asked:
+            self.say("slurmtrain: warning: Slurm did not show the job's ExcNodeList; setting it to "
+                     f"{','.join(nodes)} (exclusions it had may be lost)")
+        excluded = sorted(set(asked[0] if asked else []) | set(nodes))
         self.requeuing = True
         held = self.slurm.requeue_hold()
         pending = False
@@ -374,16 +392,26 @@ class Supervisor:
 
     # ---- helpers -----------------------------------------------------------------------
 
-    def retry(self, tries: int, attempt: Callable[[], object]) -> object:
-        """``attempt()`` until it is truthy, ``tries`` times a second apart; its last value."""
+    def retry(self, tries: int, attempt: Callable[[], object], done: Callable[[object], bool] = bool) -> object:
+        """``attempt()`` until ``done`` says its value is an answer (default: truthy), ``tries``
+        times a second apart; its last value."""
         value: object = None
         for i in range(tries):
             value = attempt()
-            if value:
+            if done(value):
                 return value
             if i + 1 < tries:
-                self.clock.wait(1.0)
+                self.pause(1.0)
         return value
+
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds``. A signal not yet taken ends every ``clock.wait`` at once (Slurm's
+        SIGTERM for our own requeue would make 20 tries a second apart 20 tries at once): it
+        is kept for ``take_signals``, and acted on there, not here."""
+        until = self.clock.now() + seconds
+        while self.clock.now() < until:
+            self.kept += self.clock.take()
+            self.clock.wait(until - self.clock.now())
 
     def event(self, name: str, **fields) -> None:
         j = self.job

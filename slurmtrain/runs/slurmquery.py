@@ -322,9 +322,10 @@ def accounting_enabled() -> bool | None:
 def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
     """End a job as CANCELLED, for good; or change nothing and raise :class:`SlurmError`.
 
-    A plain ``scancel`` sends SIGTERM to the batch script, which cannot tell a user's
-    cancel from a preemption and requeues the job after its stop handling (see
-    templates/finish.j2), so the job would come back PENDING. Marking it not
+    A plain ``scancel`` sends SIGTERM to the batch step; the job's supervisor tells a
+    cancel from a time limit by the job's end time, which a cancel that raced the time
+    limit may not move, and would then requeue the job after its stop handling
+    (slurmtrain/job), so the job would come back PENDING. Marking it not
     requeueable first makes that ``scontrol requeue`` fail ("presently disabled"), and
     the job stays CANCELLED.
 

@@ -98,4 +98,8 @@ class StopCallback(TrainerCallback):
                         state.global_step, stop.STOP_EXIT_CODE)
             stop.barrier()
             stop.leave(stop.STOP_EXIT_CODE)
+        if not self._stopping:
+            # Training is done: what the launchers do while tearing down after it (a
+            # torchrun agent losing the rendezvous store) no longer makes the run fail.
+            stop.finished(state.global_step)
         return control

@@ -106,6 +106,9 @@ def _callback_class(pl):
 
         def on_train_end(self, trainer, pl_module):
             self._report_periodic()
+            # Training is done (a stop leaves in _stop and never gets here): what the
+            # launchers do while tearing down after it no longer makes the run fail.
+            stop.finished(trainer.global_step)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             self._report_periodic()

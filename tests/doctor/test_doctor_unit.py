@@ -202,7 +202,7 @@ esac
 
 @pytest.mark.slow
 def test_gate_requeues_without_the_failing_node(tmp_path):
-    """The rendered gate (templates/preflight.j2) with fake srun/scontrol: n2's setup line
+    """The rendered gate (the job script and its supervisor) with fake srun/scontrol: n2's setup line
     fails, so n2 goes to the ledger and the job holds, excludes n2 and releases itself."""
     from slurmtrain.profile import load_profile
     from slurmtrain.render import JobSpec, render

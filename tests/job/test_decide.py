@@ -33,7 +33,7 @@ def test_term_cause_compares_with_this_starts_restart_count():
     assert decide.term_cause(3, 2, END, END) == decide.REQUEUED
 
 
-@pytest.mark.parametrize("end_at_start", ["", "N/A"])
+@pytest.mark.parametrize("end_at_start", ["", "N/A"], ids=["unknown", "N/A"])
 def test_term_cause_without_a_planned_end_is_never_a_time_limit(end_at_start):
     """No end known at the start (squeue failed, or a job without a time limit: N/A): an
     equal end now proves nothing, so it is not taken for the time limit."""

@@ -607,9 +607,6 @@ def test_a_release_that_fails_once_is_tried_again(rig):
     assert rig.summary() == "preflight failed on n3; requeued without them, exit status 0"
 
 
-@pytest.mark.xfail(strict=True, reason="after a stop, a release that fails for 20 s falls back to a plain "
-                   "`scontrol requeue`, which 'went through' (the hold raised the restart count): the job "
-                   "stays held, silently, with no requeue_failed event")
 def test_a_release_that_always_fails_after_a_stop_is_a_failed_requeue(rig):
     rig.bad_node("n3")
     rig.stopped_at(10)
@@ -832,10 +829,6 @@ def test_a_failure_without_preemption_is_not_taken_for_one(rig):
 
 # ---- bugs: what the tests above would not show ----------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="retry()'s waits are cut to nothing once a signal is pending: "
-                   "Signals.wait returns at once while a signal waits to be taken, and nothing takes Slurm's "
-                   "SIGTERM during a requeue; went_through's 5 s become 5 questions at once, so a count the "
-                   "controller shows 2 s late is missed")
 @pytest.mark.parametrize("bad_nodes", [True, False], ids=["requeuehold", "requeue"])
 def test_a_requeue_the_controller_shows_late_still_counts_after_its_sigterm(rig, bad_nodes):
     """As the bash script's FAKE_LAG test: the requeue went through and its SIGTERM killed
@@ -850,9 +843,6 @@ def test_a_requeue_the_controller_shows_late_still_counts_after_its_sigterm(rig,
         excluded_and_released(rig)
 
 
-@pytest.mark.xfail(strict=True, reason="requeue_excluding reads the job's ExcNodeList once; a `scontrol show "
-                   "job` that times out (a busy controller) gives [] and the update replaces the job's own "
-                   "exclusions with the ledger's nodes")
 def test_a_show_job_that_times_out_once_keeps_the_jobs_own_exclusions(rig):
     rig.bad_node("n3")
     rig.slurm.excluded = "n9"
@@ -862,8 +852,6 @@ def test_a_show_job_that_times_out_once_keeps_the_jobs_own_exclusions(rig):
     assert rig.slurm.excluded == "n3,n9"
 
 
-@pytest.mark.xfail(strict=True, reason="Signals.take copies the list, then clears it: a signal recorded "
-                   "between the two is lost")
 def test_a_signal_recorded_while_take_runs_is_not_lost():
     """The handler runs between two bytecodes of the main thread: at each bytecode of take(),
     a SIGTERM is recorded there (sys.settrace's opcode events). Each must come out of this

@@ -1,8 +1,8 @@
 """A job array's events interleave in one events.jsonl: eventlog follows each task by
 itself (a task's started..finished is never another's) and combines them; `status`
 (classify, track) says RUNNING while any task runs, COMPLETED only when every task
-completed, else the worst end naming the task; the job script's program_finished /
-program_saved (the array's awk) read only their own task's lines, as eventlog does."""
+completed, else the worst end naming the task; what the supervisor asks of a task
+(finished, saved) reads only that task's lines."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """One reading of events.jsonl (slurmtrain.eventlog) for every reader: on every recorded
 history `status` (classify), `runs`/`status` once Slurm forgets the job (track), `watch`
-(progress.snapshot) and the job script's own `program_finished`/`program_saved`
-(templates/finish.j2, run under bash) agree.
+(progress.snapshot) agree.
 
 Recorded histories (recorded/events/*.jsonl) besides those test_outcome.py describes:
 node_died_then_completed (a node died hard: Slurm requeued the job, the dying script

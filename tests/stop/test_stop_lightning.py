@@ -60,7 +60,9 @@ def test_lightning_resumes_from_the_newest_complete_checkpoint(stopped_run, tmp_
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"first_step": STOP_AT + 1, "global_step": 8}
     assert "skipping" in proc.stderr and cut.name in proc.stderr
     got = [(e["event"], e["step"]) for e in events.read(tmp_path)][3:]
-    assert got == [("resumed", STOP_AT), ("checkpoint_saved", 4), ("checkpoint_saved", 6), ("checkpoint_saved", 8)]
+    # ... and at the end of training the callback reports that the program finished
+    assert got == [("resumed", STOP_AT), ("checkpoint_saved", 4), ("checkpoint_saved", 6), ("checkpoint_saved", 8),
+                   ("finished", 8)]
 
 
 @pytest.mark.slow
