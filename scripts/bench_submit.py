@@ -2,7 +2,9 @@
 
 1. Time from `slurmtrain submit` to the first line of training output, next to the
    same command in a minimal hand-written sbatch script (srun + torchrun), on the same
-   sandbox in the same run, alternating. Goal: ratio <= 1.2.
+   sandbox in the same run, alternating. Goal: ratio <= 1.2. Also: how long `submit`
+   itself took (the CLI, until sbatch answered), and the peak RSS of the job's supervisor
+   (`python -m slurmtrain.job`, VmHWM sampled from /proc while the job runs; goal < 60 MB).
 2. Wall time of `slurmtrain status` for 100 runs, and how many Slurm queries it makes
    (the Slurm commands are wrapped to count their calls). Goal: < 1 s, one query.
 
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -68,18 +71,43 @@ def wait_gone(job_id: str, timeout: float = 300) -> None:
     raise SystemExit(f"bench: job {job_id} still in the queue after {timeout:.0f} s")
 
 
-def one_slurmtrain(work: Path, command: list[str], pattern: re.Pattern, port: int) -> float:
+class SupervisorRSS(threading.Thread):
+    """The largest VmHWM (peak RSS) of any `python -m slurmtrain.job` process seen while it runs."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak_kb, self.done = 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for proc in Path("/proc").iterdir():
+                try:
+                    if proc.name.isdigit() and b"\0slurmtrain.job\0" in (proc / "cmdline").read_bytes():
+                        hwm = re.search(r"^VmHWM:\s+(\d+) kB", (proc / "status").read_text(), re.M)
+                        self.peak_kb = max(self.peak_kb, int(hwm[1]) if hwm else 0)
+                except OSError:
+                    pass
+            self.done.wait(0.05)
+
+
+def one_slurmtrain(work: Path, command: list[str], pattern: re.Pattern, port: int) -> tuple[float, float, int]:
+    """(submit to first line, submit's own time, the supervisor's peak RSS in kB)."""
+    rss = SupervisorRSS()
+    rss.start()
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "slurmtrain", "submit", "--runs-dir", str(work / "runs"),
                            "--profile", "local", "--name", "bench", "--set", f"launch.rdzv_port={port}",
                            *command], capture_output=True, text=True, timeout=120)
+    cli = time.monotonic() - t0
     if proc.returncode:
         raise SystemExit(f"bench: submit failed: {proc.stderr}")
     run = Path(re.search(r"^run directory: (.+)$", proc.stdout, re.M)[1])
     job_id = re.search(r"^submitted job (\d+)", proc.stdout, re.M)[1]
     seen = wait_for_line(lambda: sorted((run / "logs").glob(f"{job_id}-*.out")), pattern, 120)
     wait_gone(job_id)
-    return seen - t0
+    rss.done.set()
+    rss.join()
+    return seen - t0, cli, rss.peak_kb
 
 
 def one_hand(work: Path, command: list[str], pattern: re.Pattern, port: int) -> float:
@@ -102,18 +130,21 @@ def bench_submit(args) -> dict:
     command = ["--recipe", args.recipe] if args.recipe else ["--", "python", str(PROGRAM)]
     pattern = re.compile(args.first_line, re.M)
     work = Path(tempfile.mkdtemp(prefix="bench-submit-"))
-    ours, hand = [], []
+    ours, hand, cli, rss = [], [], [], []
     try:
         for i in range(args.runs):  # alternate, so drift in machine load hits both alike
-            ours.append(one_slurmtrain(work, command, pattern, 29800 + 2 * i))
+            seen, took, peak = one_slurmtrain(work, command, pattern, 29800 + 2 * i)
+            ours.append(seen), cli.append(took), rss.append(peak)
             hand.append(one_hand(work, command if not args.recipe else
                                  ["-m", "slurmtrain.train", "--recipe", args.recipe], pattern, 29801 + 2 * i))
-            print(f"  run {i + 1}: slurmtrain {ours[-1]:.2f} s, hand-written sbatch {hand[-1]:.2f} s", flush=True)
+            print(f"  run {i + 1}: slurmtrain {ours[-1]:.2f} s (submit itself {took:.2f} s, supervisor peak RSS "
+                  f"{peak / 1024:.1f} MB), hand-written sbatch {hand[-1]:.2f} s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     o, h = statistics.median(ours), statistics.median(hand)
     return {"submit_to_first_line_s": round(o, 2), "hand_sbatch_to_first_line_s": round(h, 2),
-            "ratio": round(o / h, 3), "runs": args.runs}
+            "ratio": round(o / h, 3), "submit_cli_s": round(statistics.median(cli), 2),
+            "supervisor_peak_rss_mb": round(max(rss) / 1024, 1), "runs": args.runs}
 
 
 def bench_status(n: int) -> dict:

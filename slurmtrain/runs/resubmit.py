@@ -68,7 +68,11 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
     bad = ledger.excluded(run.path.parent, ledger.hours_of_run(run.path))
     if bad:
         events.append(run.path, "nodes_excluded", nodes=" ".join(bad), source="bad-node ledger")
-    done = submit_run(run, (f"--exclude={','.join(bad)}",) if bad else ())
+    # sbatch's --exclude replaces the script's #SBATCH --exclude: keep what the run excluded already.
+    exclude = sorted(set(bad) | set(run.manifest().get("exclude") or []))
+    if exclude:
+        run.update_manifest(exclude=exclude)
+    done = submit_run(run, (f"--exclude={','.join(exclude)}",) if exclude else ())
     events.append(run.path, "resubmitted", job_id=done.job_id, previous_job_id=previous or "")
     return done
 

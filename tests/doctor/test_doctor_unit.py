@@ -154,6 +154,24 @@ def test_resubmit_passes_exclude_to_sbatch(fake_sbatch, tmp_path, monkeypatch):
     assert (fake_sbatch / "sbatch.calls").read_text().split()[:2] == ["--exclude=stnode1", str(run.script)]
 
 
+def test_resubmit_keeps_the_nodes_the_run_already_excluded(fake_sbatch, tmp_path, monkeypatch):
+    """sbatch's --exclude replaces the script's: a resubmit adds the ledger's new nodes to
+    the run's own exclusions (the manifest's), it does not drop them."""
+    from slurmtrain.runs import resubmit, rundir, submit
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec
+    runs = tmp_path / "runs"
+    ledger.add(runs, "stnode9", "watchdog", source="watchdog")
+    run = submit.prepare(load_profile("local"), JobSpec(command=("true",), job_name="z"), runs)
+    assert rundir.RunDir(run.path).manifest()["exclude"] == ["stnode9"]
+    ledger.forget(runs, None)
+    ledger.add(runs, "stnode1", "doctor: matmul", source="doctor")
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    resubmit.resubmit(rundir.RunDir(run.path))
+    assert (fake_sbatch / "sbatch.calls").read_text().split()[0] == "--exclude=stnode1,stnode9"
+    assert submit.excluded_nodes(rundir.RunDir(run.path)) == "stnode1,stnode9"
+
+
 def test_a_refusal_after_exclusion_points_at_the_ledger(fake_sbatch, tmp_path):
     (fake_sbatch / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
                                         "Requested node configuration is not available' >&2\nexit 1\n")
