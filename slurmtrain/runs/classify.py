@@ -79,6 +79,8 @@ _PHRASES = {
     Ev.TRAIN_ERROR: "training error at step {step}: {error}",
     Ev.WATCHDOG_TIMEOUT: "start-up watchdog: node(s) {missing} did not join",
     Ev.SETUP_FAILED: "a setup line failed on {node} (exit status {exit_code}): {line}",
+    Ev.PREFLIGHT_PASSED: "preflight gate passed on {nodes}",
+    Ev.PREFLIGHT_FAILED: "preflight gate failed on {nodes}: requeueing without them",
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",

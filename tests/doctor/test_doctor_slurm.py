@@ -161,7 +161,8 @@ def test_a_failed_setup_line_is_named_in_status_and_logs(runs):
     status = cli("status")
     assert f"a setup line failed on stnode2 (exit status 1): {BAD_LINE}" in status.stdout, status.stdout
     detail = json.loads(cli("status", "--json").stdout)
-    assert BAD_LINE in json.dumps(detail) and "stnode2" in json.dumps(detail)
+    assert [(e["node"], e["line"]) for e in detail["events"] if e["event"] == "setup_failed"] == [("stnode2", BAD_LINE)]
+    assert BAD_LINE in detail["outcome_detail"], detail
     logs = cli("logs")
     assert f"setup line failed on stnode2 with exit status 1: {BAD_LINE}" in logs.stdout, logs.stdout
     batch = next((run_dir / "logs").glob("job-*.out")).read_text()

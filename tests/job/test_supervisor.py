@@ -863,3 +863,19 @@ def test_a_signal_recorded_while_take_runs_is_not_lost():
         k += 1
     assert k > 3, "take() ran no bytecode traced"
     assert lost == [], f"a SIGTERM recorded at bytecode {lost} of take() was lost"
+
+
+def test_an_array_task_names_itself_to_slurm_as_array_underscore_task():
+    """One task's own SLURM_JOB_ID names the whole array to Slurm (`scontrol requeue 12`
+    would requeue every task): the supervisor's commands name ``<array>_<task>``."""
+    env = {"SLURM_JOB_ID": "15", "SLURM_ARRAY_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "3",
+           "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_RESTART_COUNT": "1", "SLURM_JOB_NODELIST": "n1"}
+    job = Job.from_env(env)
+    assert (job.job_id, job.ref, job.tag, job.restarts) == ("15", "12_3", "12_3", 1)
+    assert (job.array_job_id, job.array_task, job.array_tasks) == ("12", 3, 4)
+    calls: list[list[str]] = []
+    slurm = Slurm(job.ref, run=lambda argv, timeout: calls.append(argv) or Answer(0))
+    slurm.requeue(), slurm.requeue_hold(), slurm.release(), slurm.signal_steps("TERM"), slurm.end_time()
+    assert [c[-1] for c in calls] == ["12_3"] * 4 + ["%e"] and calls[-1][:4] == ["squeue", "-h", "-j", "12_3"]
+    plain = Job.from_env({"SLURM_JOB_ID": "15", "SLURM_JOB_NODELIST": "n1"})
+    assert (plain.ref, plain.array_task, plain.restarts) == ("15", None, 0)
