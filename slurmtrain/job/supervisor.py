@@ -253,8 +253,9 @@ class Supervisor:
         failed = arrivals.setup_failures(self.arrived_dir)
         if not failed and status is None and self.clock.now() < deadline:
             return False
+        # The failures seen before the launch is ended: a setup line killed by that end (a hung
+        # `module load` past the deadline) is the watchdog's timeout, not the line's own failure.
         self.end_launch()
-        failed = arrivals.setup_failures(self.arrived_dir)  # others may have failed meanwhile
         for f in failed.values():
             self.event("setup_failed", node=f.node, line=f.line, exit_code=f.status)
             self.ledger_add(f.node, "setup", f.describe())

@@ -182,3 +182,20 @@ def test_a_stop_below_the_requeue_limit_is_requeued():
     assert (v.action, v.outcome, v.code) == ("requeue", "stopped after a checkpoint; requeued", 143)
     assert v.events == [("requeue", {"exit_code": 143})]
     assert "requeueing the job" in v.say
+
+
+def test_the_supervisor_imports_no_torch_and_refuses_to_run_outside_a_job():
+    """It runs on the batch host for the job's whole life: light (no torch, numpy, click,
+    jinja2, submitit), and outside a job script it says what is missing instead of a traceback."""
+    import subprocess
+    import sys
+
+    code = ("import sys, slurmtrain.job.__main__ as m\n"
+            "print(' '.join(x for x in ('torch', 'numpy', 'click', 'jinja2', 'submitit') if x in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "", f"python -m slurmtrain.job imported: {out}"
+    env = {"PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "slurmtrain.job", "--launcher", "torchrun"], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("slurmtrain: error: python -m slurmtrain.job runs inside a job script; SLURM_JOB_ID")

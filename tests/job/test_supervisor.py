@@ -751,6 +751,16 @@ def test_a_node_that_never_arrives_trips_the_watchdog(rig):
     assert rig.summary() == "failed at start-up: node(s) n2 did not join, exit status 4"
 
 
+def test_a_setup_line_killed_by_the_watchdog_is_the_watchdogs_timeout(rig):
+    """A setup line that hangs (`module load` on a sick file system) dies when the watchdog
+    ends the launch, and its guard then writes a failure mark: that is the timeout, not
+    the line's own failure (the sandbox's hung-setup test met it)."""
+    rig.task = Plan([(1, arrive("n1"))], {TERM: [(0, setup_fails("n2", 137, "module load x")), (0, exits(143))]})
+    assert rig.run(rendezvous_timeout=60) == 4
+    assert rig.names() == ["started", "watchdog_timeout"] and rig.ledger() == [("n2", "watchdog")]
+    assert "did not join within 60 s" in rig.said() and "137" not in rig.said()
+
+
 def test_a_launch_that_ends_with_a_node_missing_trips_the_watchdog_at_once(rig):
     rig.task = Plan([(1, arrive("n1")), (5, exits(1))])
     assert rig.run(rendezvous_timeout=600) == 4
