@@ -90,6 +90,9 @@ class SupervisorRSS(threading.Thread):
             self.done.wait(0.05)
 
 
+LAUNCHER: list[str] = []  # --launcher X for slurmtrain's jobs (default: the profile's, torchrun)
+
+
 def one_slurmtrain(work: Path, command: list[str], pattern: re.Pattern, port: int) -> tuple[float, float, int]:
     """(submit to first line, submit's own time, the supervisor's peak RSS in kB)."""
     rss = SupervisorRSS()
@@ -97,7 +100,7 @@ def one_slurmtrain(work: Path, command: list[str], pattern: re.Pattern, port: in
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "slurmtrain", "submit", "--runs-dir", str(work / "runs"),
                            "--profile", "local", "--name", "bench", "--set", f"launch.rdzv_port={port}",
-                           *command], capture_output=True, text=True, timeout=120)
+                           *LAUNCHER, *command], capture_output=True, text=True, timeout=120)
     cli = time.monotonic() - t0
     if proc.returncode:
         raise SystemExit(f"bench: submit failed: {proc.stderr}")
@@ -197,11 +200,15 @@ def main() -> None:
     ap.add_argument("--recipe", help="time the built-in trainer with this recipe instead of the all-reduce program")
     ap.add_argument("--first-line", default=r"^rank 0/", help="regex of the first line of training output")
     ap.add_argument("--status-runs", type=int, default=100)
+    ap.add_argument("--launcher", help="slurmtrain's launcher (default: the local profile's, torchrun with the c10d "
+                    "rendezvous; the hand-written script uses torchrun's static rendezvous, as srun-loop does)")
     ap.add_argument("--skip-submit", action="store_true")
     args = ap.parse_args()
     if not os.environ.get("SLURM_CONF"):
         raise SystemExit('bench: set SLURM_CONF first: eval "$(slurmtrain sandbox env)"')
     result = {}
+    if args.launcher:
+        LAUNCHER[:] = ["--launcher", args.launcher]
     if not args.skip_submit:
         print("submit -> first line of output (median of alternating runs):", flush=True)
         result["submit"] = bench_submit(args)
