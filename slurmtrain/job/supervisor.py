@@ -15,7 +15,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, NoReturn, Protocol
 
 from .. import arrivals, eventlog, events, ledger
 from . import decide
@@ -113,9 +113,7 @@ class Supervisor:
             if self.cfg.preflight:
                 self.gate()
                 self.clear_marks()  # the gate's nodes ran their setup lines too: not the task's arrival
-            status = self.watch(self.launch.start_task(self.nodes))
-            self.finish(status)
-            raise End("finished", 0)  # finish always ends; this is for a reader
+            self.finish(self.watch(self.launch.start_task(self.nodes)))
         except End as end:
             if end.outcome is not None:
                 self.summary(end.outcome, end.code)
@@ -134,8 +132,7 @@ class Supervisor:
         self.event("started", nodes=" ".join(self.nodes), **({"array_tasks": j.array_tasks} if j.array_tasks else {}))
         if j.restarts > 0:
             self.event("restarted")
-        for stale in (self.stop_file,):
-            stale.unlink(missing_ok=True)
+        self.stop_file.unlink(missing_ok=True)
         self.clear_marks()
         # Asked again if Slurm does not answer: without it every time-limit SIGTERM would read as a cancel.
         self.end_at_start = str(self.retry(3, self.slurm.end_time) or "")
@@ -159,7 +156,8 @@ class Supervisor:
             self.escalate()
             self.clock.wait(TICK_S)
 
-    def finish(self, status: int) -> None:
+    def finish(self, status: int) -> NoReturn:
+        """The launch ended with ``status``: decide, act, and end this start (End)."""
         evs, task = events.read(self.run_dir), self.job.array_task
         finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
         # Asked of Slurm only where it decides: a failure that no signal explains.
@@ -282,11 +280,16 @@ class Supervisor:
             mark.unlink(missing_ok=True)
 
     def end_launch(self) -> None:
-        """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM)."""
+        """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM); an srun
+        that outlives TERM_GRACE_S after that gets SIGKILL itself."""
         if self.step is None:
             return
         self.step.send(signal.SIGTERM)
+        give_up = self.clock.now() + TERM_GRACE_S
         while self.step.poll() is None:
+            if self.clock.now() >= give_up:
+                self.step.send(signal.SIGKILL)
+                give_up = float("inf")
             self.take_signals()
             self.clock.wait(0.2)
 

@@ -751,6 +751,13 @@ def test_a_node_that_never_arrives_trips_the_watchdog(rig):
     assert rig.summary() == "failed at start-up: node(s) n2 did not join, exit status 4"
 
 
+def test_an_srun_that_outlives_the_watchdogs_sigterm_gets_sigkill(rig):
+    rig.task = Plan([(1, arrive("n1"))], {TERM: [], signal.SIGKILL: [(0, exits(137))]})
+    assert rig.run(rendezvous_timeout=60) == 4
+    assert [(round(t), sig) for t, sig in rig.step.sent] == [(60, TERM), (60 + TERM_GRACE_S, signal.SIGKILL)]
+    assert rig.event("watchdog_timeout")["missing"] == "n2"
+
+
 def test_a_setup_line_killed_by_the_watchdog_is_the_watchdogs_timeout(rig):
     """A setup line that hangs (`module load` on a sick file system) dies when the watchdog
     ends the launch, and its guard then writes a failure mark: that is the timeout, not
