@@ -134,6 +134,9 @@ class ResilienceSection:
     signal: str = field("warning signal sent before the time limit (USR2: NCCL and torchrun leave it alone)", "USR2", check=_SIGNAL)
     signal_seconds: int = field("seconds before the time limit that the warning signal arrives", 120, check=positive)
     max_requeues: int = field("stop requeueing after this many requeues", 10, check=non_negative)
+    restarts_in_job: int = field("after a program failure (a rank died) that followed a new checkpoint, start the "
+                                 "launch again in the same allocation from it, at most this many times per job "
+                                 "start (0: never)", 3, check=non_negative)
     stop_timeout: int = field("seconds the script waits for a checkpoint after a stop signal, then SIGTERM, "
                               "then SIGKILL", 90, check=positive)
     requeue_when: Literal["saved", "always"] = field(

@@ -29,6 +29,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--procs-per-node", type=int, default=1)
     ap.add_argument("--stop-timeout", type=int, default=90, help="seconds for the checkpoint after a stop")
     ap.add_argument("--max-requeues", type=int, default=10)
+    ap.add_argument("--restarts-in-job", type=int, default=3,
+                    help="launches again in the allocation after a failure that followed a new checkpoint")
     ap.add_argument("--rendezvous-timeout", type=int, default=600, help="seconds for every node to start")
     ap.add_argument("--requeue-when", choices=("saved", "always"), default="saved")
     ap.add_argument("--bad-node-hours", type=float, default=24.0)
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = Signals(sorted({stop, signal.SIGTERM}))  # before anything else: no signal is lost
     run_dir = Path(env["SLURMTRAIN_RUN_DIR"])
     cfg = Config(run_dir=run_dir, stop_signal=stop, stop_timeout=args.stop_timeout, max_requeues=args.max_requeues,
+                 restarts_in_job=args.restarts_in_job,
                  rendezvous_timeout=args.rendezvous_timeout, requeue_always=args.requeue_when == "always",
                  bad_node_hours=args.bad_node_hours, preflight=args.preflight)
     job = Job.from_env(env)

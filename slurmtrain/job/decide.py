@@ -60,6 +60,17 @@ class Verdict:
 STOPPED_EXIT = 75  # the stop contract's "stopped after a checkpoint"
 
 
+def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, budget: int) -> bool:
+    """Start the launch again in this allocation? Only after a failure of the program itself
+    (no stop, cancel, preemption or node failure Slurm handles; no `finished`) that followed
+    a new checkpoint of this launch (else it would resume where it failed before), that is
+    not the same error at the same step as an earlier launch's (a program error), within
+    resilience.restarts_in_job."""
+    if f.status == 0 or f.program_finished or f.stop_requested or f.cancelled or f.slurm_requeued or f.preempted:
+        return False
+    return progressed and not repeated_error and relaunches < budget
+
+
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
     if f.status == 0:

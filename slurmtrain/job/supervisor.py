@@ -42,6 +42,7 @@ class Config:
     stop_signal: int
     stop_timeout: int
     max_requeues: int
+    restarts_in_job: int
     rendezvous_timeout: int
     requeue_always: bool
     bad_node_hours: float
@@ -113,7 +114,7 @@ class Supervisor:
             if self.cfg.preflight:
                 self.gate()
                 self.clear_marks()  # the gate's nodes ran their setup lines too: not the task's arrival
-            self.finish(self.watch(self.launch.start_task(self.nodes)))
+            self.finish(self.launch_until_done())
         except End as end:
             if end.outcome is not None:
                 self.summary(end.outcome, end.code)
@@ -156,17 +157,48 @@ class Supervisor:
             self.escalate()
             self.clock.wait(TICK_S)
 
-    def finish(self, status: int) -> NoReturn:
-        """The launch ended with ``status``: decide, act, and end this start (End)."""
+    def launch_until_done(self) -> decide.Facts:
+        """Launch; after a failure of the program that followed a new checkpoint, launch again
+        in this allocation (resilience.restarts_in_job): no queue, no new job start."""
+        relaunches = 0
+        while True:
+            mark = len(events.read(self.run_dir))  # this launch's events are the ones after it
+            facts = self.facts(self.watch(self.launch.start_task(self.nodes)))
+            mine = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
+            progressed = any(e.get("event") == eventlog.Ev.CHECKPOINT_SAVED for e in mine)
+            if not decide.relaunch(facts, progressed, self.repeated_error(mine), relaunches,
+                                   self.cfg.restarts_in_job):
+                return facts
+            relaunches += 1
+            self.say(f"slurmtrain: the program failed (exit status {facts.status}) after a new checkpoint; "
+                     f"starting it again in this allocation ({relaunches} of {self.cfg.restarts_in_job})")
+            self.event("relaunched", attempt=relaunches, exit_code=facts.status)
+            self.clear_marks()
+
+    def repeated_error(self, mine: list[dict]) -> bool:
+        """This launch's training error is one an earlier launch of this start had, at the same step."""
+        errors = [e for e in mine if e.get("event") == eventlog.Ev.TRAIN_ERROR]
+        if not errors:
+            return False
+        earlier = eventlog.since_start(eventlog.of_task(events.read(self.run_dir), self.job.array_task))
+        key = (errors[-1].get("step"), errors[-1].get("error"))
+        return sum(1 for e in earlier if e.get("event") == eventlog.Ev.TRAIN_ERROR
+                   and (e.get("step"), e.get("error")) == key) > 1
+
+    def facts(self, status: int) -> decide.Facts:
+        """What is known once the launch ended with ``status``."""
         evs, task = events.read(self.run_dir), self.job.array_task
         finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
         # Asked of Slurm only where it decides: a failure that no signal explains.
         ask = status != 0 and not (stop or finished or self.cancelled or self.slurm_requeued)
-        facts = decide.Facts(
+        return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=self.slurm_requeued, cancelled=self.cancelled,
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always)
+
+    def finish(self, facts: decide.Facts) -> NoReturn:
+        """The launch is over: decide, act, and end this start (End)."""
         v = decide.after_launch(facts)
         for name, fields in v.events:
             self.event(name, **fields)

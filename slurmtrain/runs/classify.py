@@ -81,6 +81,8 @@ _PHRASES = {
     Ev.SETUP_FAILED: "a setup line failed on {node} (exit status {exit_code}): {line}",
     Ev.PREFLIGHT_PASSED: "preflight gate passed on {nodes}",
     Ev.PREFLIGHT_FAILED: "preflight gate failed on {nodes}: requeueing without them",
+    Ev.RELAUNCHED: ("the program failed (exit status {exit_code}) after a new checkpoint: started again in the "
+                    "job from it (in-job restart {attempt})"),
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",

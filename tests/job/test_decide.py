@@ -199,3 +199,23 @@ def test_the_supervisor_imports_no_torch_and_refuses_to_run_outside_a_job():
                           text=True, env=env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("slurmtrain: error: python -m slurmtrain.job runs inside a job script; SLURM_JOB_ID")
+
+
+FAILED_AFTER_SAVING = replace(STOPPED, status=137, stop_requested=False)
+
+
+@pytest.mark.parametrize("change,progressed,repeated,relaunches,expected", [
+    ({}, True, False, 0, True),                       # a rank died after a new checkpoint
+    ({}, False, False, 0, False),                     # nothing new to resume from
+    ({}, True, True, 0, False),                       # the same error at the same step again
+    ({}, True, False, 3, False),                      # the budget is spent
+    ({"status": 0}, True, False, 0, False),
+    ({"program_finished": True}, True, False, 0, False),
+    ({"stop_requested": True}, True, False, 0, False),
+    ({"cancelled": True}, True, False, 0, False),
+    ({"slurm_requeued": True}, True, False, 0, False),
+    ({"preempted": True}, True, False, 0, False),
+], ids=["died", "no-progress", "repeated", "budget", "ok", "finished", "stop", "cancel", "node-failure", "preempted"])
+def test_relaunch(change, progressed, repeated, relaunches, expected):
+    assert decide.relaunch(replace(FAILED_AFTER_SAVING, **change), progressed, repeated, relaunches, 3) is expected
+

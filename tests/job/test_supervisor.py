@@ -37,7 +37,7 @@ END = "2026-11-24T20:00:00"            # the job's end as Slurm plans it at the 
 MOVED_END = "2026-11-24T18:31:07"      # ... after an scancel
 PREEMPTED_AT = "2026-11-24T18:30:00"
 STOP, TERM = signal.SIGUSR2, signal.SIGTERM
-KNOBS = dict(stop_timeout=90, max_requeues=10, rendezvous_timeout=60, requeue_always=False, bad_node_hours=24.0,
+KNOBS = dict(stop_timeout=90, max_requeues=10, restarts_in_job=0, rendezvous_timeout=60, requeue_always=False, bad_node_hours=24.0,
              preflight=False)
 FAKE_TIME_LIMIT = 10_000.0  # a supervisor that waits past this in fake time is stuck
 MAX_WAITS = 100_000         # ... or one that waits this often without the time moving
@@ -334,7 +334,8 @@ class Rig:
     def start_task(self, nodes: list[str]) -> FakeStep:
         assert nodes == self.slurm.nodes
         self.launched.append("task")
-        self.step = FakeStep(self, self.task)
+        # a list: one plan per launch (an in-job restart launches again)
+        self.step = FakeStep(self, self.task.pop(0) if isinstance(self.task, list) else self.task)
         return self.step
 
     def start_gate(self, nodes: list[str], gate_dir) -> FakeStep:
@@ -896,3 +897,58 @@ def test_an_array_task_names_itself_to_slurm_as_array_underscore_task():
     assert [c[-1] for c in calls] == ["12_3"] * 4 + ["%e"] and calls[-1][:4] == ["squeue", "-h", "-j", "12_3"]
     plain = Job.from_env({"SLURM_JOB_ID": "15", "SLURM_JOB_NODELIST": "n1"})
     assert (plain.ref, plain.array_task, plain.restarts) == ("15", None, 0)
+
+
+# ---- restarts inside the job (resilience.restarts_in_job) -----------------------------------------
+
+DIES_AFTER_SAVING = Plan([JOINS, SAVES, (5, exits(137))])           # a rank killed after a checkpoint
+RESUMES_AND_FINISHES = Plan([JOINS, (2, emit("resumed", step=5)), (3, emit("finished", step=10)), (4, exits(0))])
+
+
+def fails_at(step: int, saved: int | None = None) -> Plan:
+    """The program raises at ``step`` (after saving ``saved``, if given)."""
+    saves = [(2, emit("checkpoint_saved", step=saved))] if saved is not None else []
+    return Plan([JOINS, *saves, (3, emit("train_error", step=step, error="ValueError: bad batch")), (4, exits(1))])
+
+
+def test_a_rank_that_dies_after_a_checkpoint_is_launched_again_in_the_job(rig):
+    rig.task = [DIES_AFTER_SAVING, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.names() == ["started", "relaunched", "finished"]
+    assert (rig.event("relaunched")["attempt"], rig.event("relaunched")["exit_code"]) == (1, 137)
+    assert rig.launched == ["task", "task"]
+    assert not {"requeue", "requeuehold"} & set(rig.slurm.names())  # no queue, no new job start
+    assert "starting it again in this allocation (1 of 3)" in rig.said()
+    assert rig.summary() == "finished, exit status 0"
+
+
+def test_a_failure_before_any_new_checkpoint_is_not_launched_again(rig):
+    rig.task = [fails_at(3)]
+    assert rig.run(restarts_in_job=3) == 1
+    assert rig.names() == ["started", "failed"] and rig.launched == ["task"]
+
+
+def test_the_same_error_at_the_same_step_twice_is_a_program_error(rig):
+    """Each launch saves (progress) and then fails at the same step with the same error:
+    launched again once, then the second identical failure ends the run."""
+    rig.task = [fails_at(7, saved=5), fails_at(7, saved=6), RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3) == 1
+    assert rig.names() == ["started", "relaunched", "failed"] and rig.launched == ["task", "task"]
+    assert rig.summary() == "failed, exit status 1"
+
+
+def test_in_job_restarts_stop_at_the_budget(rig):
+    rig.task = [DIES_AFTER_SAVING, DIES_AFTER_SAVING, DIES_AFTER_SAVING]
+    assert rig.run(restarts_in_job=2) == 137
+    assert rig.names() == ["started", "relaunched", "relaunched", "failed"]
+    assert rig.launched == ["task", "task", "task"]
+
+
+def test_a_preemption_after_a_checkpoint_is_requeued_not_launched_again(rig):
+    """With a GraceTime Slurm signals the tasks only; they save and exit non-zero: Slurm's
+    PreemptTime says it was a preemption, which goes back to the queue as before."""
+    rig.slurm.preempt_time = PREEMPTED_AT
+    rig.task = [DIES_AFTER_SAVING, RESUMES_AND_FINISHES]
+    requeued_cleanly(rig, rig.run(restarts_in_job=3))
+    assert "relaunched" not in rig.names() and rig.launched == ["task"]
+

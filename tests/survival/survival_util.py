@@ -152,6 +152,19 @@ def resumes_where_it_stopped(run) -> list[tuple[int, int]]:
     return pairs
 
 
+def assert_same_weights(run: Path, ref: subprocess.Popen, ref_dir: Path) -> None:
+    """The run's final weights are bitwise those of the uninterrupted reference run ``ref``
+    (started beside it, writing to ``ref_dir``), once that has finished."""
+    _, err = waiting.communicate(ref, "the uninterrupted reference run", [ref_dir])
+    assert ref.returncode == 0, err[-3000:]
+    from slurmtrain.train.checkpoint import load_consolidated
+    _, got = load_consolidated(run)
+    _, want = load_consolidated(ref_dir)
+    assert got.keys() == want.keys()
+    different = [k for k in want if not (got[k].dtype == want[k].dtype and got[k].equal(want[k]))]
+    assert not different, f"parameters differ from the uninterrupted run: {different}"
+
+
 def assert_nothing_lost(run) -> None:
     for reached, resumed in resumes_where_it_stopped(run):
         # The step in flight when the stop came is finished and saved: nothing is lost.

@@ -20,10 +20,9 @@ import sys
 
 import pytest
 
-import waiting
 from slurmtrain.runs import classify
 
-from survival_util import (HERE, TRAIN, assert_nothing_lost, cancel, describe, events, job_field, named,
+from survival_util import (HERE, TRAIN, assert_nothing_lost, assert_same_weights, cancel, describe, events, job_field, named,
                            run_cli, slurm, submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
@@ -57,14 +56,7 @@ def test_preemption_twice_resumes_bitwise(workdir, runs_dir):
     assert_nothing_lost(run)
     assert named(run, "finished")[0]["step"] == steps
 
-    _, err = waiting.communicate(ref, "the uninterrupted reference run", [ref_dir])
-    assert ref.returncode == 0, err[-3000:]
-    from slurmtrain.train.checkpoint import load_consolidated
-    _, got = load_consolidated(run)
-    _, want = load_consolidated(ref_dir)
-    assert got.keys() == want.keys()
-    different = [k for k in want if not (got[k].dtype == want[k].dtype and got[k].equal(want[k]))]
-    assert not different, f"parameters differ from the uninterrupted run: {different}"
+    assert_same_weights(run, ref, ref_dir)
 
 
 def test_user_error_fails_without_requeue(workdir, runs_dir):
