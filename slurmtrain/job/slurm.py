@@ -8,6 +8,7 @@ the supervisor decides what a failed answer means, and asks again where that is 
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 from typing import Callable
@@ -15,6 +16,10 @@ from typing import Callable
 from ..runs.slurmquery import parse_key_values
 
 TIMEOUT_S = 10.0
+
+# srun's own line for a task that failed, in the batch log: its node is the first failure's.
+SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: (Exited with exit code \d+|Killed|Terminated)",
+                             re.M)
 
 
 @dataclass(frozen=True)

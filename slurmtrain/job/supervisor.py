@@ -10,7 +10,6 @@ fail or requeue. Every way out is an :class:`End` carrying the summary line's wo
 from __future__ import annotations
 
 import os
-import re
 import signal
 import sys
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Callable, NoReturn, Protocol
 
 from .. import arrivals, eventlog, events, ledger
 from . import decide
-from .slurm import Slurm
+from .slurm import SRUN_TASK_ERROR, Slurm
 from .step import Launch, Step
 
 TERM_GRACE_S = 15      # after the SIGTERM that ends tasks still running past stop_timeout, SIGKILL
@@ -81,7 +80,6 @@ class End(Exception):
         self.outcome, self.code = outcome, code
 
 
-_SRUN_FAILURE = re.compile(r"^srun: error: ([^:]*): tasks? [0-9,-]*: (Exited|Killed|Terminated)", re.M)
 
 
 class Supervisor:
@@ -470,7 +468,7 @@ class Supervisor:
             try:
                 with open(self.batch_log, "rb") as f:
                     f.seek(self.log_start)
-                    found = _SRUN_FAILURE.search(f.read().decode(errors="replace"))
+                    found = SRUN_TASK_ERROR.search(f.read().decode(errors="replace"))
                 node = f", first failure on node {found[1]}" if found else ""
             except OSError:
                 pass

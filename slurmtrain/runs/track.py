@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, TextIO
 from .. import eventlog
 from .. import events as events_mod
 from ..errors import UsageError
+from ..job.slurm import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
 from . import classify, slurmquery
 from .rundir import RunDir, log_label
 from .states import JobState, aggregate
@@ -273,7 +274,6 @@ def program_exit_code(run: RunDir, job_id: str | None = None) -> int | None:
     return None
 
 
-_SRUN_TASK_ERROR = re.compile(r"srun: error: (?P<node>\S+): tasks? [\d,-]+: (Exited with exit code \d+|Killed|Terminated)")
 
 
 def tail(path: Path, lines: int = 20) -> list[str]:
