@@ -2,10 +2,11 @@
 
 One JSON object a line: ``{"time": <epoch s>, "node", "reason", "run", "job_id",
 "source"}`` where source is ``doctor``, ``watchdog`` (the start-up watchdog named the
-node), ``node_failure`` (after Slurm requeued the job for a node failure: the job's nodes sinfo
-shows down) or ``gate`` (the in-job preflight). Job scripts append to it
-from bash (a line is written with one ``printf``, under the size an append keeps
-whole); the ledger path is the parent of the run directory, i.e. the runs directory.
+node), ``setup`` (a setup line failed there), ``node_failure`` (after Slurm requeued the job
+for a node failure: the job's nodes sinfo shows down) or ``gate`` (the in-job preflight).
+The job's supervisor (slurmtrain/job) appends to it through :func:`add`; the ledger path is
+the parent of the run directory, i.e. the runs directory. Below ``runs/``, ``doctor/`` and
+``job/``, which all import it.
 
 An entry counts for ``resilience.bad_node_hours`` (a profile key) after its time;
 ``submit`` and ``resubmit`` pass the nodes with a counting entry to sbatch as
