@@ -85,6 +85,7 @@ class Ev:
     PREFLIGHT_PASSED = "preflight_passed"  # {nodes}: every node passed the in-job gate
     PREFLIGHT_FAILED = "preflight_failed"  # {nodes}: these did not; requeued without them
     RELAUNCHED = "relaunched"              # {attempt, exit_code}: the launch started again in the job
+    HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout
     FINISHED = "finished"                  # the script: {exit_code, launch_exit?}; the program: {step?}
     FAILED = "failed"                      # {exit_code}
     CANCELLED = "cancelled"                # SIGTERM that is neither the time limit nor a node failure
@@ -105,7 +106,7 @@ class Ev:
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
-                           Ev.PREFLIGHT_FAILED, Ev.RELAUNCHED, Ev.FINISHED, Ev.FAILED,
+                           Ev.PREFLIGHT_FAILED, Ev.RELAUNCHED, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED})

@@ -134,6 +134,10 @@ class ResilienceSection:
     signal: str = field("warning signal sent before the time limit (USR2: NCCL and torchrun leave it alone)", "USR2", check=_SIGNAL)
     signal_seconds: int = field("seconds before the time limit that the warning signal arrives", 120, check=positive)
     max_requeues: int = field("stop requeueing after this many requeues", 10, check=non_negative)
+    hang_timeout: int = field("seconds without a heartbeat from any rank (the built-in trainer, slurmtrain.stop."
+                              "heartbeat, the HF and Lightning callbacks) before the launch counts as hung: stacks "
+                              "recorded, launched again in the job (0: 10x the slowest gap between heartbeats, at "
+                              "least 600)", 0, check=non_negative)
     restarts_in_job: int = field("after a program failure (a rank died) that followed a new checkpoint, start the "
                                  "launch again in the same allocation from it, at most this many times per job "
                                  "start (0: never)", 3, check=non_negative)

@@ -360,6 +360,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "stop_signal": _signal_name(p.resilience.signal),
         "max_requeues": p.resilience.max_requeues,
         "restarts_in_job": p.resilience.restarts_in_job,
+        "hang_timeout": p.resilience.hang_timeout,
         "rendezvous_timeout": p.resilience.rendezvous_timeout,
         "env_exports": _env_exports(p),
         "secrets": list(p.env.secrets),

@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .. import heartbeat
 from .signals import Signals
 from .slurm import Slurm
 from .step import Launch
@@ -32,6 +33,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--restarts-in-job", type=int, default=3,
                     help="launches again in the allocation after a failure that followed a new checkpoint")
     ap.add_argument("--rendezvous-timeout", type=int, default=600, help="seconds for every node to start")
+    ap.add_argument("--hang-timeout", type=int, default=0,
+                    help="seconds without a heartbeat before a launch counts as hung (0: derived from the run)")
     ap.add_argument("--requeue-when", choices=("saved", "always"), default="saved")
     ap.add_argument("--bad-node-hours", type=float, default=24.0)
     ap.add_argument("--preflight", action="store_true", help="run the preflight gate (slurmtrain_gate) first")
@@ -65,12 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     clock = Signals(sorted({stop, signal.SIGTERM}))  # before anything else: no signal is lost
     run_dir = Path(env["SLURMTRAIN_RUN_DIR"])
     cfg = Config(run_dir=run_dir, stop_signal=stop, stop_timeout=args.stop_timeout, max_requeues=args.max_requeues,
-                 restarts_in_job=args.restarts_in_job,
+                 restarts_in_job=args.restarts_in_job, hang_timeout=args.hang_timeout,
                  rendezvous_timeout=args.rendezvous_timeout, requeue_always=args.requeue_when == "always",
                  bad_node_hours=args.bad_node_hours, preflight=args.preflight)
     job = Job.from_env(env)
     launch = Launch(args.launcher, args.procs_per_node, run_dir, tuple(args.srun_options),
-                    env["SLURMTRAIN_TASK"], env.get("SLURMTRAIN_GATE", ""))
+                    env["SLURMTRAIN_TASK"], env.get("SLURMTRAIN_GATE", ""),
+                    {heartbeat.ENV: str(heartbeat.folder(run_dir, job.job_id))})
     return Supervisor(cfg, job, Slurm(job.ref), clock, launch, batch_log=_batch_log()).run()
 
 

@@ -46,6 +46,7 @@ class Facts:
     restarts: int                 # this start's restart count
     max_requeues: int
     requeue_always: bool          # resilience.requeue_when = "always"
+    hung: bool = False            # the supervisor ended the launch: no rank reported progress
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
     resilience.restarts_in_job."""
     if f.status == 0 or f.program_finished or f.stop_requested or f.cancelled or f.slurm_requeued or f.preempted:
         return False
+    if f.hung:  # no error line to repeat; the launch starts again from the newest checkpoint there is
+        return relaunches < budget
     return progressed and not repeated_error and relaunches < budget
 
 
@@ -95,6 +98,9 @@ def after_launch(f: Facts) -> Verdict:
     if not stopped and f.preempted:
         events.append(("preempted", {"exit_code": f.status}))
         stopped, say = True, "slurmtrain: Slurm preempted the job (the tasks got SIGTERM)\n"
+    if not stopped and f.hung:
+        return Verdict("end", "hung; no in-job restart left", f.status, [("failed", {"exit_code": f.status})],
+                       "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
     if not stopped:
         return Verdict("end", "failed", f.status, [("failed", {"exit_code": f.status})],
                        f"slurmtrain: the command failed with exit status {f.status}; not requeueing "

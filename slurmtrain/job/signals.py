@@ -39,6 +39,11 @@ class Signals:
     def now() -> float:
         return time.monotonic()
 
+    @staticmethod
+    def wall() -> float:
+        """Wall-clock seconds: what file times (the ranks' heartbeats) are compared with."""
+        return time.time()
+
     def wait(self, seconds: float) -> None:
         """Sleep up to ``seconds``; a signal ends it early."""
         if self._got:

@@ -10,25 +10,29 @@ fail or requeue. Every way out is an :class:`End` carrying the summary line's wo
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NoReturn, Protocol
 
-from .. import arrivals, eventlog, events, ledger
+from .. import arrivals, eventlog, events, heartbeat, ledger
 from . import decide
 from .slurm import SRUN_TASK_ERROR, Slurm
 from .step import Launch, Step
 
 TERM_GRACE_S = 15      # after the SIGTERM that ends tasks still running past stop_timeout, SIGKILL
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
+HANG_FLOOR_S = 600     # the derived hang timeout: never below this (a long checkpoint is no hang)
+HANG_MULTIPLE = 10     # ... nor below this many times the slowest gap between heartbeats seen
 
 
 class Clock(Protocol):
     """Time and signals (:class:`signals.Signals`; a controllable one in the tests)."""
 
     def now(self) -> float: ...
+    def wall(self) -> float: ...
     def wait(self, seconds: float) -> None: ...
     def take(self) -> list[int]: ...
 
@@ -42,6 +46,7 @@ class Config:
     stop_timeout: int
     max_requeues: int
     restarts_in_job: int
+    hang_timeout: int              # 0: derived (HANG_FLOOR_S, HANG_MULTIPLE)
     rendezvous_timeout: int
     requeue_always: bool
     bad_node_hours: float
@@ -103,6 +108,11 @@ class Supervisor:
         self.cancelled = False
         self.requeuing = False         # our own requeue is under way: its SIGTERM is expected
         self.kept: list[int] = []      # signals taken during a pause, for take_signals
+        self.beats_dir = heartbeat.folder(self.run_dir, job.job_id)
+        self.hung = False              # this launch hung: the supervisor ended it
+        self.last_beat: float | None = None
+        self.slowest_gap = 0.0         # the longest wait between two heartbeats seen in this start
+        self.launches = 0
 
     # ---- the sequence ------------------------------------------------------------------
 
@@ -153,6 +163,9 @@ class Supervisor:
             if status is not None:
                 return status
             self.escalate()
+            if joined and not self.stopping and self.check_hang():
+                self.end_launch()
+                return step.poll()
             self.clock.wait(TICK_S)
 
     def launch_until_done(self) -> decide.Facts:
@@ -161,6 +174,8 @@ class Supervisor:
         relaunches = 0
         while True:
             mark = len(events.read(self.run_dir))  # this launch's events are the ones after it
+            self.launches += 1
+            self.hung, self.last_beat = False, None
             facts = self.facts(self.watch(self.launch.start_task(self.nodes)))
             mine = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
             progressed = any(e.get("event") == eventlog.Ev.CHECKPOINT_SAVED for e in mine)
@@ -193,7 +208,8 @@ class Supervisor:
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=self.slurm_requeued, cancelled=self.cancelled,
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
-            restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always)
+            restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
+            hung=self.hung)
 
     def finish(self, facts: decide.Facts) -> NoReturn:
         """The launch is over: decide, act, and end this start (End)."""
@@ -303,11 +319,60 @@ class Supervisor:
         raise End(f"failed at start-up: {what}", 4)
 
     def clear_marks(self) -> None:
-        """No arrival mark from before: a requeued start keeps its job id, and the gate's nodes
-        ran the setup lines too."""
-        self.arrived_dir.mkdir(parents=True, exist_ok=True)
-        for mark in self.arrived_dir.iterdir():
-            mark.unlink(missing_ok=True)
+        """No arrival mark or heartbeat from before: a requeued start keeps its job id, the
+        gate's nodes ran the setup lines too, and an in-job restart is a new launch."""
+        for folder in (self.arrived_dir, self.beats_dir):
+            folder.mkdir(parents=True, exist_ok=True)
+            for mark in folder.iterdir():
+                mark.unlink(missing_ok=True)
+
+    # ---- hangs -------------------------------------------------------------------------
+
+    def hang_timeout(self) -> float:
+        return self.cfg.hang_timeout or max(HANG_FLOOR_S, HANG_MULTIPLE * self.slowest_gap)
+
+    def check_hang(self) -> bool:
+        """No rank has beaten for the hang timeout (a program that never beats is not watched):
+        record the stacks, name the ranks that beat last, and say so. True: the launch hangs."""
+        beats = heartbeat.read(self.beats_dir)
+        if not beats:
+            return False
+        newest = max(b.time for b in beats)
+        if self.last_beat is not None and newest > self.last_beat:
+            self.slowest_gap = max(self.slowest_gap, newest - self.last_beat)
+        self.last_beat = max(newest, self.last_beat or newest)
+        quiet, timeout = self.clock.wall() - newest, self.hang_timeout()
+        if quiet < timeout:
+            return False
+        oldest = min(b.time for b in beats)
+        behind = [b for b in beats if b.time - oldest <= heartbeat.EVERY_S + 1]  # the last to report
+        ranks, nodes = " ".join(str(b.rank) for b in behind), " ".join(sorted({b.node for b in behind}))
+        stacks = self.dump_stacks(beats)
+        self.say(f"slurmtrain: error: hang: no rank reported progress for {quiet:.0f} s (hang timeout "
+                 f"{timeout:.0f} s); the last to report: rank(s) {ranks} on {nodes}; their stacks in {stacks}")
+        self.event("hang", seconds=round(quiet), ranks=ranks, nodes=nodes, step=min(b.step or 0 for b in behind),
+                   stacks=str(stacks))
+        self.hung = True
+        return True
+
+    def dump_stacks(self, beats: list[heartbeat.Beat]) -> Path:
+        """Every rank's Python stack, by py-spy (``--nonblocking``: a stopped process too),
+        run on the rank's node; a file per rank, or one saying why there is none."""
+        folder = self.run_dir / "stacks" / f"{self.job.tag}-{self.job.restarts}-{self.launches}"
+        folder.mkdir(parents=True, exist_ok=True)
+        spy = shutil.which("py-spy")
+        here = os.environ.get("SLURMD_NODENAME", "")
+        for b in beats:
+            out = folder / f"rank{b.rank}-{b.node}.txt"
+            if spy is None:
+                out.write_text("py-spy is not installed where the supervisor runs (pip install py-spy)\n")
+                continue
+            argv = [spy, "dump", "--nonblocking", "--pid", str(b.pid)]
+            if b.node != here:
+                argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", b.node, *argv]
+            answer = self.slurm.call(*argv)
+            out.write_text(answer.out if answer.ok else f"no stack: {answer.text}\n")
+        return folder
 
     def end_launch(self) -> None:
         """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM); an srun

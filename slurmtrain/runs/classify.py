@@ -81,6 +81,8 @@ _PHRASES = {
     Ev.SETUP_FAILED: "a setup line failed on {node} (exit status {exit_code}): {line}",
     Ev.PREFLIGHT_PASSED: "preflight gate passed on {nodes}",
     Ev.PREFLIGHT_FAILED: "preflight gate failed on {nodes}: requeueing without them",
+    Ev.HANG: ("hang: no rank reported progress for {seconds} s; the last to report: rank(s) {ranks} on {nodes} "
+              "(step {step}); stacks in {stacks}"),
     Ev.RELAUNCHED: ("the program failed (exit status {exit_code}) after a new checkpoint: started again in the "
                     "job from it (in-job restart {attempt})"),
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",

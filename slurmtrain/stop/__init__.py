@@ -197,6 +197,15 @@ def resumed(step: int) -> None:
     _event("resumed", step=int(step))
 
 
+def heartbeat(step: int | None = None) -> None:
+    """Report progress (every rank, as often as you like: it writes at most once a second).
+    The job's supervisor takes a launch whose ranks all stopped beating for
+    ``resilience.hang_timeout`` for a hang: it records their stacks and starts the launch
+    again from the newest checkpoint. A program that never beats is watched at start-up only."""
+    from .. import heartbeat as _heartbeat
+    _heartbeat.beat(step)
+
+
 def finished(step: int | None = None) -> None:
     """Report that the program did all its work (``finished``): a stop that lands as it
     ends then ends the run instead of requeueing it once more. Call it last."""

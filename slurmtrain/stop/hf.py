@@ -64,6 +64,7 @@ class StopCallback(TrainerCallback):
                             state.global_step, newest)
 
     def on_step_end(self, args, state, control, **kwargs):
+        stop.heartbeat(state.global_step)  # progress, for the supervisor's hang detection
         # Every rank calls this after every optimizer step: the all-reduce lines up.
         if not self._stopping and stop.agree(stop.should_stop()):
             self._stopping = True

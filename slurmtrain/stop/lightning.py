@@ -111,6 +111,7 @@ def _callback_class(pl):
             stop.finished(trainer.global_step)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            stop.heartbeat(trainer.global_step)  # progress, for the supervisor's hang detection
             self._report_periodic()
             # Every rank calls this after every batch: the all-reduce lines up.
             if stop.agree(stop.should_stop()):

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .. import events
+from .. import events, heartbeat
 from ..errors import ConfigError
 from . import data as data_mod
 from . import speed
@@ -176,6 +176,7 @@ class Trainer:
             lr = self.scheduler.get_last_lr()[0]
             loss, grad_norm = self._train_step()
             self.step = step
+            heartbeat.beat(step)  # progress, for the job supervisor's hang detection
             meter.add(tokens=cfg.global_batch_size * seq_len, samples=cfg.global_batch_size)
             if step % cfg.log_steps == 0 or step == cfg.steps:
                 self._log(metrics, meter, peak, step, loss, grad_norm, lr)

@@ -215,7 +215,11 @@ FAILED_AFTER_SAVING = replace(STOPPED, status=137, stop_requested=False)
     ({"cancelled": True}, True, False, 0, False),
     ({"slurm_requeued": True}, True, False, 0, False),
     ({"preempted": True}, True, False, 0, False),
-], ids=["died", "no-progress", "repeated", "budget", "ok", "finished", "stop", "cancel", "node-failure", "preempted"])
+    ({"hung": True}, False, False, 0, True),          # a hang: launched again from the newest checkpoint
+    ({"hung": True}, False, False, 3, False),
+    ({"hung": True, "stop_requested": True}, False, False, 0, False),
+], ids=["died", "no-progress", "repeated", "budget", "ok", "finished", "stop", "cancel", "node-failure", "preempted",
+        "hung", "hung-budget", "hung-stop"])
 def test_relaunch(change, progressed, repeated, relaunches, expected):
     assert decide.relaunch(replace(FAILED_AFTER_SAVING, **change), progressed, repeated, relaunches, 3) is expected
 

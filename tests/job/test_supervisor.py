@@ -37,8 +37,9 @@ END = "2026-11-24T20:00:00"            # the job's end as Slurm plans it at the 
 MOVED_END = "2026-11-24T18:31:07"      # ... after an scancel
 PREEMPTED_AT = "2026-11-24T18:30:00"
 STOP, TERM = signal.SIGUSR2, signal.SIGTERM
-KNOBS = dict(stop_timeout=90, max_requeues=10, restarts_in_job=0, rendezvous_timeout=60, requeue_always=False, bad_node_hours=24.0,
+KNOBS = dict(stop_timeout=90, max_requeues=10, restarts_in_job=0, hang_timeout=0, rendezvous_timeout=60, requeue_always=False, bad_node_hours=24.0,
              preflight=False)
+WALL0 = 1_795_000_000.0     # the wall clock at fake time 0 (heartbeat files carry wall-clock times)
 FAKE_TIME_LIMIT = 10_000.0  # a supervisor that waits past this in fake time is stuck
 MAX_WAITS = 100_000         # ... or one that waits this often without the time moving
 
@@ -75,6 +76,9 @@ class Clock:
 
     def now(self) -> float:
         return self.t
+
+    def wall(self) -> float:
+        return WALL0 + self.t
 
     def wait(self, seconds: float) -> None:
         self.waits += 1
@@ -951,4 +955,65 @@ def test_a_preemption_after_a_checkpoint_is_requeued_not_launched_again(rig):
     rig.task = [DIES_AFTER_SAVING, RESUMES_AND_FINISHES]
     requeued_cleanly(rig, rig.run(restarts_in_job=3))
     assert "relaunched" not in rig.names() and rig.launched == ["task"]
+
+
+# ---- hangs (resilience.hang_timeout) ------------------------------------------------------------
+
+def beats(rank: int, step: int, node: str, pid: int) -> Action:
+    """Rank ``rank`` reports progress (slurmtrain.heartbeat.beat), at this fake time."""
+    def act(step_: FakeStep) -> None:
+        import os
+        folder = step_.rig.run_dir / f".heartbeat-{JOB}"
+        folder.mkdir(exist_ok=True)
+        (folder / str(rank)).write_text(f"{step} {node} {pid}\n")
+        os.utime(folder / str(rank), (step_.rig.clock.wall(), step_.rig.clock.wall()))
+    return act
+
+
+HANGS_ON_N2 = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200)),
+                    (6, beats(0, 5, "n1", 100))])   # rank 1 on n2 stops at 2 s; rank 0 waits in a collective
+
+
+def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched_again(rig, monkeypatch):
+    monkeypatch.setattr("slurmtrain.job.supervisor.shutil.which", lambda name: f"/opt/bin/{name}")
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")  # the supervisor's own node
+    rig.slurm.then("/opt/bin/py-spy", Answer(0, "Thread 100 (idle): MainThread\n"))
+    rig.slurm.then("srun", Answer(0, "Thread 200 (idle): MainThread\n"))
+    rig.task = [HANGS_ON_N2, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert rig.names() == ["started", "hang", "relaunched", "finished"]
+    hang = rig.event("hang")
+    assert (hang["ranks"], hang["nodes"], hang["step"]) == ("1", "n2", 4)
+    assert 20 <= hang["seconds"] <= 22
+    stacks = rig.run_dir / "stacks" / f"{JOB}-0-1"
+    assert (stacks / "rank0-n1.txt").read_text().startswith("Thread 100")   # py-spy here
+    assert (stacks / "rank1-n2.txt").read_text().startswith("Thread 200")   # through srun on n2
+    [on_n2] = rig.slurm.argvs("srun")
+    assert on_n2[:6] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "n2"] and "--nonblocking" in on_n2
+    assert "the last to report: rank(s) 1 on n2" in rig.said()
+    assert rig.launched == ["task", "task"] and "requeue" not in rig.slurm.names()
+
+
+def test_a_program_that_never_beats_is_not_watched_for_hangs(rig):
+    rig.task = Plan([JOINS, (500, exits(0))])  # quiet for 500 s: no heartbeat, so no judgement
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert "hang" not in rig.names()
+
+
+def test_the_derived_hang_timeout_follows_the_slowest_gap_and_has_a_floor(rig):
+    """Beats 1 s apart and one 90 s gap (a checkpoint): the derived timeout is 10 x 90 s, not the
+    600 s floor; a program quiet for 700 s is still within it."""
+    plan = [JOINS] + [(t, beats(0, t, "n1", 100)) for t in (2, 3, 93)] + [(793, beats(0, 94, "n1", 100)),
+                                                                         (800, exits(0))]
+    rig.task = Plan(plan)
+    assert rig.run(restarts_in_job=3) == 0 and "hang" not in rig.names()
+
+
+def test_a_hang_with_no_restart_left_ends_the_run(rig, monkeypatch):
+    monkeypatch.setattr("slurmtrain.job.supervisor.shutil.which", lambda name: None)
+    rig.task = [HANGS_ON_N2]
+    assert rig.run(restarts_in_job=0, hang_timeout=20) == 143
+    assert rig.names() == ["started", "hang", "failed"]
+    assert rig.summary() == "hung; no in-job restart left, exit status 143"
+    assert "pip install py-spy" in (rig.run_dir / "stacks" / f"{JOB}-0-1" / "rank1-n2.txt").read_text()
 

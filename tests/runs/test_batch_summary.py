@@ -14,7 +14,7 @@ EARLIER = "srun: error: stnode9: task 0: Exited with exit code 1\n"  # a previou
 
 
 def supervisor(run_dir: Path, log: Path) -> Supervisor:
-    cfg = Config(run_dir=run_dir, stop_signal=12, stop_timeout=10, max_requeues=3, restarts_in_job=0, rendezvous_timeout=10,
+    cfg = Config(run_dir=run_dir, stop_signal=12, stop_timeout=10, max_requeues=3, restarts_in_job=0, hang_timeout=0, rendezvous_timeout=10,
                  requeue_always=False, bad_node_hours=24, preflight=False)
     job = Job("7", "7", "7", 0, "stnode[1-2]")
     return Supervisor(cfg, job, Slurm("7", run=lambda argv, timeout: None), clock=None, launch=None,

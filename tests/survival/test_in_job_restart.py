@@ -1,7 +1,9 @@
-"""Restarts inside the job (resilience.restarts_in_job) on the sandbox: a rank of the
+"""Restarts inside the job (resilience.restarts_in_job) on the sandbox. A rank of the
 built-in trainer is SIGKILLed after a checkpoint (a GPU or NCCL error looks the same to
-slurmtrain); the supervisor launches again in the same allocation, the trainer resumes
-from its newest checkpoint, and the run ends with the weights of an uninterrupted run."""
+slurmtrain), or SIGSTOPped (a hang: its peers wait in a collective for ever); the
+supervisor launches again in the same allocation, the trainer resumes from its newest
+checkpoint, and the run ends with the weights of an uninterrupted run (one reference run,
+started once beside the two jobs)."""
 
 from __future__ import annotations
 
@@ -38,14 +40,47 @@ def trainer_ranks(run: Path) -> list[int]:
     return sorted(found)
 
 
-def test_a_killed_rank_is_restarted_in_the_job_and_ends_bitwise(workdir, runs_dir):
-    steps = 60
-    train = TRAIN + ["--train-steps", str(steps), "--save-steps", "10"]
-    ref_dir = runs_dir / "uninterrupted"
-    ref = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                            *train[1:], "--run-dir", str(ref_dir)], cwd=workdir,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+STEPS = 60
+TRAIN_60 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "10"]
+
+
+class Reference:
+    """The uninterrupted run of TRAIN_60 (2 ranks), started once for the module."""
+
+    def __init__(self, workdir: Path):
+        self.dir = workdir / "in-job-restart-reference"
+        self.proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                      *TRAIN_60[1:], "--run-dir", str(self.dir)], cwd=workdir,
+                                     env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.checked = False
+
+    def assert_same_weights(self, run: Path) -> None:
+        if not self.checked:  # the first caller waits for it and checks its exit
+            assert_same_weights(run, self.proc, self.dir)
+            self.checked = True
+            return
+        from slurmtrain.train.checkpoint import load_consolidated
+        _, got = load_consolidated(run)
+        _, want = load_consolidated(self.dir)
+        assert all(got[k].equal(want[k]) for k in want) and got.keys() == want.keys()
+
+
+@pytest.fixture(scope="module")
+def reference(workdir):
+    ref = Reference(workdir)
+    yield ref
+    if ref.proc.poll() is None:
+        ref.proc.kill()
+
+
+def rank_of(pid: int) -> tuple[str, str]:
+    env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in kv)
+    return env[b"RANK"].decode(), env[b"SLURMD_NODENAME"].decode()
+
+
+def test_a_killed_rank_is_restarted_in_the_job_and_ends_bitwise(workdir, runs_dir, reference):
+    steps, train = STEPS, TRAIN_60
     run, job = submit(runs_dir, workdir, ["--name", "rankkill"], train)
     wait_until(run, "a checkpoint, and both ranks running",
                lambda: named(run, "checkpoint_saved") and len(trainer_ranks(run)) == 2, 240, job)
@@ -60,5 +95,37 @@ def test_a_killed_rank_is_restarted_in_the_job_and_ends_bitwise(workdir, runs_di
     assert named(run, "finished")[0]["step"] == steps
     assert [o.kind for o in classify.ends(run)] == [classify.COMPLETED], describe(run)
     assert any("started again in the job" in line for line in classify.history(run))
+    reference.assert_same_weights(run)
 
-    assert_same_weights(run, ref, ref_dir)
+
+def test_a_stopped_rank_is_a_hang_named_with_every_stack_and_restarted_in_the_job(workdir, runs_dir, reference):
+    """SIGSTOP: the rank neither fails nor reports; its peer blocks in the next all-reduce.
+    The hang is seen within hang_timeout + 15 s of the last heartbeat, every rank's stack is
+    recorded (py-spy, through srun on the other node), the stopped rank and its node are
+    named, and the launch starts again in the job."""
+    run, job = submit(runs_dir, workdir, ["--name", "hang", "--set", "resilience.hang_timeout=20"], TRAIN_60)
+    wait_until(run, "a checkpoint, and both ranks running",
+               lambda: named(run, "checkpoint_saved") and len(trainer_ranks(run)) == 2, 240, job)
+    victim = trainer_ranks(run)[-1]
+    rank, node = rank_of(victim)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        wait_until(run, "the hang to be seen", lambda: named(run, "hang"), 60, job)
+    finally:
+        try:
+            os.kill(victim, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    [hang] = named(run, "hang")
+    assert hang["seconds"] <= 20 + 15, hang  # counted from the last heartbeat, by the supervisor itself
+    assert rank in hang["ranks"].split() and node in hang["nodes"].split(), (hang, rank, node)
+    stacks = sorted(Path(hang["stacks"]).iterdir())
+    assert [p.name.split("-")[0] for p in stacks] == ["rank0", "rank1"], stacks
+    for p in stacks:
+        assert "Thread" in p.read_text(), f"{p.name}: {p.read_text()}"
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+    assert job_field(job, "Restarts") == "0"
+    assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
+    assert named(run, "finished")[0]["step"] == STEPS
+    assert any(line.endswith(f"stacks in {hang['stacks']}") for line in classify.history(run))
+    reference.assert_same_weights(run)

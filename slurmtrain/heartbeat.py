@@ -1,0 +1,65 @@
+"""Per-rank heartbeats: ``$SLURMTRAIN_HEARTBEAT_DIR/<rank>``, one line ``STEP NODE PID``.
+
+A program shows that it makes progress by calling :func:`beat` (the built-in trainer at
+every step; any program through ``slurmtrain.stop.heartbeat``, the Hugging Face and
+Lightning callbacks by themselves). The job's supervisor reads the files' times: when no
+rank has beaten for the hang timeout, the launch hangs (a collective that never returns,
+a stopped process), and the ranks that beat last, longest ago, are named. A file is
+rewritten at most once a second, by a rename, so a reader never sees half of one.
+Torch-free and cheap: one small write a second per rank.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV = "SLURMTRAIN_HEARTBEAT_DIR"
+EVERY_S = 1.0
+_last = [0.0]
+
+
+def beat(step: int | None = None) -> None:
+    """This rank made progress (at ``step``, if known). Does nothing outside a slurmtrain job."""
+    folder = os.environ.get(ENV)
+    now = time.monotonic()
+    if not folder or now - _last[0] < EVERY_S:
+        return
+    _last[0] = now
+    rank = os.environ.get("RANK", "0")
+    path = Path(folder) / rank
+    tmp = path.with_name(f".{rank}.{os.getpid()}")
+    try:
+        tmp.write_text(f"{'-' if step is None else int(step)} {os.environ.get('SLURMD_NODENAME', '?')} {os.getpid()}\n")
+        tmp.replace(path)
+    except OSError:
+        pass  # a heartbeat must never fail the program
+
+
+def folder(run_dir: str | os.PathLike, job_id: str) -> Path:
+    return Path(run_dir) / f".heartbeat-{job_id}"
+
+
+@dataclass(frozen=True)
+class Beat:
+    rank: int
+    step: int | None
+    node: str
+    pid: int
+    time: float  # when it was written (the file's mtime, wall-clock seconds)
+
+
+def read(folder: Path) -> list[Beat]:
+    out = []
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if not p.name.isdigit():
+            continue
+        try:
+            step, node, pid = p.read_text().split()
+            out.append(Beat(int(p.name), int(step) if step.lstrip("-").isdigit() else None, node, int(pid),
+                            p.stat().st_mtime))
+        except (OSError, ValueError):
+            continue
+    return sorted(out, key=lambda b: b.rank)
