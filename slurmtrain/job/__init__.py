@@ -4,8 +4,8 @@ It runs in the batch step (the job's first node) for the job's whole life and ow
 decision the script used to make in bash: start the task on every node with ``srun``,
 forward the stop signal, watch start-up, give the checkpoint its window and escalate
 after it, work out why a SIGTERM came, requeue (plainly or without the bad-node
-ledger's nodes), enforce the requeue limit and the preflight gate, and print the batch
-log's summary line. Torch-free: the standard library and slurmtrain's own light modules.
+ledger's nodes), enforce the requeue limit and the preflight gate, start the launch again
+in the allocation after a rank died or hung, and print the batch log's summary line. Torch-free: the standard library and slurmtrain's own light modules.
 
 Read in this order:
 
@@ -13,6 +13,7 @@ Read in this order:
 - ``slurm.py``: every Slurm command, each with a timeout; answers, never exceptions.
 - ``step.py``: the ``srun`` step(s) of the task and of the preflight gate.
 - ``decide.py``: pure functions from what happened to what to do (tested without Slurm).
+- ``hangs.py``: the ranks' heartbeats against the hang timeout; every rank's stack.
 - ``supervisor.py``: the one loop that watches, asks ``decide`` and acts.
 - ``__main__.py``: the command line (the knobs the script shows).
 

@@ -10,7 +10,6 @@ fail or requeue. Every way out is an :class:`End` carrying the summary line's wo
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from dataclasses import dataclass
@@ -18,14 +17,12 @@ from pathlib import Path
 from typing import Callable, NoReturn, Protocol
 
 from .. import arrivals, eventlog, events, heartbeat, ledger
-from . import decide
+from . import decide, hangs
 from .slurm import SRUN_TASK_ERROR, Slurm
 from .step import Launch, Step
 
 TERM_GRACE_S = 15      # after the SIGTERM that ends tasks still running past stop_timeout, SIGKILL
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
-HANG_FLOOR_S = 600     # the derived hang timeout: never below this (a long checkpoint is no hang)
-HANG_MULTIPLE = 10     # ... nor below this many times the slowest gap between heartbeats seen
 
 
 class Clock(Protocol):
@@ -46,7 +43,7 @@ class Config:
     stop_timeout: int
     max_requeues: int
     restarts_in_job: int
-    hang_timeout: int              # 0: derived (HANG_FLOOR_S, HANG_MULTIPLE)
+    hang_timeout: int              # 0: derived from the run (hangs.py)
     rendezvous_timeout: int
     requeue_always: bool
     bad_node_hours: float
@@ -109,9 +106,8 @@ class Supervisor:
         self.requeuing = False         # our own requeue is under way: its SIGTERM is expected
         self.kept: list[int] = []      # signals taken during a pause, for take_signals
         self.beats_dir = heartbeat.folder(self.run_dir, job.job_id)
+        self.hangs = hangs.HangWatch(self.beats_dir, cfg.hang_timeout)
         self.hung = False              # this launch hung: the supervisor ended it
-        self.last_beat: float | None = None
-        self.slowest_gap = 0.0         # the longest wait between two heartbeats seen in this start
         self.launches = 0
 
     # ---- the sequence ------------------------------------------------------------------
@@ -175,7 +171,8 @@ class Supervisor:
         while True:
             mark = len(events.read(self.run_dir))  # this launch's events are the ones after it
             self.launches += 1
-            self.hung, self.last_beat = False, None
+            self.hung = False
+            self.hangs.launch()
             facts = self.facts(self.watch(self.launch.start_task(self.nodes)))
             mine = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
             progressed = any(e.get("event") == eventlog.Ev.CHECKPOINT_SAVED for e in mine)
@@ -328,51 +325,21 @@ class Supervisor:
 
     # ---- hangs -------------------------------------------------------------------------
 
-    def hang_timeout(self) -> float:
-        return self.cfg.hang_timeout or max(HANG_FLOOR_S, HANG_MULTIPLE * self.slowest_gap)
-
     def check_hang(self) -> bool:
-        """No rank has beaten for the hang timeout (a program that never beats is not watched):
-        record the stacks, name the ranks that beat last, and say so. True: the launch hangs."""
-        beats = heartbeat.read(self.beats_dir)
-        if not beats:
+        """True when the launch hangs (hangs.py): its stacks recorded, the ranks that reported
+        last named."""
+        hang = self.hangs.check(self.clock.wall())
+        if hang is None:
             return False
-        newest = max(b.time for b in beats)
-        if self.last_beat is not None and newest > self.last_beat:
-            self.slowest_gap = max(self.slowest_gap, newest - self.last_beat)
-        self.last_beat = max(newest, self.last_beat or newest)
-        quiet, timeout = self.clock.wall() - newest, self.hang_timeout()
-        if quiet < timeout:
-            return False
-        oldest = min(b.time for b in beats)
-        behind = [b for b in beats if b.time - oldest <= heartbeat.EVERY_S + 1]  # the last to report
-        ranks, nodes = " ".join(str(b.rank) for b in behind), " ".join(sorted({b.node for b in behind}))
-        stacks = self.dump_stacks(beats)
-        self.say(f"slurmtrain: error: hang: no rank reported progress for {quiet:.0f} s (hang timeout "
-                 f"{timeout:.0f} s); the last to report: rank(s) {ranks} on {nodes}; their stacks in {stacks}")
-        self.event("hang", seconds=round(quiet), ranks=ranks, nodes=nodes, step=min(b.step or 0 for b in behind),
+        stacks = hangs.dump_stacks(self.slurm, hang.beats, self.run_dir / "stacks" /
+                                   f"{self.job.tag}-{self.job.restarts}-{self.launches}")
+        self.say(f"slurmtrain: error: hang: no rank reported progress for {hang.quiet:.0f} s (hang timeout "
+                 f"{hang.timeout:.0f} s); the last to report: rank(s) {hang.ranks} on {hang.nodes}; their stacks "
+                 f"in {stacks}")
+        self.event("hang", seconds=round(hang.quiet), ranks=hang.ranks, nodes=hang.nodes, step=hang.step,
                    stacks=str(stacks))
         self.hung = True
         return True
-
-    def dump_stacks(self, beats: list[heartbeat.Beat]) -> Path:
-        """Every rank's Python stack, by py-spy (``--nonblocking``: a stopped process too),
-        run on the rank's node; a file per rank, or one saying why there is none."""
-        folder = self.run_dir / "stacks" / f"{self.job.tag}-{self.job.restarts}-{self.launches}"
-        folder.mkdir(parents=True, exist_ok=True)
-        spy = shutil.which("py-spy")
-        here = os.environ.get("SLURMD_NODENAME", "")
-        for b in beats:
-            out = folder / f"rank{b.rank}-{b.node}.txt"
-            if spy is None:
-                out.write_text("py-spy is not installed where the supervisor runs (pip install py-spy)\n")
-                continue
-            argv = [spy, "dump", "--nonblocking", "--pid", str(b.pid)]
-            if b.node != here:
-                argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", b.node, *argv]
-            answer = self.slurm.call(*argv)
-            out.write_text(answer.out if answer.ok else f"no stack: {answer.text}\n")
-        return folder
 
     def end_launch(self) -> None:
         """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM); an srun

@@ -975,7 +975,7 @@ HANGS_ON_N2 = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "
 
 
 def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched_again(rig, monkeypatch):
-    monkeypatch.setattr("slurmtrain.job.supervisor.shutil.which", lambda name: f"/opt/bin/{name}")
+    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: f"/opt/bin/{name}")
     monkeypatch.setenv("SLURMD_NODENAME", "n1")  # the supervisor's own node
     rig.slurm.then("/opt/bin/py-spy", Answer(0, "Thread 100 (idle): MainThread\n"))
     rig.slurm.then("srun", Answer(0, "Thread 200 (idle): MainThread\n"))
@@ -1010,7 +1010,7 @@ def test_the_derived_hang_timeout_follows_the_slowest_gap_and_has_a_floor(rig):
 
 
 def test_a_hang_with_no_restart_left_ends_the_run(rig, monkeypatch):
-    monkeypatch.setattr("slurmtrain.job.supervisor.shutil.which", lambda name: None)
+    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
     rig.task = [HANGS_ON_N2]
     assert rig.run(restarts_in_job=0, hang_timeout=20) == 143
     assert rig.names() == ["started", "hang", "failed"]

@@ -1,0 +1,92 @@
+"""Hang detection: the ranks' heartbeats (slurmtrain.heartbeat) judged against a timeout,
+and every rank's stack when they stop.
+
+A collective that never returns makes no rank fail: every rank waits, and none beats. The
+timeout is ``resilience.hang_timeout``, or, when that is 0, derived from the run: HANG_MULTIPLE
+times the longest gap between heartbeats seen in this job start (a checkpoint is such a
+gap), never below HANG_FLOOR_S. A program that never beats is not judged here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import heartbeat
+from .slurm import Slurm
+
+HANG_FLOOR_S = 600     # the derived timeout is never below this (a long checkpoint is no hang)
+HANG_MULTIPLE = 10     # ... nor below this many times the slowest gap between heartbeats seen
+
+
+@dataclass(frozen=True)
+class Hang:
+    quiet: float                   # seconds since the newest heartbeat
+    timeout: float
+    beats: list[heartbeat.Beat]    # every rank's last
+    behind: list[heartbeat.Beat]   # the ranks that reported last (longest ago)
+
+    @property
+    def ranks(self) -> str:
+        return " ".join(str(b.rank) for b in self.behind)
+
+    @property
+    def nodes(self) -> str:
+        return " ".join(sorted({b.node for b in self.behind}))
+
+    @property
+    def step(self) -> int:
+        return min(b.step or 0 for b in self.behind)
+
+
+class HangWatch:
+    """One job start's watch: ``launch()`` at each launch, ``check(now)`` at each tick."""
+
+    def __init__(self, folder: Path, timeout: int):
+        self.folder, self.fixed = folder, timeout
+        self.slowest_gap = 0.0     # over the whole start: a checkpoint's gap counts for the next launch too
+        self.last: float | None = None
+
+    def launch(self) -> None:
+        self.last = None
+
+    def timeout(self) -> float:
+        return self.fixed or max(HANG_FLOOR_S, HANG_MULTIPLE * self.slowest_gap)
+
+    def check(self, now: float) -> Hang | None:
+        """A Hang when no rank has beaten for the timeout, at wall-clock time ``now``."""
+        beats = heartbeat.read(self.folder)
+        if not beats:
+            return None
+        newest = max(b.time for b in beats)
+        if self.last is not None and newest > self.last:
+            self.slowest_gap = max(self.slowest_gap, newest - self.last)
+        self.last = max(newest, self.last or newest)
+        quiet, timeout = now - newest, self.timeout()
+        if quiet < timeout:
+            return None
+        oldest = min(b.time for b in beats)
+        behind = [b for b in beats if b.time - oldest <= heartbeat.EVERY_S + 1]
+        return Hang(quiet, timeout, beats, behind)
+
+
+def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path) -> Path:
+    """Every rank's Python stack, by py-spy (``--nonblocking``: a stopped process too), run on
+    the rank's node (``srun --overlap`` for the others): a file per rank, or one saying why
+    there is none."""
+    folder.mkdir(parents=True, exist_ok=True)
+    spy = shutil.which("py-spy")
+    here = os.environ.get("SLURMD_NODENAME", "")
+    for b in beats:
+        out = folder / f"rank{b.rank}-{b.node}.txt"
+        if spy is None:
+            out.write_text("py-spy is not installed where the supervisor runs (pip install py-spy)\n")
+            continue
+        argv = [spy, "dump", "--nonblocking", "--pid", str(b.pid)]
+        if b.node != here:
+            argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", b.node, *argv]
+        answer = slurm.call(*argv)
+        out.write_text(answer.out if answer.ok else f"no stack: {answer.text}\n")
+    return folder
