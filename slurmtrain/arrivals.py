@@ -1,6 +1,6 @@
 """The nodes' arrival marks: ``<run dir>/.arrived-<job id>/``, written by the job script's
-task on every node (templates/task.j2) and read by the supervisor's start-up watchdog and
-by doctor.
+task on every node (templates/task.j2), read by the supervisor's start-up watchdog and by
+doctor.
 
 ``<node>``: the node got through its setup lines. ``<node>.setup-failed``: its first
 failing setup line, as two lines: the exit status, then the line itself.

@@ -10,7 +10,7 @@ Starts. One job id can run many times (each requeue starts the batch script agai
 (joined to the ``submitted``/``resubmitted`` just before it), or, while the job waits,
 with ``submitted``/``resubmitted`` alone. Events before any of them (a program run
 outside a job, with no script) make a start without a script. Events are taken in file
-order, which is the order the writers appended them in: the job script itself decides
+order, which is the order the writers appended them in: the job's supervisor decides
 by that order, and the clocks of different hosts need not agree.
 
 Job arrays. The N tasks of an array job (``slurmtrain tokenize --profile``) share one
@@ -21,7 +21,7 @@ manifest records, beside ``job_id``: the task's own); so do its program's (throu
 many tasks there are (``array_tasks``). Each task is read by itself (:func:`tasks`,
 :func:`of_task`): its own events and those naming no task (the CLI's ``submitted``,
 ``cancel_requested``), split into starts as above, so a task's ``started``..``finished``
-is never another's. The job script of task k asks its two questions of task k's events.
+is never another's. The supervisor of task k asks its two questions of task k's events.
 
 How a start ended, the first that applies:
 
@@ -71,7 +71,7 @@ Event = dict[str, Any]
 class Ev:
     """The name of every event, by writer (DEVELOPERS.md lists them with their fields)."""
 
-    # The batch script (templates/*.j2, bash `event`; every line has job_id and restart).
+    # The job's supervisor (slurmtrain/job, in the batch step; every line has job_id and restart).
     STARTED = "started"                    # {nodes}
     RESTARTED = "restarted"                # after `started` when restart > 0
     SIGNAL = "signal"                      # {signal}: the stop signal reached the script
@@ -217,7 +217,7 @@ def array_size(evs: Iterable[Event]) -> int | None:
 
 def of_task(evs: Iterable[Event], task: int | None) -> list[Event]:
     """Task ``task``'s events and those of no task (the CLI's), in file order; every event
-    for ``task`` None. The job script's ``program_finished``/``program_saved`` read the same."""
+    for ``task`` None. The supervisor of task ``task`` asks its questions of these."""
     return [e for e in evs if task is None or task_of(e) in (None, task)]
 
 

@@ -14,7 +14,7 @@ Torch-free and cheap to import. In a training loop::
 
 Events go to ``$SLURMTRAIN_RUN_DIR/events.jsonl`` on global rank 0 (``$RANK``, else the
 initialised torch.distributed group, else 0) and are skipped outside a slurmtrain job,
-so the same program runs anywhere. The job script requeues a stopped job only when the
+so the same program runs anywhere. The job's supervisor requeues a stopped job only when the
 program has reported a checkpoint in this run (``checkpoint_saved`` or ``stopped``) or
 exited 75 — unless the profile says ``resilience.requeue_when = "always"``.
 

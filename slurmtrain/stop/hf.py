@@ -8,7 +8,7 @@
 At each optimizer step the ranks agree on a stop request (signal or stop file); then the
 Trainer saves ``checkpoint-<step>`` as usual, the callback marks it complete, reports it
 (``checkpoint_saved``, ``stopped``) and every rank exits 75 once all have written.
-Periodic saves are marked and reported too, so the job script knows the program saves.
+Periodic saves are marked and reported too, so the job's supervisor knows the program saves.
 
 Why the resume line: the Trainer writes into ``checkpoint-<step>`` directly, and
 ``get_last_checkpoint`` (``run_clm.py`` and ``resume_from_checkpoint=True`` use it) takes

@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from .. import stop as early_stop
 
-STOP_EXIT_CODE = 75  # "stopped after checkpoint": the job script requeues on it
+STOP_EXIT_CODE = 75  # "stopped after checkpoint": the job's supervisor requeues on it
 
 
 def _signals() -> list[signal.Signals]:
