@@ -1,6 +1,6 @@
 """The run's event log: one JSON object per line in ``<run_dir>/events.jsonl``.
 
-Written by the CLI (submitted, requeued, ...), by the batch script (started, signal
+Written by the CLI (submitted, requeued, ...), by the job's supervisor (started, signal
 received) and by the trainer (checkpoint saved, resumed). Appends of one short line
 with O_APPEND are atomic enough for several writers on a shared file system.
 """
