@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
               "not set", file=sys.stderr)
         return 2
     stop = _signal(env.get("SLURMTRAIN_STOP_SIGNAL", "USR2"))
-    clock = Signals(sorted({stop, signal.SIGTERM}))  # before anything else: no signal is lost
+    # Before anything else: no signal is lost. SIGCHLD only wakes the loop when srun ends.
+    clock = Signals(sorted({stop, signal.SIGTERM, signal.SIGCHLD}))
     run_dir = Path(env["SLURMTRAIN_RUN_DIR"])
     cfg = Config(run_dir=run_dir, stop_signal=stop, stop_timeout=args.stop_timeout, max_requeues=args.max_requeues,
                  restarts_in_job=args.restarts_in_job, hang_timeout=args.hang_timeout,

@@ -233,6 +233,8 @@ class Supervisor:
             self.handle_signal(signum)
 
     def handle_signal(self, signum: int) -> None:
+        if signum == signal.SIGCHLD:
+            return  # a child ended (srun, or a Slurm command): it only woke the loop
         if signum == signal.SIGTERM:
             if self.requeuing:
                 return  # Slurm ends the job for our own requeue: expected

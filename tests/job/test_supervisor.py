@@ -1017,3 +1017,12 @@ def test_a_hang_with_no_restart_left_ends_the_run(rig, monkeypatch):
     assert rig.summary() == "hung; no in-job restart left, exit status 143"
     assert "pip install py-spy" in (rig.run_dir / "stacks" / f"{JOB}-0-1" / "rank1-n2.txt").read_text()
 
+
+
+def test_sigchld_only_wakes_the_loop(rig):
+    """The supervisor listens for SIGCHLD so that srun's end wakes it at once (not at its
+    next one-second tick); the signal itself decides nothing."""
+    rig.task = Plan([JOINS, (4, exits(0))])
+    rig.clock.at(2, signal.SIGCHLD)
+    assert rig.run() == 0
+    assert rig.names() == ["started", "finished"] and rig.step.sent == []
