@@ -35,6 +35,7 @@ the script's ``finished``                   completed
 ``requeued_by_slurm``                       node failure, requeued by Slurm (a ``failed``
                                             the dying script writes after it is no end)
 ``stop_unsaved``                            stopped, nothing saved: not requeued
+``failed`` after a ``hang`` of its launch     hang (no in-job restart left)
 ``failed`` (+ ``train_error``)              user error (the command failed by itself)
 ``requeue`` (+ ``requeue_failed``)          preempted / time limit / node failure, by
                                             the stop's cause; requeued (or not: refused)
@@ -84,7 +85,8 @@ class Ev:
     SETUP_FAILED = "setup_failed"          # {node, line, exit_code}: a node's first failing setup line
     PREFLIGHT_PASSED = "preflight_passed"  # {nodes}: every node passed the in-job gate
     PREFLIGHT_FAILED = "preflight_failed"  # {nodes}: these did not; requeued without them
-    RELAUNCHED = "relaunched"              # {attempt, exit_code}: the launch started again in the job
+    RELAUNCHED = "relaunched"              # {attempt, exit_code, last_progress?}: the launch started again in the job
+    FIRST_STEP = "first_step"              # {step, at}: a launch's first heartbeat (at: its own time)
     HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout
     FINISHED = "finished"                  # the script: {exit_code, launch_exit?}; the program: {step?}
     FAILED = "failed"                      # {exit_code}
@@ -106,7 +108,7 @@ class Ev:
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
-                           Ev.PREFLIGHT_FAILED, Ev.RELAUNCHED, Ev.HANG, Ev.FINISHED, Ev.FAILED,
+                           Ev.PREFLIGHT_FAILED, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED})
@@ -123,14 +125,15 @@ CANCELLED = "cancelled"
 REQUEUE_LIMIT = "requeue limit"
 WATCHDOG = "watchdog"
 STOPPED_UNSAVED = "stopped, nothing saved"
+HANG = "hang"          # the supervisor ended a hung launch and had no in-job restart left
 RUNNING = "running"    # no end yet: queued, running, or requeued and waiting
 UNKNOWN = "unknown"    # Slurm says it ended but the run's events do not say how
 
 KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
-         WATCHDOG, STOPPED_UNSAVED, RUNNING, UNKNOWN)
+         WATCHDOG, STOPPED_UNSAVED, HANG, RUNNING, UNKNOWN)
 # Which task's end an array reports when its tasks ended differently: a failure of the
 # command says what to fix, a stop or cancel only what happened to it.
-WORST_FIRST = (USER_ERROR, WATCHDOG, REQUEUE_LIMIT, STOPPED_UNSAVED, NODE_FAILURE, TIME_LIMIT, PREEMPTED,
+WORST_FIRST = (USER_ERROR, WATCHDOG, HANG, REQUEUE_LIMIT, STOPPED_UNSAVED, NODE_FAILURE, TIME_LIMIT, PREEMPTED,
                CANCELLED, UNKNOWN, RUNNING, COMPLETED)
 # Ends after which the run goes on by itself once a new job is submitted: a stop that is
 # not the program's fault.
@@ -348,6 +351,10 @@ def outcome(start: Start, later: bool = False) -> Outcome:
                                         f"{e.get('exit_code', '?')}), so it was not requeued (set "
                                         'resilience.requeue_when = "always" to requeue anyway)', True, step, e)
     if (e := last(Ev.FAILED)) is not None:
+        if (hang := _last_launch_hang(start)) is not None:
+            return Outcome(HANG, f"hung: no rank reported progress for {hang.get('seconds')} s; the last to report: "
+                                 f"rank(s) {hang.get('ranks')} on {hang.get('nodes')} (step {hang.get('step')}); no "
+                                 f"in-job restart left; stacks in {hang.get('stacks')}; not requeued", True, step, e)
         return Outcome(USER_ERROR, _failure(start, e) + "; not requeued", True, step, e)
     if (e := last(Ev.REQUEUE)) is not None:
         kind, why = _stop_cause(start)
@@ -364,6 +371,16 @@ def outcome(start: Start, later: bool = False) -> Outcome:
         verb = "resubmitted" if sub.get("event") == Ev.RESUBMITTED else "submitted"
         return Outcome(RUNNING, f"{verb} as job {sub.get('job_id', '?')}; not started yet", False, step, sub or None)
     return Outcome(RUNNING, _with_step("no end recorded yet", step), False, step)
+
+
+def _last_launch_hang(start: Start) -> Event | None:
+    """The ``hang`` that ended the start's last launch (after its last ``relaunched``), if one did."""
+    for e in reversed(start.events):
+        if e.get("event") == Ev.RELAUNCHED:
+            return None
+        if e.get("event") == Ev.HANG:
+            return e
+    return None
 
 
 def _failure(start: Start, e: Event) -> str:

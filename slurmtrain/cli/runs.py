@@ -33,13 +33,13 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         for st in rows:
             click.echo(json.dumps({**st.to_json(), "tracking": _tracking_json(st)}))
         return
-    table = [("RUN", "JOB ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "SUBMITTED")]
+    table = [("RUN", "JOB ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "GOODPUT", "SUBMITTED")]
     tracked = [short(r.manifest()) for r in found]  # same order as rows
     for st in rows:
         state = st.state.value + ("*" if st.source == "events.jsonl" else "")
         outcome = st.outcome if st.outcome and st.outcome != "running" else "-"
         table.append((st.name, st.job_id or "-", state, outcome, str(st.nodes or "-"),
-                      format_duration(st.elapsed_s), _short_time(st.submitted)))
+                      format_duration(st.elapsed_s), _share(st.goodput), _short_time(st.submitted)))
     if any(tracked):  # a column only where some run tracks: W&B link / offline id, TensorBoard
         table = [table[0] + ("TRACKING",)] + [r + (t or "-",) for r, t in zip(table[1:], tracked)]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
@@ -47,6 +47,11 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     if any(st.source == "events.jsonl" for st in rows):
         click.echo("* Slurm no longer knows the job; state from the run's events.jsonl")
+
+
+def _share(report: dict | None) -> str:
+    share = (report or {}).get("share")
+    return "-" if share is None else f"{share:.0%}"
 
 
 def _short_time(iso: str | None) -> str:
@@ -141,6 +146,8 @@ def _print_status(st) -> None:
         row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
                        "exit code is the launcher's: torchrun exits 1 when a worker fails)")
     row("requeues", "-" if st.restarts is None else st.restarts)
+    for label, text in _goodput_rows(st.goodput):
+        row(label, text)
     row("submitted", _short_time(st.submitted))
     for label, text in _tracking_rows(st):  # the W&B run (link or offline folders), TensorBoard
         row(label, text)
@@ -150,6 +157,47 @@ def _print_status(st) -> None:
         click.echo("history")
         for line in classify.history(st.run):
             click.echo(f"  {line}")
+
+
+_PART_WORDS = {"startup": "start-up", "checkpoint": "checkpoints", "lost": "lost steps", "hang": "hangs",
+               "restart": "restarts", "other": "other"}
+
+
+def _goodput_rows(report: dict | None) -> list[tuple[str, str]]:
+    """``goodput`` (the share of node time that trained kept steps, and where the rest went)
+    and one ``faults`` line per interruption with what it cost (runs/goodput.py)."""
+    if not report:
+        return []
+    allocated, parts = report["allocated_node_s"], report["node_s"]
+    queue = f"queue {_human(report['queue_s'])}" if report["queue_s"] else ""
+    if not allocated:
+        return [("goodput", f"- (nothing allocated yet; {queue or 'queue 0 s'})")]
+    rest = [f"{word} {parts[p] / allocated:.0%}" for p, word in _PART_WORDS.items() if parts[p] >= 0.005 * allocated]
+    text = (f"{report['share']:.0%} of {_human(allocated)} of node time trained steps that were kept"
+            + (f"; {', '.join(rest)}" if rest else "") + (f"; {queue}" if queue else ""))
+    if not report["progress_known"]:
+        text += " (the program sends no heartbeat: start-up and lost steps count as trained)"
+    rows = [("goodput", text)]
+    for i, f in enumerate(report["faults"]):
+        cost = dict(f["cost"])
+        queued = cost.pop("queue", 0)
+        said = ", ".join(f"{_PART_WORDS.get(p, p)} {_human(v)}" for p, v in cost.items() if v >= 0.5)
+        where = "in the job" if f["in_job"] else "ended the start"
+        text = (f"{datetime.fromtimestamp(f['time']).strftime('%H:%M:%S')}  {f['kind']} ({where}): {f['detail']}; "
+                f"cost {_human(sum(cost.values()))} of node time" + (f" ({said})" if said else "")
+                + (f" + {_human(queued)} in the queue" if queued else ""))
+        rows.append(("faults" if i == 0 else "", text))
+    return rows
+
+
+def _human(seconds: float) -> str:
+    """``42 s``, ``3m 10s``, ``2h 05m``."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
 def _task_line(t) -> str:

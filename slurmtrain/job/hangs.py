@@ -47,10 +47,11 @@ class HangWatch:
     def __init__(self, folder: Path, timeout: int):
         self.folder, self.fixed = folder, timeout
         self.slowest_gap = 0.0     # over the whole start: a checkpoint's gap counts for the next launch too
-        self.last: float | None = None
+        self.last: float | None = None             # the newest heartbeat's time in this launch
+        self.first: heartbeat.Beat | None = None   # this launch's first heartbeat
 
     def launch(self) -> None:
-        self.last = None
+        self.last, self.first = None, None
 
     def timeout(self) -> float:
         return self.fixed or max(HANG_FLOOR_S, HANG_MULTIPLE * self.slowest_gap)
@@ -60,6 +61,8 @@ class HangWatch:
         beats = heartbeat.read(self.folder)
         if not beats:
             return None
+        if self.first is None:
+            self.first = min(beats, key=lambda b: b.time)
         newest = max(b.time for b in beats)
         if self.last is not None and newest > self.last:
             self.slowest_gap = max(self.slowest_gap, newest - self.last)

@@ -182,7 +182,8 @@ class Supervisor:
             relaunches += 1
             self.say(f"slurmtrain: the program failed (exit status {facts.status}) after a new checkpoint; "
                      f"starting it again in this allocation ({relaunches} of {self.cfg.restarts_in_job})")
-            self.event("relaunched", attempt=relaunches, exit_code=facts.status)
+            last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
+            self.event("relaunched", attempt=relaunches, exit_code=facts.status, **last)
             self.clear_marks()
 
     def repeated_error(self, mine: list[dict]) -> bool:
@@ -330,7 +331,10 @@ class Supervisor:
     def check_hang(self) -> bool:
         """True when the launch hangs (hangs.py): its stacks recorded, the ranks that reported
         last named."""
+        seen = self.hangs.first
         hang = self.hangs.check(self.clock.wall())
+        if seen is None and self.hangs.first is not None:  # where start-up ends, for goodput
+            self.event("first_step", step=self.hangs.first.step, at=round(self.hangs.first.time, 3))
         if hang is None:
             return False
         stacks = hangs.dump_stacks(self.slurm, hang.beats, self.run_dir / "stacks" /

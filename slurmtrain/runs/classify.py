@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import eventlog
 from .. import events as events_mod
-from ..eventlog import (CANCELLED, COMPLETED, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, RUNNING,  # noqa: F401
+from ..eventlog import (CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, RUNNING,  # noqa: F401
                         STOPPED_UNSAVED, TIME_LIMIT, UNKNOWN, USER_ERROR, WATCHDOG, Ev, Outcome)
 
 # Slurm's word for how a job ended -> our kind, where it says more than the events can.
@@ -85,6 +85,7 @@ _PHRASES = {
               "(step {step}); stacks in {stacks}"),
     Ev.RELAUNCHED: ("the program failed (exit status {exit_code}) after a new checkpoint: started again in the "
                     "job from it (in-job restart {attempt})"),
+    Ev.FIRST_STEP: "training under way: first progress of the launch (step {step})",
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",

@@ -14,7 +14,7 @@ from .. import eventlog
 from .. import events as events_mod
 from ..errors import UsageError
 from ..job.slurm import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
-from . import classify, slurmquery
+from . import classify, goodput, slurmquery
 from .rundir import RunDir, log_label
 from .states import JobState, aggregate
 
@@ -26,7 +26,7 @@ _EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4, "req
 _STATE_OF_KIND = {
     eventlog.COMPLETED: JobState.COMPLETED, eventlog.USER_ERROR: JobState.FAILED,
     eventlog.WATCHDOG: JobState.FAILED, eventlog.REQUEUE_LIMIT: JobState.FAILED,
-    eventlog.STOPPED_UNSAVED: JobState.FAILED, eventlog.CANCELLED: JobState.CANCELLED,
+    eventlog.STOPPED_UNSAVED: JobState.FAILED, eventlog.HANG: JobState.FAILED, eventlog.CANCELLED: JobState.CANCELLED,
     eventlog.PREEMPTED: JobState.COMPLETED, eventlog.TIME_LIMIT: JobState.COMPLETED,
     eventlog.NODE_FAILURE: JobState.COMPLETED,
 }
@@ -68,6 +68,7 @@ class RunStatus:
     outcome_detail: str | None = None     # classify's one line for people
     tasks: list[TaskStatus] = field(default_factory=list)  # an array job's, by task
     events: list[dict[str, Any]] = field(default_factory=list)
+    goodput: dict[str, Any] | None = None  # runs/goodput.py's report (to_json), once the job was submitted
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -125,6 +126,8 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
     if manifest.get("state") == "refused":
         st.state, st.note = JobState.REFUSED, manifest.get("refusal")
         return st
+    report = goodput.of_events(evs)
+    st.goodput = report.to_json() if report.spans else None
     if st.job_id is None:
         st.note = "not submitted (no job id in manifest.json)"
         return st

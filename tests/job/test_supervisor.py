@@ -981,8 +981,11 @@ def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched
     rig.slurm.then("srun", Answer(0, "Thread 200 (idle): MainThread\n"))
     rig.task = [HANGS_ON_N2, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
-    assert rig.names() == ["started", "hang", "relaunched", "finished"]
+    assert rig.names() == ["started", "first_step", "hang", "relaunched", "finished"]
+    first, relaunched = rig.event("first_step"), rig.event("relaunched")
+    assert first["step"] == 4 and first["at"] <= first["time"]   # the heartbeat's own time: goodput's start-up
     hang = rig.event("hang")
+    assert relaunched["last_progress"] - first["at"] == 4  # the newest beat (rank 0's at 6 s; the first at 2 s)
     assert (hang["ranks"], hang["nodes"], hang["step"]) == ("1", "n2", 4)
     assert 20 <= hang["seconds"] <= 22
     stacks = rig.run_dir / "stacks" / f"{JOB}-0-1"
@@ -1013,7 +1016,7 @@ def test_a_hang_with_no_restart_left_ends_the_run(rig, monkeypatch):
     monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
     rig.task = [HANGS_ON_N2]
     assert rig.run(restarts_in_job=0, hang_timeout=20) == 143
-    assert rig.names() == ["started", "hang", "failed"]
+    assert rig.names() == ["started", "first_step", "hang", "failed"]
     assert rig.summary() == "hung; no in-job restart left, exit status 143"
     assert "pip install py-spy" in (rig.run_dir / "stacks" / f"{JOB}-0-1" / "rank1-n2.txt").read_text()
 

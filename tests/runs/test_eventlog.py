@@ -7,7 +7,8 @@ node_died_then_completed (a node died hard: Slurm requeued the job, the dying sc
 still wrote `failed`, the next start finished), finished_then_failed (the program wrote
 `finished`, then the command exited 134: `watch` said finished, `status` user error),
 stop_unsaved (a program that ignores the stop signal: escalated to SIGKILL, nothing saved,
-not requeued). Written by hand in the sandbox's format.
+not requeued), hung_no_restart_left (a hang the supervisor ended with restarts_in_job = 0),
+crash_hang_preempted (a crash and a hang restarted in the job, then a preemption). Written by hand in the sandbox's format.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ K = eventlog
 # once Slurm forgets the job)
 EXPECTED = {
     "cancel_requested": (K.CANCELLED, [K.CANCELLED], JobState.CANCELLED, None),
+    "crash_hang_preempted": (K.COMPLETED, [K.PREEMPTED, K.COMPLETED], JobState.COMPLETED, 0),
+    "hung_no_restart_left": (K.HANG, [K.HANG], JobState.FAILED, 143),
     "finished_then_failed": (K.USER_ERROR, [K.USER_ERROR], JobState.FAILED, 134),
     "node_died_then_completed": (K.COMPLETED, [K.NODE_FAILURE, K.COMPLETED], JobState.COMPLETED, 0),
     "preempted_then_completed": (K.COMPLETED, [K.PREEMPTED, K.COMPLETED], JobState.COMPLETED, 0),
@@ -113,6 +116,14 @@ def test_stop_unsaved_says_why_and_how_to_requeue_anyway(tmp_path):
     ]
     # Slurm's TIMEOUT (the kill ran into the time limit) does not hide why it was not requeued
     assert classify.classify(run.path, "TIMEOUT", 0).kind == K.STOPPED_UNSAVED
+
+
+def test_a_hang_with_no_restart_left_is_its_own_outcome_naming_the_ranks_and_stacks(tmp_path):
+    run, _ = recorded_run(tmp_path, "hung_no_restart_left")
+    out = classify.classify(run.path)
+    assert out.kind == K.HANG and out.step == 10
+    assert out.detail == ("hung: no rank reported progress for 30 s; the last to report: rank(s) 1 on stnode2 "
+                          "(step 17); no in-job restart left; stacks in /runs/hung/stacks/131-0-1; not requeued")
 
 
 # ---- the names -------------------------------------------------------------------------

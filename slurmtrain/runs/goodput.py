@@ -1,0 +1,288 @@
+"""Goodput: the share of the node time a run was given that trained steps it kept, and
+where the rest went. Read from ``events.jsonl`` alone, for any program the supervisor
+ran (the built-in trainer, a user's program, a Hugging Face or Lightning script).
+
+Every second of an allocation (``started`` to the start's last event, times its nodes)
+goes to one part:
+
+==========  ============================================================================
+trained     first progress of a launch to its last, less what is counted below
+startup     the job start to its first launch's first progress (``first_step``)
+checkpoint  a save's own seconds (``checkpoint_saved {seconds}``)
+lost        a launch's last checkpoint to its last progress, when a fault ended it:
+            steps that are trained again
+hang        the last progress to the supervisor's detection (``hang {seconds}``)
+restart     a fault's last progress to the next launch's first progress (in the job)
+other       the rest: stopping, requeueing, the job's end, a spare node's idle time
+==========  ============================================================================
+
+Where several parts claim the same second, the one later in ``PRIORITY`` takes it (a
+checkpoint inside trained time is a checkpoint; trained time after the last checkpoint
+before a crash is lost). Queue wait (``submitted``/a requeue to ``started``) is wall
+time, not allocated: it is reported beside the share, not in it.
+
+Each interruption (a crash or hang restarted in the job, a stop or node failure that
+requeued, a failure that ended the run) is charged what it cost: its lost, hang and
+restart seconds, and for a requeue also the end of its start, the queue wait and the next
+start's start-up.
+
+Progress is seen through heartbeats (the supervisor writes ``first_step`` when a launch's
+first heartbeat arrives; ``relaunched`` carries the last one's time). A program that sends
+none has no start-up or lost time to measure: its launches count as trained from their
+start, and :attr:`Goodput.progress_known` is False.
+
+Torch-free: the standard library and :mod:`slurmtrain.eventlog`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .. import eventlog
+from ..eventlog import Ev, Event
+
+PARTS = ("trained", "startup", "checkpoint", "lost", "hang", "restart", "other")
+PRIORITY = ("other", "trained", "startup", "restart", "checkpoint", "lost", "hang")
+
+
+@dataclass(frozen=True)
+class Span:
+    part: str                 # one of PARTS, or "queue"
+    begin: float              # wall-clock seconds
+    end: float
+    nodes: int                # 0 for queue wait: nothing is allocated
+    fault: int | None = None  # the index in Goodput.faults this second is charged to
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str                 # crash, hang, preempted, time limit, node failure, failed, ...
+    time: float
+    detail: str
+    in_job: bool              # recovered inside the allocation (no requeue)
+
+
+@dataclass
+class Goodput:
+    spans: list[Span] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    progress_known: bool = True
+
+    def node_seconds(self, part: str | None = None) -> float:
+        return sum((s.end - s.begin) * s.nodes for s in self.spans if part is None or s.part == part)
+
+    @property
+    def allocated(self) -> float:
+        return self.node_seconds()
+
+    @property
+    def queue_s(self) -> float:
+        return sum(s.end - s.begin for s in self.spans if s.part == "queue")
+
+    @property
+    def share(self) -> float | None:
+        return self.node_seconds("trained") / self.allocated if self.allocated > 0 else None
+
+    def cost(self, fault: int) -> dict[str, float]:
+        """What fault ``fault`` cost, by part: node-seconds (``queue``: wall seconds)."""
+        out: dict[str, float] = {}
+        for s in self.spans:
+            if s.fault == fault:
+                out[s.part] = out.get(s.part, 0.0) + (s.end - s.begin) * (s.nodes or 1)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "share": None if self.share is None else round(self.share, 4),
+            "allocated_node_s": round(self.allocated, 1),
+            "node_s": {p: round(self.node_seconds(p), 1) for p in PARTS},
+            "queue_s": round(self.queue_s, 1),
+            "progress_known": self.progress_known,
+            "faults": [{"kind": f.kind, "time": f.time, "detail": f.detail, "in_job": f.in_job,
+                        "cost": {k: round(v, 1) for k, v in self.cost(i).items()}}
+                       for i, f in enumerate(self.faults)],
+        }
+
+
+def of_events(evs: Iterable[Event], now: float | None = None) -> Goodput:
+    """The goodput of a run (all its starts) from its events; ``now`` ends a start that is
+    still running. An array job's tasks are summed."""
+    evs = list(evs)
+    now = time.time() if now is None else now
+    tasks = eventlog.tasks(evs) if eventlog.array_size(evs) else {None: evs}
+    out = Goodput()
+    for task_evs in tasks.values():
+        _add_run(out, task_evs, now)
+    return out
+
+
+# ---- one run (one task of an array) --------------------------------------------------
+
+@dataclass(frozen=True)
+class _Claim:
+    part: str
+    begin: float
+    end: float
+    fault: int | None = None
+
+
+def _add_run(out: Goodput, evs: list[Event], now: float) -> None:
+    known = any(e.get("event") == Ev.FIRST_STEP for e in evs)
+    out.progress_known &= known or not any(e.get("event") == Ev.STARTED for e in evs)
+    starts = eventlog.split(evs)
+    carried: int | None = None     # the fault that ended the previous start: its queue and start-up
+    prev_end: float | None = None
+    for i, start in enumerate(starts):
+        later = i + 1 < len(starts)
+        st, opened = start.started, start.submission
+        opened_at = opened["time"] if opened else prev_end
+        if st is None:
+            if opened_at is not None and not later:  # still waiting in the queue
+                out.spans.append(Span("queue", opened_at, now, 0, carried))
+            continue
+        if opened_at is not None and opened_at < st["time"]:
+            out.spans.append(Span("queue", opened_at, st["time"], 0, carried))
+        running = not later and eventlog.outcome(start).kind == eventlog.RUNNING
+        end = now if running else max(e["time"] for e in start.events)
+        claims, ended_by = _claims(out, start, end, carried, known)
+        nodes = len(str(st.get("nodes", "")).split()) or 1
+        out.spans.extend(_paint(claims, st["time"], end, nodes))
+        carried, prev_end = ended_by, end
+
+
+def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None,
+            known: bool) -> tuple[list[_Claim], int | None]:
+    """What each launch of the start claims; the fault that ended the start, if any."""
+    claims: list[_Claim] = []
+    launches = _launches(start, end)
+    prev_progress: float | None = None
+    prev_fault: int | None = None
+    for n, (begin, evs, until) in enumerate(launches):
+        first = next((_at(e) for e in evs if e.get("event") == Ev.FIRST_STEP), None)
+        if not known:
+            first = begin
+        if n == 0:
+            claims.append(_Claim("startup", begin, first if first is not None else until, carried))
+        else:
+            claims.append(_Claim("restart", prev_progress or begin, first if first is not None else until,
+                                 prev_fault))
+        for e in evs:
+            if e.get("event") == Ev.CHECKPOINT_SAVED and isinstance(e.get("seconds"), (int, float)):
+                claims.append(_Claim("checkpoint", e["time"] - e["seconds"], e["time"]))
+        nxt = launches[n + 1][1][0] if n + 1 < len(launches) else None  # the next launch's `relaunched`
+        progress, fault = _launch_end(out, evs, nxt, until)
+        if first is not None:
+            claims.append(_Claim("trained", first, progress))
+            if fault is not None:
+                saves = [e["time"] for e in evs if e.get("event") == Ev.CHECKPOINT_SAVED and e["time"] <= progress]
+                claims.append(_Claim("lost", max([first, *saves]), progress, fault))
+        hang = next((e for e in evs if e.get("event") == Ev.HANG), None)
+        if hang is not None:
+            claims.append(_Claim("hang", hang["time"] - float(hang.get("seconds", 0)), hang["time"], fault))
+        prev_progress, prev_fault = progress, fault
+    if prev_fault is not None and not out.faults[prev_fault].in_job:
+        claims.append(_Claim("other", prev_progress or end, end, prev_fault))  # stopping, requeueing
+    return claims, prev_fault if prev_fault is not None and not out.faults[prev_fault].in_job else None
+
+
+def _launches(start: eventlog.Start, last: float) -> list[tuple[float, list[Event], float]]:
+    """(begin, events, end) of each launch: the start's events cut at each ``relaunched``
+    (which opens the next launch); the last ends at ``last``."""
+    cuts = [i for i, e in enumerate(start.events) if e.get("event") == Ev.RELAUNCHED]
+    bounds = [0, *cuts, len(start.events)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        evs = list(start.events[a:b])
+        begin = start.started["time"] if a == 0 else evs[0]["time"]
+        until = start.events[b]["time"] if b < len(start.events) else last
+        out.append((begin, evs, until))
+    return out
+
+
+def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float) -> tuple[float, int | None]:
+    """When the launch last made progress, and the fault (an index in out.faults) that
+    ended it, if one did: a stop that saved, or the program's finish, is none."""
+    names = {e.get("event") for e in evs}
+    hang = next((e for e in evs if e.get("event") == Ev.HANG), None)
+    if nxt is not None:  # restarted in the job: a crash, or a hang
+        if hang is not None:
+            at = hang["time"] - float(hang.get("seconds", 0))
+            return at, _fault(out, "hang", hang["time"], f"no progress for {hang.get('seconds')} s; last to "
+                              f"report: rank(s) {hang.get('ranks')} on {hang.get('nodes')}", True)
+        at = float(nxt.get("last_progress") or nxt["time"])
+        return at, _fault(out, "crash", nxt["time"], f"the program failed (exit status {nxt.get('exit_code')})",
+                          True)
+    program_end = next((e for e in reversed(evs) if e.get("event") in (Ev.STOPPED,) or
+                        eventlog.is_program_finished(e)), None)
+    if program_end is not None:
+        kind = _stop_kind(evs) if program_end.get("event") == Ev.STOPPED else None
+        fault = None if kind is None else _fault(out, kind, program_end["time"], "stopped after a checkpoint",
+                                                 False, requeued=Ev.REQUEUE in names)
+        return program_end["time"], fault
+    ending = next((e for e in evs if e.get("event") in (Ev.REQUEUED_BY_SLURM, Ev.PREEMPTED, Ev.SIGNAL, Ev.FAILED,
+                                                         Ev.STOP_UNSAVED, Ev.CANCELLED)), None)
+    if ending is None:
+        return until, None  # still running, or the script was killed with no word
+    kind = {Ev.REQUEUED_BY_SLURM: "node failure", Ev.FAILED: "failed", Ev.CANCELLED: "cancelled"}.get(
+        ending["event"]) or _stop_kind(evs) or "stopped"
+    return ending["time"], _fault(out, kind, ending["time"], "ended without a checkpoint of its last steps",
+                                  False, requeued=Ev.REQUEUE in names or kind == "node failure")
+
+
+def _stop_kind(evs: list[Event]) -> str | None:
+    names = {e.get("event") for e in evs}
+    if Ev.PREEMPTED in names:
+        return "preempted"
+    if Ev.SIGNAL in names:
+        return "time limit"
+    return None
+
+
+def _fault(out: Goodput, kind: str, at: float, detail: str, in_job: bool, requeued: bool = False) -> int:
+    if not in_job and requeued:
+        detail += "; requeued"
+    out.faults.append(Fault(kind, at, detail, in_job))
+    return len(out.faults) - 1
+
+
+def _at(e: Event) -> float:
+    """When it happened: ``first_step`` carries its heartbeat's own time (``at``)."""
+    return float(e.get("at", e["time"]))
+
+
+# ---- painting ------------------------------------------------------------------------
+
+def _paint(claims: list[_Claim], begin: float, end: float, nodes: int) -> list[Span]:
+    """``[begin, end]`` cut into spans, each second given to the highest-priority claim on
+    it (``other`` where none): a sweep over the claims' edges, O(n log n)."""
+    claims = [c for c in (_Claim(c.part, max(c.begin, begin), min(c.end, end), c.fault) for c in claims)
+              if c.end > c.begin]
+    edges = sorted({begin, end, *(c.begin for c in claims), *(c.end for c in claims)})
+    by_begin = sorted(claims, key=lambda c: c.begin)
+    live: list[tuple[int, int, _Claim]] = []  # (-priority, -order, claim): heap, highest first
+    out: list[Span] = []
+    i = 0
+    for a, b in zip(edges, edges[1:]):
+        while i < len(by_begin) and by_begin[i].begin <= a:
+            c = by_begin[i]
+            heapq.heappush(live, (-PRIORITY.index(c.part), -i, c))
+            i += 1
+        while live and live[0][2].end <= a:
+            heapq.heappop(live)
+        top = _top(live, a)
+        part, fault = (top.part, top.fault) if top else ("other", None)
+        if out and out[-1].part == part and out[-1].fault == fault and out[-1].end == a:
+            out[-1] = Span(part, out[-1].begin, b, nodes, fault)
+        else:
+            out.append(Span(part, a, b, nodes, fault))
+    return out
+
+
+def _top(live: list[tuple[int, int, _Claim]], at: float) -> _Claim | None:
+    """The highest claim still covering ``at`` (ended ones below the top are dropped lazily)."""
+    while live and live[0][2].end <= at:
+        heapq.heappop(live)
+    return live[0][2] if live else None

@@ -1,0 +1,165 @@
+"""Goodput from a run's events (runs/goodput.py): each second of an allocation in one
+part, each interruption charged what it cost. Events are written with their times as
+the supervisor, the program and the CLI would."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmtrain.runs import goodput
+from slurmtrain.runs.goodput import _Claim, _paint
+
+
+def ev(t: float, name: str, **fields) -> dict:
+    return {"time": t, "event": name, **fields}
+
+
+def parts(g: goodput.Goodput) -> dict[str, float]:
+    return {p: round(g.node_seconds(p), 3) for p in goodput.PARTS if g.node_seconds(p)}
+
+
+def test_a_run_without_faults_is_start_up_trained_steps_checkpoints_and_its_end():
+    evs = [ev(0, "submitted", job_id="7"), ev(10, "started", job_id="7", restart=0, nodes="a b"),
+           ev(20, "first_step", step=1, at=19), ev(50, "checkpoint_saved", step=10, seconds=5),
+           ev(100, "finished", step=20), ev(102, "finished", exit_code=0, job_id="7", restart=0)]
+    g = goodput.of_events(evs)
+    assert parts(g) == {"startup": 18, "trained": 152, "checkpoint": 10, "other": 4}
+    assert g.allocated == 184 and g.queue_s == 10
+    assert g.share == pytest.approx(152 / 184)
+    assert g.faults == [] and g.progress_known
+
+
+def test_a_crash_restarted_in_the_job_costs_the_steps_since_the_checkpoint_and_the_restart():
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=10, seconds=2),
+           ev(50, "relaunched", attempt=1, exit_code=1, last_progress=45),
+           ev(60, "first_step", step=11), ev(100, "finished", step=20), ev(101, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    assert parts(g) == {"startup": 10, "checkpoint": 2, "lost": 15, "restart": 15, "trained": 58, "other": 1}
+    [crash] = g.faults
+    assert crash.kind == "crash" and crash.in_job and "exit status 1" in crash.detail
+    assert g.cost(0) == {"lost": 15, "restart": 15}
+
+
+def test_a_hang_costs_its_detection_the_lost_steps_and_the_restart():
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(5, "first_step", step=1),
+           ev(20, "checkpoint_saved", step=10, seconds=1),
+           ev(80, "hang", seconds=40, ranks="1", nodes="b", step=17, stacks="s"),
+           ev(85, "relaunched", attempt=1, exit_code=-15, last_progress=40),
+           ev(95, "first_step", step=11), ev(120, "finished", step=30), ev(121, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    assert parts(g) == {"startup": 5, "checkpoint": 1, "lost": 20, "hang": 40, "restart": 15, "trained": 39,
+                        "other": 1}
+    [hang] = g.faults
+    assert hang.kind == "hang" and "rank(s) 1 on b" in hang.detail
+    assert g.cost(0) == {"lost": 20, "hang": 40, "restart": 15}
+
+
+def test_a_preemption_costs_its_stop_the_queue_wait_and_the_next_start_up():
+    evs = [ev(0, "submitted", job_id="7"), ev(10, "started", nodes="a", job_id="7", restart=0),
+           ev(20, "first_step", step=1), ev(40, "checkpoint_saved", step=10, seconds=2),
+           ev(60, "checkpoint_saved", step=15, seconds=3), ev(60, "stopped", step=15),
+           ev(61, "preempted", exit_code=75), ev(61.5, "requeue", exit_code=75),
+           ev(200, "started", nodes="a", job_id="7", restart=1), ev(200, "restarted"),
+           ev(210, "first_step", step=16), ev(250, "finished", step=30), ev(251, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    assert parts(g) == {"startup": 20, "checkpoint": 5, "trained": 75, "other": 2.5}
+    assert g.queue_s == 148.5
+    [stop] = g.faults
+    assert stop.kind == "preempted" and not stop.in_job and "requeued" in stop.detail
+    assert g.cost(0) == {"other": 1.5, "queue": 138.5, "startup": 10}
+
+
+def test_a_node_failure_that_slurm_requeued_loses_the_steps_since_the_checkpoint_on_every_node():
+    evs = [ev(0, "started", nodes="a b", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=10, seconds=1), ev(50, "requeued_by_slurm"),
+           ev(51, "failed", exit_code=1), ev(170, "started", nodes="a c", job_id="7", restart=1),
+           ev(180, "first_step", step=11)]
+    g = goodput.of_events(evs, now=200)
+    assert g.faults[0].kind == "node failure"
+    assert g.cost(0) == {"lost": 40, "other": 2, "queue": 119, "startup": 20}
+    assert parts(g)["trained"] == 2 * (19 + 20)  # the running start counts up to now
+
+
+def test_a_failure_that_ends_the_run_is_charged_its_lost_steps():
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=10, seconds=1), ev(40, "train_error", step=14, error="boom"),
+           ev(41, "failed", exit_code=1)]
+    g = goodput.of_events(evs, now=500)
+    assert [f.kind for f in g.faults] == ["failed"]
+    assert parts(g) == {"startup": 10, "trained": 19, "checkpoint": 1, "lost": 11}
+    assert g.allocated == 41  # the job ended: `now` does not stretch it
+
+
+def test_a_program_without_heartbeats_counts_as_trained_from_its_start_and_says_so():
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(30, "checkpoint_saved", step=10),
+           ev(60, "finished", step=20), ev(61, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    assert not g.progress_known
+    assert parts(g) == {"trained": 60, "other": 1}
+
+
+def test_a_job_that_waits_in_the_queue_has_queue_time_and_nothing_allocated():
+    g = goodput.of_events([ev(0, "submitted", job_id="7")], now=30)
+    assert g.queue_s == 30 and g.allocated == 0 and g.share is None
+
+
+def test_the_tasks_of_an_array_are_summed():
+    def task(k: int) -> list[dict]:
+        ident = {"job_id": f"7_{k}", "array_job_id": "7", "array_task": k, "restart": 0}
+        return [ev(0, "started", nodes="a", array_tasks=2, **ident), ev(4, "first_step", step=1, **ident),
+                ev(10, "finished", array_task=k), ev(10, "finished", exit_code=0, **ident)]
+    g = goodput.of_events([ev(-1, "submitted", job_id="7", array_tasks=2), *task(0), *task(1)])
+    assert parts(g) == {"startup": 8, "trained": 12}
+
+
+def test_the_json_has_every_part_the_share_and_each_fault_with_its_cost():
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "relaunched", attempt=1, exit_code=9, last_progress=28), ev(35, "first_step", step=1),
+           ev(60, "finished", step=9), ev(60, "finished", exit_code=0)]
+    j = goodput.of_events(evs).to_json()
+    assert set(j["node_s"]) == set(goodput.PARTS)
+    assert j["share"] == round(25 / 60, 4)  # the 18 s before the crash had no checkpoint: lost
+    assert j["faults"][0]["kind"] == "crash" and j["faults"][0]["cost"] == {"lost": 18.0, "restart": 7.0}
+
+
+def test_painting_gives_each_second_to_the_highest_claim_and_the_rest_to_other():
+    spans = _paint([_Claim("trained", 1, 9), _Claim("checkpoint", 3, 4), _Claim("lost", 6, 12, fault=0),
+                    _Claim("startup", -5, 1)], 0, 10, nodes=2)
+    assert [(s.part, s.begin, s.end) for s in spans] == [
+        ("startup", 0, 1), ("trained", 1, 3), ("checkpoint", 3, 4), ("trained", 4, 6), ("lost", 6, 10)]
+    assert spans[-1].fault == 0 and all(s.nodes == 2 for s in spans)
+    assert [(s.part, s.begin, s.end) for s in _paint([], 0, 5, 1)] == [("other", 0, 5)]
+
+
+# ---- what status, its JSON and runs show (a recorded history: crash, hang, preemption) ----
+
+def test_status_shows_the_share_where_the_rest_went_and_each_fault_with_its_cost(tmp_path, fake_slurm):
+    from click.testing import CliRunner
+
+    from slurmtrain.cli import main
+    from runs_fakes import recorded_run
+
+    run, _ = recorded_run(tmp_path, "crash_hang_preempted")
+    fake_slurm(scontrol="", sacct=None)  # Slurm forgot the job: everything from events.jsonl
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    rows = [line for line in out.splitlines() if line.startswith(("goodput", "faults", " " * 11))]
+    assert rows[0] == ("goodput    51% of 8m 46s of node time trained steps that were kept; start-up 8%, "
+                       "checkpoints 3%, lost steps 10%, hangs 15%, restarts 13%, other 1%; queue 2m 18s")
+    assert rows[1].startswith("faults     ") and rows[1].endswith(
+        "crash (in the job): the program failed (exit status 1); cost 40 s of node time (lost steps 10 s, "
+        "restarts 30 s)")
+    assert rows[2].endswith("hang (in the job): no progress for 40 s; last to report: rank(s) 1 on stnode2; "
+                            "cost 2m 40s of node time (lost steps 40 s, hangs 1m 20s, restarts 40 s)")
+    assert rows[3].endswith("preempted (ended the start): stopped after a checkpoint; requeued; cost 24 s of "
+                            "node time (other 4 s, start-up 20 s) + 2m 08s in the queue")
+
+    import json
+    j = json.loads(CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), "--json", run.name]).output)
+    g = j["goodput"]
+    assert (g["allocated_node_s"], g["node_s"]["trained"], g["queue_s"]) == (526, 266, 138)
+    assert g["share"] == round(266 / 526, 4)
+    assert [f["kind"] for f in g["faults"]] == ["crash", "hang", "preempted"]
+
+    listing = CliRunner().invoke(main, ["runs", "--runs-dir", str(tmp_path)]).output.splitlines()
+    assert listing[0].split()[7] == "GOODPUT" and listing[1].split()[6] == "51%"  # "JOB ID" is two words
