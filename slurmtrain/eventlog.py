@@ -84,7 +84,8 @@ class Ev:
     WATCHDOG_TIMEOUT = "watchdog_timeout"  # {missing}: the nodes that never joined
     SETUP_FAILED = "setup_failed"          # {node, line, exit_code}: a node's first failing setup line
     PREFLIGHT_PASSED = "preflight_passed"  # {nodes}: every node passed the in-job gate
-    PREFLIGHT_FAILED = "preflight_failed"  # {nodes}: these did not; requeued without them
+    PREFLIGHT_FAILED = "preflight_failed"  # {nodes}: these did not; left out (spares) or requeued without them
+    NODES_LOST = "nodes_lost"              # {nodes, spares, left}: left out of the job start; spares in their place
     RELAUNCHED = "relaunched"              # {attempt, exit_code, last_progress?}: the launch started again in the job
     FIRST_STEP = "first_step"              # {step, at}: a launch's first heartbeat (at: its own time)
     HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout
@@ -108,7 +109,7 @@ class Ev:
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
-                           Ev.PREFLIGHT_FAILED, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.HANG, Ev.FINISHED, Ev.FAILED,
+                           Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED})
@@ -291,6 +292,10 @@ def _stop_cause(start: Start) -> tuple[str, str]:
     """Why the tasks of a start were asked to stop: (kind, words)."""
     if start.last(Ev.REQUEUED_BY_SLURM) is not None:
         return NODE_FAILURE, "a node of the job failed and Slurm requeued the job itself"
+    if (lost := start.last(Ev.NODES_LOST)) is not None and start.last(Ev.REQUEUE) is not None:
+        return NODE_FAILURE, f"node(s) {lost.get('nodes')} were lost and no spare was left"
+    if (gate := start.last(Ev.PREFLIGHT_FAILED)) is not None and start.last(Ev.REQUEUE) is not None:
+        return NODE_FAILURE, f"node(s) {gate.get('nodes')} failed the preflight gate"
     if start.last(Ev.PREEMPTED) is not None:
         return PREEMPTED, "Slurm preempted the job for a higher-priority one"
     sig = start.last(Ev.SIGNAL)

@@ -40,6 +40,10 @@ class SlurmSection:
     account: str | None = field("account to charge", None, check=_SLURM_NAME)
     qos: str | None = field("quality of service", None, check=_SLURM_NAME)
     nodes: int = field("number of nodes", 1, check=positive)
+    spare_nodes: int = field("nodes allocated beyond `nodes` and kept idle: one takes the place of a node lost in "
+                             "the job (dead, down, failing again and again) without going back to the queue; the "
+                             "job is submitted with --no-kill so that a dead node does not end it", 0,
+                             check=non_negative)
     gpus_per_node: int = field("GPUs per node (0 for CPU-only clusters)", 0, check=non_negative)
     gpu_type: str | None = field("GPU type in --gres (e.g. a100); none: any", None, check=_SLURM_NAME)
     cpus_per_task: int | None = field("CPUs for the one task per node (the srun launcher divides them among its tasks)", None, check=positive)

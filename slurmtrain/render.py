@@ -59,7 +59,9 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     out = [f"--job-name={job.job_name}"]
     if job.array is not None:
         out.append(f"--array=0-{job.array - 1}")
-    out += [f"--nodes={s.nodes}", f"--ntasks-per-node={tasks}"]
+    out += [f"--nodes={s.nodes + s.spare_nodes}", f"--ntasks-per-node={tasks}"]
+    if s.spare_nodes:
+        out.append("--no-kill")  # a node that dies must not end the job: a spare takes its place
     if s.gpus_per_node:
         out.append(f"--gres=gpu:{s.gpu_type + ':' if s.gpu_type else ''}{s.gpus_per_node}")
     for flag, value in (("cpus-per-task", cpus), ("mem", s.mem), ("time", s.time),
@@ -346,6 +348,10 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
     if job.command and job.recipe:
         raise UsageError("give either --recipe or a command after `--`, not both")
     _check_array(p, job)
+    if job.plain and p.slurm.spare_nodes:
+        raise UsageError(f"slurm.spare_nodes = {p.slurm.spare_nodes}: spare nodes need the supervisor, which puts "
+                         "a spare in a lost node's place; `gen --plain` has none (drop --plain, or set "
+                         "slurm.spare_nodes = 0)")
     return {
         "version": __version__,
         "profile_name": loaded.name,
@@ -360,6 +366,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "stop_signal": _signal_name(p.resilience.signal),
         "max_requeues": p.resilience.max_requeues,
         "restarts_in_job": p.resilience.restarts_in_job,
+        "spare_nodes": p.slurm.spare_nodes,
         "hang_timeout": p.resilience.hang_timeout,
         "rendezvous_timeout": p.resilience.rendezvous_timeout,
         "env_exports": _env_exports(p),

@@ -160,7 +160,7 @@ def _print_status(st) -> None:
 
 
 _PART_WORDS = {"startup": "start-up", "checkpoint": "checkpoints", "lost": "lost steps", "hang": "hangs",
-               "restart": "restarts", "other": "other"}
+               "restart": "restarts", "spare": "idle spares", "other": "other"}
 
 
 def _goodput_rows(report: dict | None) -> list[tuple[str, str]]:

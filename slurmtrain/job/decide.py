@@ -61,13 +61,20 @@ class Verdict:
 STOPPED_EXIT = 75  # the stop contract's "stopped after a checkpoint"
 
 
+def failed_by_itself(f: Facts) -> bool:
+    """The launch failed with no stop, cancel, preemption, Slurm requeue or `finished` to
+    explain it: a rank died, or the supervisor ended a hung launch."""
+    return not (f.status == 0 or f.program_finished or f.stop_requested or f.cancelled or f.slurm_requeued
+                or f.preempted)
+
+
 def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, budget: int) -> bool:
     """Start the launch again in this allocation? Only after a failure of the program itself
     (no stop, cancel, preemption or node failure Slurm handles; no `finished`) that followed
     a new checkpoint of this launch (else it would resume where it failed before), that is
     not the same error at the same step as an earlier launch's (a program error), within
     resilience.restarts_in_job."""
-    if f.status == 0 or f.program_finished or f.stop_requested or f.cancelled or f.slurm_requeued or f.preempted:
+    if not failed_by_itself(f):
         return False
     if f.hung:  # no error line to repeat; the launch starts again from the newest checkpoint there is
         return relaunches < budget

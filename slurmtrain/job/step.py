@@ -68,20 +68,28 @@ class Launch:
             env.update(deepspeed_world(nodes, self.procs_per_node, self.run_dir, os.environ.get("SLURM_JOB_ID", "")))
         return env
 
-    def start_task(self, nodes: list[str]) -> Step:
+    def start_task(self, nodes: list[str], overlap: bool = False) -> Step:
+        """``overlap``: after a node was lost. The old step holds its nodes' resources until
+        Slurm hears from every node of it, a dead one never (until Slurm marks it down)."""
         env = self.environment(nodes)
         n = str(len(nodes))
+        extra = ["--overlap"] if overlap else []
         if self.launcher == "srun-loop":  # one srun per node, for sites where one srun cannot start the containers
-            argvs = [self._srun(["--nodes=1", "--ntasks=1", "-w", node, "--kill-on-bad-exit=1"], self.task,
+            argvs = [self._srun(["--nodes=1", "--ntasks=1", "-w", node, "--kill-on-bad-exit=1", *extra], self.task,
                                 "slurmtrain_task", str(i)) for i, node in enumerate(nodes)]
         else:
             per_node = str(self.procs_per_node) if self.launcher == "srun" else "1"
-            argvs = [self._srun([f"--nodes={n}", f"--ntasks-per-node={per_node}", "--kill-on-bad-exit=1"],
+            # --ntasks too: srun takes the job's SLURM_NTASKS (spares included) from its environment.
+            argvs = [self._srun([f"--nodes={n}", f"--ntasks={len(nodes) * int(per_node)}",
+                                 f"--ntasks-per-node={per_node}", "-w", ",".join(nodes), "--kill-on-bad-exit=1",
+                                 *extra],
                                 self.task, "slurmtrain_task")]
         return Step([subprocess.Popen(a, env=env, stdin=subprocess.DEVNULL) for a in argvs])
 
     def start_gate(self, nodes: list[str], gate_dir: Path) -> Step:
-        argv = self._srun([f"--nodes={len(nodes)}", "--ntasks-per-node=1"], self.gate, "slurmtrain_gate")
+        argv = self._srun([f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "-w",
+                           ",".join(nodes)], self.gate,
+                          "slurmtrain_gate")
         env = {**self.environment(nodes), "SLURMTRAIN_GATE_DIR": str(gate_dir)}
         return Step([subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)])
 

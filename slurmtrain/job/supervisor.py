@@ -18,11 +18,13 @@ from typing import Callable, NoReturn, Protocol
 
 from .. import arrivals, eventlog, events, heartbeat, ledger
 from . import decide, hangs
+from . import nodes as nodes_mod
 from .slurm import SRUN_TASK_ERROR, Slurm
 from .step import Launch, Step
 
 TERM_GRACE_S = 15      # after the SIGTERM that ends tasks still running past stop_timeout, SIGKILL
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
+STUCK_S = 15           # srun still runs this long after a task failed: probe the launch's nodes for a dead one
 
 
 class Clock(Protocol):
@@ -48,6 +50,7 @@ class Config:
     requeue_always: bool
     bad_node_hours: float
     preflight: bool
+    spare_nodes: int = 0           # slurm.spare_nodes: allocated beyond the run's, idle until a node is lost
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,12 @@ class Supervisor:
         self.stop_file = self.run_dir / f".stop-{job.job_id}"
         self.arrived_dir = arrivals.marks_dir(self.run_dir, job.job_id)
         self.batch_log, self.log_start = batch_log, _size(batch_log)
-        self.nodes: list[str] = []
+        self.nodes: list[str] = []     # the allocation's
+        self.pool = nodes_mod.Pool([])  # ... which of them the launch runs on (spares, nodes left out)
+        self.hang_nodes: list[str] = []
+        self.failed_at: float | None = None  # when srun reported this launch's first task error
+        self.dead_seen: list[str] = []       # ... and the nodes a probe then found dead
+        self.log_mark = 0              # the batch log's size when the launch began: its srun lines follow
         self.step: Step | None = None
         self.end_at_start = ""
         # What the signals said; set only by handle_signal, read by the decisions.
@@ -134,7 +142,9 @@ class Supervisor:
         self.nodes = self.retry(3, lambda: self.slurm.hostnames(j.nodelist)) or []
         if not self.nodes:
             raise End(f"failed: scontrol could not expand the node list {j.nodelist!r}", 1)
-        self.event("started", nodes=" ".join(self.nodes), **({"array_tasks": j.array_tasks} if j.array_tasks else {}))
+        self.pool = nodes_mod.Pool(list(self.nodes), c.spare_nodes)
+        self.event("started", nodes=" ".join(self.nodes), **({"array_tasks": j.array_tasks} if j.array_tasks else {}),
+                   **({"spares": " ".join(self.pool.idle)} if self.pool.idle else {}))
         if j.restarts > 0:
             self.event("restarted")
         self.stop_file.unlink(missing_ok=True)
@@ -159,7 +169,7 @@ class Supervisor:
             if status is not None:
                 return status
             self.escalate()
-            if joined and not self.stopping and self.check_hang():
+            if joined and not self.stopping and (self.check_hang() or self.check_stuck()):
                 self.end_launch()
                 return step.poll()
             self.clock.wait(TICK_S)
@@ -173,15 +183,20 @@ class Supervisor:
             self.launches += 1
             self.hung = False
             self.hangs.launch()
-            facts = self.facts(self.watch(self.launch.start_task(self.nodes)))
+            self.log_mark, self.failed_at, self.dead_seen = _size(self.batch_log), None, []
+            facts = self.facts(self.watch(self.launch.start_task(self.pool.active, overlap=bool(self.pool.left_out))))
             mine = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
             progressed = any(e.get("event") == eventlog.Ev.CHECKPOINT_SAVED for e in mine)
-            if not decide.relaunch(facts, progressed, self.repeated_error(mine), relaunches,
-                                   self.cfg.restarts_in_job):
+            lost = self.lost_nodes() if decide.failed_by_itself(facts) else []
+            if lost:
+                self.go_on_without(lost, relaunches)  # or End: requeued without them
+            elif not decide.relaunch(facts, progressed, self.repeated_error(mine), relaunches,
+                                     self.cfg.restarts_in_job):
                 return facts
             relaunches += 1
-            self.say(f"slurmtrain: the program failed (exit status {facts.status}) after a new checkpoint; "
-                     f"starting it again in this allocation ({relaunches} of {self.cfg.restarts_in_job})")
+            why = f"as node(s) {' '.join(lost)} were lost" if lost else "after a new checkpoint"
+            self.say(f"slurmtrain: the program failed (exit status {facts.status}) {why}; starting it again in "
+                     f"this allocation on {' '.join(self.pool.active)} ({relaunches} of {self.cfg.restarts_in_job})")
             last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
             self.event("relaunched", attempt=relaunches, exit_code=facts.status, **last)
             self.clear_marks()
@@ -291,7 +306,7 @@ class Supervisor:
     def check_start(self, status: int | None, deadline: float) -> bool:
         """True once every node ran its setup lines. A failed setup line, a launch that
         ended with nodes missing, or the deadline ends this start (exit 4)."""
-        missing = [n for n in self.nodes if n not in arrivals.arrived(self.arrived_dir)]
+        missing = [n for n in self.pool.active if n not in arrivals.arrived(self.arrived_dir)]
         if not missing:
             return True
         failed = arrivals.setup_failures(self.arrived_dir)
@@ -344,8 +359,26 @@ class Supervisor:
                  f"in {stacks}")
         self.event("hang", seconds=round(hang.quiet), ranks=hang.ranks, nodes=hang.nodes, step=hang.step,
                    stacks=str(stacks))
+        self.hang_nodes = hang.nodes.split()
         self.hung = True
         return True
+
+    def check_stuck(self) -> bool:
+        """True when a task failed STUCK_S ago, srun still waits, and a probe finds a node of
+        the launch dead: srun waits for a dead node's tasks until Slurm marks it down
+        (SlurmdTimeout, minutes), its peers have failed already."""
+        if self.failed_at is None:
+            if self.first_failure(self.log_mark) is None:
+                return False
+            self.failed_at = self.clock.now()
+        if self.dead_seen or self.failed_at < 0 or self.clock.now() < self.failed_at + STUCK_S:
+            return False
+        self.failed_at = -1.0  # probed once per launch
+        self.dead_seen = nodes_mod.dead(self.slurm, self.pool.active, suspect=True)
+        if self.dead_seen:
+            self.say(f"slurmtrain: a task failed {STUCK_S} s ago and srun still waits: node(s) "
+                     f"{' '.join(self.dead_seen)} do not answer; ending the launch")
+        return bool(self.dead_seen)
 
     def end_launch(self) -> None:
         """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM); an srun
@@ -382,20 +415,74 @@ class Supervisor:
             self.event("preflight_passed", nodes=" ".join(self.nodes))
             return
         names = " ".join(bad)
+        go_on = self.pool.can_run_without(bad)  # the spares take their place
         self.say(f"slurmtrain: error: preflight: node(s) {names} failed the checks (their logs in logs/, answers "
-                 f"in {gate_dir}); requeueing without them")
+                 f"in {gate_dir}); " + ("going on without them" if go_on else "requeueing without them"))
         self.event("preflight_failed", nodes=names)
         for node in bad:
             self.ledger_add(node, "gate", f"preflight gate failed in job {self.job.ref}")
+        if go_on:
+            spares = self.pool.leave_out(bad)
+            self.event("nodes_lost", nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle))
+            return
+        self.requeue_without(bad, f"preflight failed on {names}", "preflight")
+
+    # ---- nodes lost in the job (nodes.py) -----------------------------------------------
+
+    def lost_nodes(self) -> list[str]:
+        """After a launch failed by itself: its nodes that are dead, or that this job start
+        has now named twice (the first to fail, the last to report before a hang); each goes
+        to the bad-node ledger."""
+        active = self.pool.active
+        gone = self.dead_seen or nodes_mod.dead(self.slurm, active)
+        named = self.hang_nodes if self.hung else [n for n in [self.first_failure(self.log_mark)] if n]
+        twice = [n for n in self.pool.blame([n for n in named if n in active]) if n not in gone]
+        for node in gone:
+            self.ledger_add(node, "node_failure", f"did not answer after a failed launch of job {self.job.ref} "
+                            "(dead, or Slurm holds it down)")
+        for node in twice:
+            what = "hung" if self.hung else "failed first"
+            self.ledger_add(node, "in_job", f"its ranks {what} in {nodes_mod.BLAME_LIMIT} launches of job "
+                            f"{self.job.ref}")
+        return sorted(set(gone) | set(twice))
+
+    def first_failure(self, since: int) -> str | None:
+        """The node of srun's first task error in the batch log after byte ``since``."""
+        if self.batch_log is None:
+            return None
+        try:
+            with open(self.batch_log, "rb") as f:
+                f.seek(since)
+                found = SRUN_TASK_ERROR.search(f.read().decode(errors="replace"))
+        except OSError:
+            return None
+        return found["node"] if found else None
+
+    def go_on_without(self, lost: list[str], relaunches: int) -> None:
+        """Leave ``lost`` out; the spares take their place. Without enough spares, or with no
+        in-job restart left, requeue the job without them (End)."""
+        names = " ".join(lost)
+        if self.pool.can_run_without(lost) and relaunches < self.cfg.restarts_in_job:
+            spares = self.pool.leave_out(lost)
+            self.say(f"slurmtrain: node(s) {names} lost; going on in this allocation on "
+                     f"{' '.join(self.pool.active)}" + (f" (spare {' '.join(spares)} in their place)" if spares else ""))
+            self.event("nodes_lost", nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle))
+            return
+        self.event("nodes_lost", nodes=names, spares="none", left=len(self.pool.idle))
+        self.requeue_without(lost, f"node(s) {names} lost", "node")
+
+    def requeue_without(self, bad: list[str], what: str, reason: str) -> NoReturn:
+        """Requeue this job with ``bad`` excluded (End), unless the requeue limit is reached."""
+        names = " ".join(bad)
         if self.job.restarts >= self.cfg.max_requeues:
             self.event("requeue_limit", max_requeues=self.cfg.max_requeues)
-            raise End(f"preflight failed on {names}; requeue limit reached", 3)
-        self.event("requeue", reason="preflight", exclude=names)
-        self.summary(f"preflight failed on {names}; requeued without them", 0)
+            raise End(f"{what}; requeue limit reached", 3)
+        self.event("requeue", reason=reason, exclude=names)
+        self.summary(f"{what}; requeued without them", 0)
         ok, why = self.requeue_excluding(bad)
         if not ok:
             self.event("requeue_failed", message=why)
-            raise End(f"preflight failed on {names}; the requeue failed: {why}", 1)
+            raise End(f"{what}; the requeue failed: {why}", 1)
         raise End(None, 0)
 
     # ---- requeue -----------------------------------------------------------------------
@@ -501,15 +588,8 @@ class Supervisor:
     def summary(self, outcome: str, code: int) -> None:
         """The batch log's last line: how this start ended, and the node of the first
         failure (srun's own error line in this start's part of the batch log)."""
-        node = ""
-        if self.batch_log is not None:
-            try:
-                with open(self.batch_log, "rb") as f:
-                    f.seek(self.log_start)
-                    found = SRUN_TASK_ERROR.search(f.read().decode(errors="replace"))
-                node = f", first failure on node {found[1]}" if found else ""
-            except OSError:
-                pass
+        first = self.first_failure(self.log_start)
+        node = f", first failure on node {first}" if first else ""
         print(f"slurmtrain: job {self.job.ref}: {outcome}, exit status {code}{node}; run directory {self.run_dir}",
               flush=True)
 

@@ -80,7 +80,9 @@ _PHRASES = {
     Ev.WATCHDOG_TIMEOUT: "start-up watchdog: node(s) {missing} did not join",
     Ev.SETUP_FAILED: "a setup line failed on {node} (exit status {exit_code}): {line}",
     Ev.PREFLIGHT_PASSED: "preflight gate passed on {nodes}",
-    Ev.PREFLIGHT_FAILED: "preflight gate failed on {nodes}: requeueing without them",
+    Ev.PREFLIGHT_FAILED: "preflight gate failed on {nodes}: left out",
+    Ev.NODES_LOST: ("node(s) {nodes} left out of the job (dead, down, or failing again and again); spare(s) in "
+                    "their place: {spares}; idle spares left: {left}"),
     Ev.HANG: ("hang: no rank reported progress for {seconds} s; the last to report: rank(s) {ranks} on {nodes} "
               "(step {step}); stacks in {stacks}"),
     Ev.RELAUNCHED: ("the program failed (exit status {exit_code}) after a new checkpoint: started again in the "

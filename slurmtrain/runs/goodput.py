@@ -13,7 +13,8 @@ lost        a launch's last checkpoint to its last progress, when a fault ended 
             steps that are trained again
 hang        the last progress to the supervisor's detection (``hang {seconds}``)
 restart     a fault's last progress to the next launch's first progress (in the job)
-other       the rest: stopping, requeueing, the job's end, a spare node's idle time
+spare       a spare node's time until it takes a lost node's place (``slurm.spare_nodes``)
+other       the rest: stopping, requeueing, the job's end
 ==========  ============================================================================
 
 Where several parts claim the same second, the one later in ``PRIORITY`` takes it (a
@@ -44,7 +45,7 @@ from typing import Any, Iterable
 from .. import eventlog
 from ..eventlog import Ev, Event
 
-PARTS = ("trained", "startup", "checkpoint", "lost", "hang", "restart", "other")
+PARTS = ("trained", "startup", "checkpoint", "lost", "hang", "restart", "spare", "other")
 PRIORITY = ("other", "trained", "startup", "restart", "checkpoint", "lost", "hang")
 
 
@@ -148,8 +149,10 @@ def _add_run(out: Goodput, evs: list[Event], now: float) -> None:
         running = not later and eventlog.outcome(start).kind == eventlog.RUNNING
         end = now if running else max(e["time"] for e in start.events)
         claims, ended_by = _claims(out, start, end, carried, known)
-        nodes = len(str(st.get("nodes", "")).split()) or 1
+        spares = str(st.get("spares", "")).split()
+        nodes = (len(str(st.get("nodes", "")).split()) or 1) - len(spares)
         out.spans.extend(_paint(claims, st["time"], end, nodes))
+        out.spans.extend(_spares(start, spares, end))
         carried, prev_end = ended_by, end
 
 
@@ -188,6 +191,14 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
     return claims, prev_fault if prev_fault is not None and not out.faults[prev_fault].in_job else None
 
 
+def _spares(start: eventlog.Start, spares: list[str], end: float) -> list[Span]:
+    """Each idle spare's time, until a ``nodes_lost`` put it in a lost node's place."""
+    used = {n: e["time"] for e in start.events if e.get("event") == Ev.NODES_LOST
+            for n in str(e.get("spares", "")).split()}
+    begin = start.started["time"]
+    return [Span("spare", begin, min(used.get(n, end), end), 1) for n in spares if min(used.get(n, end), end) > begin]
+
+
 def _launches(start: eventlog.Start, last: float) -> list[tuple[float, list[Event], float]]:
     """(begin, events, end) of each launch: the start's events cut at each ``relaunched``
     (which opens the next launch); the last ends at ``last``."""
@@ -213,6 +224,9 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
             return at, _fault(out, "hang", hang["time"], f"no progress for {hang.get('seconds')} s; last to "
                               f"report: rank(s) {hang.get('ranks')} on {hang.get('nodes')}", True)
         at = float(nxt.get("last_progress") or nxt["time"])
+        if (lost := next((e for e in evs if e.get("event") == Ev.NODES_LOST), None)) is not None:
+            return at, _fault(out, "node lost", nxt["time"], f"node(s) {lost.get('nodes')} lost; in their place: "
+                              f"{lost.get('spares')}", True)
         return at, _fault(out, "crash", nxt["time"], f"the program failed (exit status {nxt.get('exit_code')})",
                           True)
     program_end = next((e for e in reversed(evs) if e.get("event") in (Ev.STOPPED,) or

@@ -29,6 +29,7 @@ import pytest
 
 from slurmtrain import events, ledger
 from slurmtrain.job.slurm import Answer, Slurm
+from slurmtrain.job.nodes import PROBE_S
 from slurmtrain.job.supervisor import TERM_GRACE_S, Config, Job, Supervisor
 
 JOB = "77"
@@ -129,6 +130,7 @@ class FakeSlurm:
         self.excluded = "(null)"
         self.preempt_time = "None"
         self.unhealthy: list[str] = []
+        self.dead: list[str] = []   # nodes that no longer answer: a probe's srun fails on them
         self.pending = self.held = False
         self.hung = False
         self.killed: list[str] = []  # the commands the job's SIGTERM killed
@@ -152,7 +154,8 @@ class FakeSlurm:
     def __call__(self, argv: list[str], timeout: float) -> Answer:
         name = command(argv)
         self.calls.append((self.clock.now(), name, argv))
-        assert timeout and timeout <= 10, f"{argv}: every Slurm command needs a short timeout"
+        limit = PROBE_S if name == "srun" else 10  # a probe of the nodes waits for srun's own connection timeout
+        assert timeout and timeout <= limit, f"{argv}: every Slurm command needs a short timeout"
         if self.hung:
             return HUNG(self, argv, timeout)
         if self.scripted.get(name):
@@ -190,6 +193,11 @@ class FakeSlurm:
         if name == "release":
             self.held = False
             return Answer(0)
+        if name == "srun" and argv[-1] == 'echo "$SLURMD_NODENAME"':  # the probe of the launch's nodes
+            asked = argv[argv.index("-w") + 1].split(",")
+            if any(n in self.dead for n in asked):  # a step with a dead node starts nowhere
+                return Answer(1, "", f"srun: error: Task launch failed on node {self.dead[0]}")
+            return Answer(0, "".join(f"{n}\n" for n in asked))
         return Answer(0)  # scancel
 
     def requeue_now(self, lag: float, hold: bool) -> None:
@@ -329,14 +337,19 @@ class Rig:
         self.restarts = 0
         self.lines: list[str] = []
         self.launched: list[str] = []
+        self.on_nodes: list[list[str]] = []   # each launch's nodes
+        self.overlaps: list[bool] = []
+        self.batch_log = None                 # the job's --output file, where srun writes its task errors        # ... and whether it may share them with a step of a lost node
         self.step: FakeStep | None = None
         self.gate_step: FakeStep | None = None
         self._capsys = capsys
         self.stdout = ""
 
     # the Launch the supervisor is given
-    def start_task(self, nodes: list[str]) -> FakeStep:
-        assert nodes == self.slurm.nodes
+    def start_task(self, nodes: list[str], overlap: bool = False) -> FakeStep:
+        assert set(nodes) <= set(self.slurm.nodes)  # all of them unless there are spares or lost nodes: run() checks
+        self.on_nodes.append(nodes)
+        self.overlaps.append(overlap)
         self.launched.append("task")
         # a list: one plan per launch (an in-job restart launches again)
         self.step = FakeStep(self, self.task.pop(0) if isinstance(self.task, list) else self.task)
@@ -350,8 +363,11 @@ class Rig:
     def run(self, **knobs) -> int:
         cfg = Config(run_dir=self.run_dir, stop_signal=STOP, **{**KNOBS, **knobs})
         job = Job(JOB, JOB, JOB, self.restarts, NODELIST)
-        code = Supervisor(cfg, job, Slurm(JOB, run=self.slurm), self.clock, self, out=self.lines.append).run()
+        code = Supervisor(cfg, job, Slurm(JOB, run=self.slurm), self.clock, self, out=self.lines.append,
+                          batch_log=self.batch_log).run()
         self.stdout = self._capsys.readouterr().out
+        if not cfg.spare_nodes and "nodes_lost" not in self.names():
+            assert all(nodes == self.slurm.nodes for nodes in self.on_nodes), self.on_nodes
         return code
 
     # what happened
@@ -922,7 +938,7 @@ def test_a_rank_that_dies_after_a_checkpoint_is_launched_again_in_the_job(rig):
     assert (rig.event("relaunched")["attempt"], rig.event("relaunched")["exit_code"]) == (1, 137)
     assert rig.launched == ["task", "task"]
     assert not {"requeue", "requeuehold"} & set(rig.slurm.names())  # no queue, no new job start
-    assert "starting it again in this allocation (1 of 3)" in rig.said()
+    assert "starting it again in this allocation on n1 n2 (1 of 3)" in rig.said()
     assert rig.summary() == "finished, exit status 0"
 
 
@@ -991,7 +1007,7 @@ def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched
     stacks = rig.run_dir / "stacks" / f"{JOB}-0-1"
     assert (stacks / "rank0-n1.txt").read_text().startswith("Thread 100")   # py-spy here
     assert (stacks / "rank1-n2.txt").read_text().startswith("Thread 200")   # through srun on n2
-    [on_n2] = rig.slurm.argvs("srun")
+    on_n2, probe = rig.slurm.argvs("srun")  # py-spy on n2, then the probe of the launch's nodes (all alive)
     assert on_n2[:6] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "n2"] and "--nonblocking" in on_n2
     assert "the last to report: rank(s) 1 on n2" in rig.said()
     assert rig.launched == ["task", "task"] and "requeue" not in rig.slurm.names()
@@ -1029,3 +1045,115 @@ def test_sigchld_only_wakes_the_loop(rig):
     rig.clock.at(2, signal.SIGCHLD)
     assert rig.run() == 0
     assert rig.names() == ["started", "finished"] and rig.step.sent == []
+
+
+# ---- nodes lost in the job (slurm.spare_nodes, nodes.py) ----------------------------------
+
+def dies(node: str) -> Action:
+    """The machine dies hard: it answers nothing any more (its peers' collectives fail)."""
+    return lambda step: step.rig.slurm.dead.append(node)
+
+
+def on_three_nodes(rig: Rig) -> None:
+    rig.slurm.nodes = ["n1", "n2", "n3"]
+
+
+FINISHES_ON_N1_N3 = Plan([(1, arrive("n1", "n3")), (5, emit("resumed", step=5)), (20, emit("finished", step=9)),
+                          (20, exits(0))])
+
+
+def test_a_dead_node_is_replaced_by_the_spare_and_the_run_goes_on_in_the_job(rig):
+    on_three_nodes(rig)
+    rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(137))]), FINISHES_ON_N1_N3]  # before any new checkpoint
+    assert rig.run(restarts_in_job=3, spare_nodes=1) == 0
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
+    assert rig.overlaps == [False, True]  # the old step holds n1 until Slurm hears from n2, which it never will
+    assert rig.names() == ["started", "nodes_lost", "relaunched", "finished"]
+    assert rig.event("started")["spares"] == "n3"
+    assert {k: rig.event("nodes_lost")[k] for k in ("nodes", "spares", "left")} == {"nodes": "n2", "spares": "n3",
+                                                                                   "left": 0}
+    assert rig.ledger() == [("n2", "node_failure")]
+    assert "going on in this allocation on n1 n3 (spare n3 in their place)" in rig.said()
+    assert not {"requeue", "requeuehold"} & set(rig.slurm.names())
+
+
+def test_a_node_slurm_holds_down_is_lost_even_when_it_still_answers(rig):
+    on_three_nodes(rig)
+    rig.task = [Plan([JOINS, (10, do(lambda: rig.slurm.unhealthy.append("n1"))), (10, exits(1))]),
+                Plan([(1, arrive("n2", "n3")), (20, emit("finished", step=9)), (20, exits(0))])]
+    assert rig.run(restarts_in_job=3, spare_nodes=1) == 0
+    assert rig.on_nodes == [["n1", "n2"], ["n2", "n3"]]  # the first node is the new head: MASTER_ADDR moves
+    assert rig.ledger() == [("n1", "node_failure")]
+
+
+def test_without_a_spare_a_dead_node_requeues_the_job_without_it_not_a_program_error(rig):
+    """The peers' collectives fail before Slurm sees the node die: the probe names it, and
+    the run is a node failure that goes back to the queue without it."""
+    rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(1))])]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.names() == ["started", "nodes_lost", "requeue"]
+    assert rig.event("requeue")["exclude"] == "n2" and rig.slurm.excluded == "n2"
+    assert rig.event("nodes_lost")["spares"] == "none"
+    assert rig.ledger() == [("n2", "node_failure")]
+    assert rig.summary() == "node(s) n2 lost; requeued without them, exit status 0"
+    from slurmtrain.runs import classify
+    assert classify.classify(rig.run_dir).kind == classify.NODE_FAILURE
+
+
+def test_a_node_whose_rank_hangs_twice_is_left_out_and_the_spare_takes_its_place(rig, monkeypatch):
+    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
+    on_three_nodes(rig)
+    rig.task = [HANGS_ON_N2, HANGS_ON_N2, FINISHES_ON_N1_N3]
+    assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n2"], ["n1", "n3"]]  # once is chance, twice is the node
+    assert [e["event"] for e in rig.events() if e["event"] in ("hang", "nodes_lost")] == ["hang", "hang", "nodes_lost"]
+    assert rig.ledger() == [("n2", "in_job")]
+
+
+def test_a_dead_node_with_no_restart_left_requeues_without_it(rig):
+    on_three_nodes(rig)
+    rig.task = [Plan([JOINS, (10, dies("n1")), (10, exits(1))])]
+    assert rig.run(restarts_in_job=0, spare_nodes=1) == 0
+    assert rig.names() == ["started", "nodes_lost", "requeue"] and rig.slurm.excluded == "n1"
+
+
+def test_the_preflight_gate_leaves_a_failing_node_out_when_a_spare_can_take_its_place(rig):
+    on_three_nodes(rig)
+    rig.gate = Plan([(1, answers(n1="ok 2.13", n2="ok 2.13", n3="ok 2.13")),
+                     (1, do(lambda: (rig.gate_step.gate_dir / "n1.ok").unlink())), (2, exits(1))])
+    rig.task = Plan([(1, arrive("n2", "n3")), (20, emit("finished", step=9)), (20, exits(0))])
+    assert rig.run(preflight=True, spare_nodes=1) == 0
+    assert rig.on_nodes == [["n2", "n3"]]
+    assert rig.names() == ["started", "preflight_failed", "nodes_lost", "finished"]
+    assert rig.ledger() == [("n1", "gate")]
+    assert "going on without them" in rig.said()
+
+
+def test_the_probe_of_a_healthy_launch_answers_at_once_and_a_program_error_stays_one(rig):
+    """A failure with every node answering is the program's: one srun, then as before."""
+    rig.task = [Plan([JOINS, (10, exits(1))])]
+    assert rig.run(restarts_in_job=3) == 1
+    assert rig.names() == ["started", "failed"]
+    [probe] = rig.slurm.argvs("srun")
+    assert probe[:6] == ["srun", "--overlap", "--nodes=2", "--ntasks=2", "-w", "n1,n2"]
+
+
+def test_srun_waiting_for_a_dead_node_after_a_task_failed_is_ended_and_the_node_replaced(rig, tmp_path):
+    """Its peers failed at once; srun waits for the dead node's tasks until Slurm marks the
+    node down (SlurmdTimeout). STUCK_S after srun's first task error the supervisor probes
+    the launch's nodes itself, ends the launch and goes on without the dead one."""
+    on_three_nodes(rig)
+    rig.batch_log = tmp_path / "job-77.out"
+    rig.batch_log.write_text("slurmtrain: job 77 on n1 n2 n3\n")
+
+    def n2_dies_and_n1_fails(step: FakeStep) -> None:
+        rig.slurm.dead.append("n2")
+        with open(rig.batch_log, "a") as log:
+            log.write("srun: error: n1: task 0: Exited with exit code 1\n")
+    rig.task = [Plan([JOINS, SAVES, (10, n2_dies_and_n1_fails)]), FINISHES_ON_N1_N3]  # srun never ends by itself
+    assert rig.run(restarts_in_job=3, spare_nodes=1) == 0
+    assert "a task failed 15 s ago and srun still waits: node(s) n2 do not answer; ending the launch" in rig.said()
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
+    assert rig.names() == ["started", "nodes_lost", "relaunched", "finished"]
+    probes = [a for a in rig.slurm.argvs("srun") if a[-1] == 'echo "$SLURMD_NODENAME"']
+    assert sorted(a[a.index("-w") + 1] for a in probes) == ["n1", "n2"]  # one per node at once, and only once

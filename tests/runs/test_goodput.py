@@ -163,3 +163,17 @@ def test_status_shows_the_share_where_the_rest_went_and_each_fault_with_its_cost
 
     listing = CliRunner().invoke(main, ["runs", "--runs-dir", str(tmp_path)]).output.splitlines()
     assert listing[0].split()[7] == "GOODPUT" and listing[1].split()[6] == "51%"  # "JOB ID" is two words
+
+
+def test_a_lost_node_replaced_by_a_spare_costs_its_restart_and_the_spare_idled_until_then():
+    evs = [ev(0, "started", nodes="a b c", spares="c", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=10, seconds=1),
+           ev(50, "nodes_lost", nodes="b", spares="c", left=0),
+           ev(50, "relaunched", attempt=1, exit_code=137, last_progress=48),
+           ev(60, "first_step", step=11), ev(100, "finished", step=40), ev(100, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    [lost] = g.faults
+    assert (lost.kind, lost.detail, lost.in_job) == ("node lost", "node(s) b lost; in their place: c", True)
+    assert parts(g) == {"startup": 20, "trained": 2 * (19 + 40), "checkpoint": 2, "lost": 36, "restart": 24,
+                        "spare": 50}
+    assert g.allocated == 2 * 100 + 50  # the run's two nodes throughout, the spare until it took b's place
