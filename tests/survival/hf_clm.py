@@ -52,6 +52,7 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=300)
     p.add_argument("--save-steps", type=int, default=100)
     p.add_argument("--step-seconds", type=float, default=0.0)
+    p.add_argument("--logging-steps", type=int, default=50)
     args = p.parse_args()
 
     stop_callback = StopCallback()  # the one added line (its handlers go in before the slow imports)
@@ -77,7 +78,7 @@ def main() -> None:
     model = LlamaForCausalLM(config)
     training_args = TrainingArguments(
         output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=2,
-        save_strategy="steps", save_steps=args.save_steps, logging_steps=50, report_to="none",
+        save_strategy="steps", save_steps=args.save_steps, logging_steps=args.logging_steps, report_to="none",
         use_cpu=True, ddp_backend="gloo", seed=0, disable_tqdm=True, dataloader_num_workers=0)
     trainer = Trainer(model=model, args=training_args, train_dataset=blocks(tokenizer, texts, 32),
                       callbacks=[stop_callback, StepLog()])

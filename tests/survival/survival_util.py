@@ -165,6 +165,31 @@ def assert_same_weights(run: Path, ref: subprocess.Popen, ref_dir: Path) -> None
     assert not different, f"parameters differ from the uninterrupted run: {different}"
 
 
+def rank_pids(run: Path, program: str = "slurmtrain.train") -> list[int]:
+    """The pids of the run's ranks of ``program`` (a module or script named in their argv;
+    not the torchrun agents, whose argv names it too), on every node of the sandbox (one
+    machine)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit():
+                continue
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if program.encode() not in argv or b"torch.distributed.run" in argv:
+                continue
+            if f"SLURMTRAIN_RUN_DIR={run}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def rank_of(pid: int) -> tuple[str, str]:
+    """(global rank, node) of a rank's process, from its environment."""
+    env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in kv)
+    return env[b"RANK"].decode(), env[b"SLURMD_NODENAME"].decode()
+
+
 def assert_nothing_lost(run) -> None:
     for reached, resumed in resumes_where_it_stopped(run):
         # The step in flight when the stop came is finished and saved: nothing is lost.

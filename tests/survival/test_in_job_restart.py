@@ -17,27 +17,15 @@ import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import TRAIN, assert_same_weights, describe, job_field, named, submit, wait_job_gone, wait_until
+from survival_util import (TRAIN, assert_same_weights, describe, job_field, named, rank_of, rank_pids, submit,
+                           wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
 
 def trainer_ranks(run: Path) -> list[int]:
-    """The pids of the run's trainer processes (not the torchrun agents), on every node of
-    the sandbox (one machine)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if not proc.name.isdigit():
-                continue
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if b"slurmtrain.train" not in argv or b"torch.distributed.run" in argv:
-                continue
-            if f"SLURMTRAIN_RUN_DIR={run}".encode() in (proc / "environ").read_bytes().split(b"\0"):
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return sorted(found)
+    """The pids of the run's trainer processes (not the torchrun agents)."""
+    return rank_pids(run, "slurmtrain.train")
 
 
 STEPS = 60
@@ -72,11 +60,6 @@ def reference(workdir):
     yield ref
     if ref.proc.poll() is None:
         ref.proc.kill()
-
-
-def rank_of(pid: int) -> tuple[str, str]:
-    env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in kv)
-    return env[b"RANK"].decode(), env[b"SLURMD_NODENAME"].decode()
 
 
 def test_a_killed_rank_is_restarted_in_the_job_and_ends_bitwise(workdir, runs_dir, reference):
