@@ -15,6 +15,9 @@ Fixtures (use them by name; a ``slurm``-marked test gets ``sandbox`` without ask
 ``sandbox_no_accounting``
     A sandbox without accounting, where ``sacct`` fails as on some real clusters.
     Restarts it if it runs with accounting.
+``sandbox_three_nodes``
+    A sandbox of its own with three nodes (module-scoped, in ``THREE_NODES_DIR``: its own
+    ports and job ids), taken down after the file; for runs with a spare node.
 
 While the Slurm tests run, a thread per sandbox releases every requeued job from Slurm's
 ~2-minute hold 5 s after its requeue (tests/slurm_hold.py).
@@ -193,11 +196,41 @@ def sandbox_no_accounting(_sandbox_session):
     return _bring_up(False)
 
 
+THREE_NODES_DIR = "/var/lib/slurmtrain-sandbox-3nodes"  # its own ports and job ids (from 501): beside the lanes'
+
+
+@pytest.fixture(scope="module")
+def sandbox_three_nodes():
+    """A sandbox of its own with three nodes (a run on two and a spare), in
+    ``THREE_NODES_DIR``, for one test file; taken down after it (a test kills its nodes)."""
+    from slurmtrain import sandbox as lib
+
+    saved = {k: os.environ.get(k) for k in ("SLURMTRAIN_SANDBOX_DIR", "SLURM_CONF")}
+    os.environ["SLURMTRAIN_SANDBOX_DIR"] = THREE_NODES_DIR
+    reason = lib.unavailable_reason()
+    if reason:
+        _unavailable(reason)
+    try:
+        if lib.status() is not None:  # left from an interrupted run, perhaps with a killed node
+            lib.down(progress=_progress)
+        info = lib.up(nodes=3, progress=_progress)
+    except lib.SandboxUnavailable as err:
+        _unavailable(str(err))
+    os.environ["SLURM_CONF"] = str(info.slurm_conf)
+    yield info
+    lib.down(progress=_progress)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(autouse=True)
 def _slurm_marker(request):
     """Give every ``@pytest.mark.slurm`` test a sandbox, unless it asks for a specific one."""
     if request.node.get_closest_marker("slurm") is None:
         return
     names = request.fixturenames
-    if not any(n in names for n in ("sandbox", "sandbox_accounting", "sandbox_no_accounting")):
+    if not any(n in names for n in ("sandbox", "sandbox_accounting", "sandbox_no_accounting", "sandbox_three_nodes")):
         request.getfixturevalue("sandbox")

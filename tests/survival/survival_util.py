@@ -165,6 +165,30 @@ def assert_same_weights(run: Path, ref: subprocess.Popen, ref_dir: Path) -> None
     assert not different, f"parameters differ from the uninterrupted run: {different}"
 
 
+class Reference:
+    """An uninterrupted run of the built-in trainer (``train``: its argv, 2 ranks on this
+    machine), started once beside the jobs of a module; the runs it is compared with end
+    with bitwise its weights."""
+
+    def __init__(self, workdir: Path, train: list[str], name: str):
+        self.dir = workdir / name
+        self.proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                      "--nproc-per-node", "2", *train[1:], "--run-dir", str(self.dir)], cwd=workdir,
+                                     env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.checked = False
+
+    def assert_same_weights(self, run: Path) -> None:
+        if not self.checked:  # the first caller waits for it and checks its exit
+            assert_same_weights(run, self.proc, self.dir)
+            self.checked = True
+            return
+        from slurmtrain.train.checkpoint import load_consolidated
+        _, got = load_consolidated(run)
+        _, want = load_consolidated(self.dir)
+        assert all(got[k].equal(want[k]) for k in want) and got.keys() == want.keys()
+
+
 def rank_pids(run: Path, program: str = "slurmtrain.train") -> list[int]:
     """The pids of the run's ranks of ``program`` (a module or script named in their argv;
     not the torchrun agents, whose argv names it too), on every node of the sandbox (one

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, assert_same_weights, describe, job_field, named, rank_of, rank_pids, submit,
-                           wait_job_gone, wait_until)
+from survival_util import (TRAIN, Reference, describe, job_field, named, rank_of, rank_pids, submit, wait_job_gone,
+                           wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -32,31 +30,9 @@ STEPS = 60
 TRAIN_60 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "10"]
 
 
-class Reference:
-    """The uninterrupted run of TRAIN_60 (2 ranks), started once for the module."""
-
-    def __init__(self, workdir: Path):
-        self.dir = workdir / "in-job-restart-reference"
-        self.proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                                      *TRAIN_60[1:], "--run-dir", str(self.dir)], cwd=workdir,
-                                     env={**os.environ, "OMP_NUM_THREADS": "1"},
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        self.checked = False
-
-    def assert_same_weights(self, run: Path) -> None:
-        if not self.checked:  # the first caller waits for it and checks its exit
-            assert_same_weights(run, self.proc, self.dir)
-            self.checked = True
-            return
-        from slurmtrain.train.checkpoint import load_consolidated
-        _, got = load_consolidated(run)
-        _, want = load_consolidated(self.dir)
-        assert all(got[k].equal(want[k]) for k in want) and got.keys() == want.keys()
-
-
 @pytest.fixture(scope="module")
 def reference(workdir):
-    ref = Reference(workdir)
+    ref = Reference(workdir, TRAIN_60, "in-job-restart-reference")
     yield ref
     if ref.proc.poll() is None:
         ref.proc.kill()
