@@ -88,6 +88,7 @@ class Ev:
     NODES_LOST = "nodes_lost"              # {nodes, spares, left}: left out of the job start; spares in their place
     RELAUNCHED = "relaunched"              # {attempt, exit_code, last_progress?}: the launch started again in the job
     FIRST_STEP = "first_step"              # {step, at}: a launch's first heartbeat (at: its own time)
+    STRAGGLER = "straggler"                # {node, compute_ms, others_ms, pct}: a node computes slower
     HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout
     FINISHED = "finished"                  # the script: {exit_code, launch_exit?}; the program: {step?}
     FAILED = "failed"                      # {exit_code}
@@ -109,7 +110,7 @@ class Ev:
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
-                           Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.HANG, Ev.FINISHED, Ev.FAILED,
+                           Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.STRAGGLER, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED})

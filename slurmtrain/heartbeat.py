@@ -1,4 +1,4 @@
-"""Per-rank heartbeats: ``$SLURMTRAIN_HEARTBEAT_DIR/<rank>``, one line ``STEP NODE PID``.
+"""Per-rank heartbeats: ``$SLURMTRAIN_HEARTBEAT_DIR/<rank>``, one line ``STEP NODE PID [MS]``.
 
 A program shows that it makes progress by calling :func:`beat` (the built-in trainer at
 every step; any program through ``slurmtrain.stop.heartbeat``, the Hugging Face and
@@ -6,7 +6,10 @@ Lightning callbacks by themselves). The job's supervisor reads the files' times:
 rank has beaten for the hang timeout, the launch hangs (a collective that never returns,
 a stopped process), and the ranks that beat last, longest ago, are named. A file is
 rewritten at most once a second, by a rename, so a reader never sees half of one.
-Torch-free and cheap: one small write a second per rank.
+``MS``, where the program measures it (the built-in trainer: slurmtrain/train/probe.py),
+is the rank's own compute time for a fixed piece of work, in milliseconds: the supervisor
+compares nodes by it to find a straggler. Torch-free and cheap: one small write a second
+per rank.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ EVERY_S = 1.0
 _last = [0.0]
 
 
-def beat(step: int | None = None) -> None:
-    """This rank made progress (at ``step``, if known). Does nothing outside a slurmtrain job."""
+def beat(step: int | None = None, compute_ms: float | None = None) -> None:
+    """This rank made progress (at ``step``, if known; ``compute_ms``: its compute probe's
+    time, if it measures one). Does nothing outside a slurmtrain job."""
     folder = os.environ.get(ENV)
     now = time.monotonic()
     if not folder or now - _last[0] < EVERY_S:
@@ -32,7 +36,8 @@ def beat(step: int | None = None) -> None:
     path = Path(folder) / rank
     tmp = path.with_name(f".{rank}.{os.getpid()}")
     try:
-        tmp.write_text(f"{'-' if step is None else int(step)} {os.environ.get('SLURMD_NODENAME', '?')} {os.getpid()}\n")
+        ms = "" if compute_ms is None else f" {compute_ms:.3f}"
+        tmp.write_text(f"{'-' if step is None else int(step)} {os.environ.get('SLURMD_NODENAME', '?')} {os.getpid()}{ms}\n")
         tmp.replace(path)
     except OSError:
         pass  # a heartbeat must never fail the program
@@ -49,6 +54,7 @@ class Beat:
     node: str
     pid: int
     time: float  # when it was written (the file's mtime, wall-clock seconds)
+    compute_ms: float | None = None
 
 
 def read(folder: Path) -> list[Beat]:
@@ -57,9 +63,9 @@ def read(folder: Path) -> list[Beat]:
         if not p.name.isdigit():
             continue
         try:
-            step, node, pid = p.read_text().split()
+            step, node, pid, *ms = p.read_text().split()
             out.append(Beat(int(p.name), int(step) if step.lstrip("-").isdigit() else None, node, int(pid),
-                            p.stat().st_mtime))
+                            p.stat().st_mtime, float(ms[0]) if ms else None))
         except (OSError, ValueError):
             continue
     return sorted(out, key=lambda b: b.rank)

@@ -3,7 +3,10 @@
 One JSON object a line: ``{"time": <epoch s>, "node", "reason", "run", "job_id",
 "source"}`` where source is ``doctor``, ``watchdog`` (the start-up watchdog named the
 node), ``setup`` (a setup line failed there), ``node_failure`` (after Slurm requeued the job
-for a node failure: the job's nodes sinfo shows down) or ``gate`` (the in-job preflight).
+for a node failure: the job's nodes sinfo shows down), ``gate`` (the in-job preflight),
+``in_job`` (its ranks failed first, or hung, in two launches of one job start) or
+``straggler`` (its ranks computed slower than the other nodes': recorded, never excluded,
+since a slow node still works and a busy shared machine can look slow for a while).
 The job's supervisor (slurmtrain/job) appends to it through :func:`add`; the ledger path is
 the parent of the run directory, i.e. the runs directory. Below ``runs/``, ``doctor/`` and
 ``job/``, which all import it.
@@ -75,9 +78,12 @@ def active(entries: list[Entry], hours: float, now: float | None = None) -> dict
     return out
 
 
+RECORD_ONLY = frozenset({"straggler"})  # sources that name a node without excluding it
+
+
 def excluded(runs_dir: str | os.PathLike, hours: float, now: float | None = None) -> list[str]:
     """The nodes a new job under ``runs_dir`` should not get, sorted."""
-    return sorted(active(read(runs_dir), hours, now))
+    return sorted(active([e for e in read(runs_dir) if e.source not in RECORD_ONLY], hours, now))
 
 
 def forget(runs_dir: str | os.PathLike, nodes: list[str] | None) -> int:

@@ -145,6 +145,9 @@ class ResilienceSection:
     restarts_in_job: int = field("after a program failure (a rank died) that followed a new checkpoint, start the "
                                  "launch again in the same allocation from it, at most this many times per job "
                                  "start (0: never)", 3, check=non_negative)
+    straggler_pct: float = field("name a node (events, status, bad-node ledger) whose ranks compute this many percent "
+                                 "slower than the other nodes' for the same work, measured by the built-in trainer "
+                                 "(0: off)", 30.0, check=non_negative)
     stop_timeout: int = field("seconds the script waits for a checkpoint after a stop signal, then SIGTERM, "
                               "then SIGKILL", 90, check=positive)
     requeue_when: Literal["saved", "always"] = field(

@@ -148,6 +148,9 @@ def _print_status(st) -> None:
     row("requeues", "-" if st.restarts is None else st.restarts)
     for label, text in _goodput_rows(st.goodput):
         row(label, text)
+    for i, s in enumerate(st.stragglers):
+        row("stragglers" if i == 0 else "", f"{s['node']}: {s['pct']}% slower than the other nodes ({s['compute_ms']} "
+            f"ms against {s['others_ms']} ms for the same work), since {_clock(s['time'])}")
     row("submitted", _short_time(st.submitted))
     for label, text in _tracking_rows(st):  # the W&B run (link or offline folders), TensorBoard
         row(label, text)
@@ -183,11 +186,15 @@ def _goodput_rows(report: dict | None) -> list[tuple[str, str]]:
         queued = cost.pop("queue", 0)
         said = ", ".join(f"{_PART_WORDS.get(p, p)} {_human(v)}" for p, v in cost.items() if v >= 0.5)
         where = "in the job" if f["in_job"] else "ended the start"
-        text = (f"{datetime.fromtimestamp(f['time']).strftime('%H:%M:%S')}  {f['kind']} ({where}): {f['detail']}; "
+        text = (f"{_clock(f['time'])}  {f['kind']} ({where}): {f['detail']}; "
                 f"cost {_human(sum(cost.values()))} of node time" + (f" ({said})" if said else "")
                 + (f" + {_human(queued)} in the queue" if queued else ""))
         rows.append(("faults" if i == 0 else "", text))
     return rows
+
+
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%H:%M:%S")
 
 
 def _human(seconds: float) -> str:

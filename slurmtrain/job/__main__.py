@@ -39,6 +39,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--bad-node-hours", type=float, default=24.0)
     ap.add_argument("--spare-nodes", type=int, default=0,
                     help="nodes of the allocation kept idle, to take the place of nodes lost in the job")
+    ap.add_argument("--straggler-pct", type=float, default=0,
+                    help="name a node computing this many percent slower than the others (0: off)")
     ap.add_argument("--preflight", action="store_true", help="run the preflight gate (slurmtrain_gate) first")
     ap.add_argument("srun_options", nargs="*", help="after --: options for every srun")
     return ap.parse_args(argv)
@@ -73,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(run_dir=run_dir, stop_signal=stop, stop_timeout=args.stop_timeout, max_requeues=args.max_requeues,
                  restarts_in_job=args.restarts_in_job, hang_timeout=args.hang_timeout,
                  rendezvous_timeout=args.rendezvous_timeout, requeue_always=args.requeue_when == "always",
-                 bad_node_hours=args.bad_node_hours, preflight=args.preflight, spare_nodes=args.spare_nodes)
+                 bad_node_hours=args.bad_node_hours, preflight=args.preflight, spare_nodes=args.spare_nodes,
+                 straggler_pct=args.straggler_pct)
     job = Job.from_env(env)
     launch = Launch(args.launcher, args.procs_per_node, run_dir, tuple(args.srun_options),
                     env["SLURMTRAIN_TASK"], env.get("SLURMTRAIN_GATE", ""),

@@ -49,16 +49,17 @@ class HangWatch:
         self.slowest_gap = 0.0     # over the whole start: a checkpoint's gap counts for the next launch too
         self.last: float | None = None             # the newest heartbeat's time in this launch
         self.first: heartbeat.Beat | None = None   # this launch's first heartbeat
+        self.beats: list[heartbeat.Beat] = []      # every rank's last, as read at the last check
 
     def launch(self) -> None:
-        self.last, self.first = None, None
+        self.last, self.first, self.beats = None, None, []
 
     def timeout(self) -> float:
         return self.fixed or max(HANG_FLOOR_S, HANG_MULTIPLE * self.slowest_gap)
 
     def check(self, now: float) -> Hang | None:
         """A Hang when no rank has beaten for the timeout, at wall-clock time ``now``."""
-        beats = heartbeat.read(self.folder)
+        beats = self.beats = heartbeat.read(self.folder)
         if not beats:
             return None
         if self.first is None:

@@ -19,6 +19,7 @@ from typing import Callable, NoReturn, Protocol
 from .. import arrivals, eventlog, events, heartbeat, ledger
 from . import decide, hangs
 from . import nodes as nodes_mod
+from . import stragglers
 from .slurm import SRUN_TASK_ERROR, Slurm
 from .step import Launch, Step
 
@@ -51,6 +52,7 @@ class Config:
     bad_node_hours: float
     preflight: bool
     spare_nodes: int = 0           # slurm.spare_nodes: allocated beyond the run's, idle until a node is lost
+    straggler_pct: float = 0       # resilience.straggler_pct (0: off)
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class Supervisor:
         self.kept: list[int] = []      # signals taken during a pause, for take_signals
         self.beats_dir = heartbeat.folder(self.run_dir, job.job_id)
         self.hangs = hangs.HangWatch(self.beats_dir, cfg.hang_timeout)
+        self.stragglers = stragglers.StragglerWatch(cfg.straggler_pct)
         self.hung = False              # this launch hung: the supervisor ended it
         self.launches = 0
 
@@ -172,6 +175,8 @@ class Supervisor:
             if joined and not self.stopping and (self.check_hang() or self.check_stuck()):
                 self.end_launch()
                 return step.poll()
+            if joined:
+                self.check_stragglers()
             self.clock.wait(TICK_S)
 
     def launch_until_done(self) -> decide.Facts:
@@ -379,6 +384,17 @@ class Supervisor:
             self.say(f"slurmtrain: a task failed {STUCK_S} s ago and srun still waits: node(s) "
                      f"{' '.join(self.dead_seen)} do not answer; ending the launch")
         return bool(self.dead_seen)
+
+    def check_stragglers(self) -> None:
+        """Name a node whose ranks compute slower than the others' (stragglers.py): the
+        batch log, a `straggler` event, the bad-node ledger."""
+        for s in self.stragglers.check(self.hangs.beats, self.clock.wall()):
+            self.say(f"slurmtrain: straggler: {s.node} computes {s.pct:.0f}% slower than the other nodes "
+                     f"({s.compute_ms:.1f} ms against {s.others_ms:.1f} ms for the same work)")
+            self.event("straggler", node=s.node, compute_ms=round(s.compute_ms, 2), others_ms=round(s.others_ms, 2),
+                       pct=round(s.pct))
+            self.ledger_add(s.node, "straggler", f"computed {s.pct:.0f}% slower than the other nodes of job "
+                            f"{self.job.ref}")
 
     def end_launch(self) -> None:
         """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM); an srun

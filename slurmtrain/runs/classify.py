@@ -87,6 +87,7 @@ _PHRASES = {
               "(step {step}); stacks in {stacks}"),
     Ev.RELAUNCHED: ("the program failed (exit status {exit_code}) after a new checkpoint: started again in the "
                     "job from it (in-job restart {attempt})"),
+    Ev.STRAGGLER: "straggler: {node} computes {pct}% slower than the other nodes ({compute_ms} ms against {others_ms} ms)",
     Ev.FIRST_STEP: "training under way: first progress of the launch (step {step})",
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",

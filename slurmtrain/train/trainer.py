@@ -28,6 +28,7 @@ from .checkpoint import Checkpointer
 from .distributed import World
 from .inputs import check_pipeline, corpus_files
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
+from .probe import ComputeProbe
 from .model import count_parameters, meta_model
 from .parallelize import parallelize
 from .presets import flops_per_token, human_count
@@ -168,6 +169,7 @@ class Trainer:
         peak = peak_flops(self.world.device)
         seq_len = self.recipe.data.max_seq_len
         meter = Throughput()
+        probe = ComputeProbe(self.world.device)
         self.model.train()
         while self.step < cfg.steps:
             step = self.step + 1
@@ -176,7 +178,8 @@ class Trainer:
             lr = self.scheduler.get_last_lr()[0]
             loss, grad_norm = self._train_step()
             self.step = step
-            heartbeat.beat(step)  # progress, for the job supervisor's hang detection
+            probe.maybe(step)
+            heartbeat.beat(step, probe.mean_ms)  # progress and speed, for the supervisor's hang and straggler checks
             meter.add(tokens=cfg.global_batch_size * seq_len, samples=cfg.global_batch_size)
             if step % cfg.log_steps == 0 or step == cfg.steps:
                 self._log(metrics, meter, peak, step, loss, grad_norm, lr)

@@ -109,6 +109,15 @@ def test_ledger_expiry_forget_and_torn_lines(tmp_path):
     assert ledger.forget(tmp_path, None) == 2 and ledger.read(tmp_path) == []
 
 
+def test_a_straggler_is_recorded_but_not_excluded(tmp_path):
+    """A slow node still works, and a shared machine can look slow for a while: named, kept."""
+    ledger.add(tmp_path, "n1", "node failure", source="node_failure", now=10_000.0)
+    ledger.add(tmp_path, "n1", "computed 80% slower", source="straggler", now=10_100.0)  # newer: must not hide it
+    ledger.add(tmp_path, "n2", "computed 80% slower", source="straggler", now=10_100.0)
+    assert [e.node for e in ledger.read(tmp_path)] == ["n1", "n1", "n2"]
+    assert ledger.excluded(tmp_path, hours=1, now=10_200.0) == ["n1"]
+
+
 FAKE_SBATCH = '#!/bin/bash\necho "$@" >> "$(dirname "$0")/sbatch.calls"\necho "Submitted batch job 4242"\n'
 
 

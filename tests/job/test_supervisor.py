@@ -1157,3 +1157,28 @@ def test_srun_waiting_for_a_dead_node_after_a_task_failed_is_ended_and_the_node_
     assert rig.names() == ["started", "nodes_lost", "relaunched", "finished"]
     probes = [a for a in rig.slurm.argvs("srun") if a[-1] == 'echo "$SLURMD_NODENAME"']
     assert sorted(a[a.index("-w") + 1] for a in probes) == ["n1", "n2"]  # one per node at once, and only once
+
+
+# ---- stragglers (resilience.straggler_pct) ------------------------------------------------
+
+def beats_with(rank: int, node: str, pid: int, ms: float, step: int) -> Action:
+    """A heartbeat that carries the rank's compute-probe time."""
+    def act(step_: FakeStep) -> None:
+        import os
+        folder = step_.rig.run_dir / f".heartbeat-{JOB}"
+        folder.mkdir(exist_ok=True)
+        (folder / str(rank)).write_text(f"{step} {node} {pid} {ms}\n")
+        os.utime(folder / str(rank), (step_.rig.clock.wall(), step_.rig.clock.wall()))
+    return act
+
+
+def test_a_node_computing_slower_is_named_in_the_events_the_log_and_the_ledger(rig):
+    ticks = [(t, beats_with(0, "n1", 100, 5.0, t)) for t in range(2, 30)]
+    ticks += [(t, beats_with(1, "n2", 200, 9.0, t)) for t in range(2, 30)]
+    rig.task = Plan([JOINS, *ticks, (30, emit("finished", step=30)), (30, exits(0))])
+    assert rig.run(straggler_pct=30) == 0
+    s = rig.event("straggler")
+    assert (s["node"], s["compute_ms"], s["others_ms"], s["pct"]) == ("n2", 9.0, 5.0, 80)
+    assert rig.ledger() == [("n2", "straggler")]
+    assert "straggler: n2 computes 80% slower than the other nodes (9.0 ms against 5.0 ms" in rig.said()
+    assert rig.names()[-1] == "finished"  # named, not stopped: the run goes on

@@ -177,3 +177,21 @@ def test_a_lost_node_replaced_by_a_spare_costs_its_restart_and_the_spare_idled_u
     assert parts(g) == {"startup": 20, "trained": 2 * (19 + 40), "checkpoint": 2, "lost": 36, "restart": 24,
                         "spare": 50}
     assert g.allocated == 2 * 100 + 50  # the run's two nodes throughout, the spare until it took b's place
+
+
+def test_status_names_the_stragglers_the_supervisor_saw(tmp_path, fake_slurm):
+    from click.testing import CliRunner
+
+    from slurmtrain import events
+    from slurmtrain.cli import main
+    from runs_fakes import recorded_run
+
+    run, _ = recorded_run(tmp_path, "crash_hang_preempted")
+    events.append(run.path, "straggler", job_id="140", restart=1, node="stnode2", compute_ms=9.1, others_ms=5.0,
+                  pct=82)
+    fake_slurm(scontrol="", sacct=None)
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    [line] = [l for l in out.splitlines() if l.startswith("stragglers")]
+    assert line.startswith("stragglers stnode2: 82% slower than the other nodes (9.1 ms against 5.0 ms for the "
+                           "same work), since ")
+    assert "straggler: stnode2 computes 82% slower than the other nodes (9.1 ms against 5.0 ms)" in out  # history

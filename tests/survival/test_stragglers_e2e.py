@@ -1,0 +1,59 @@
+"""A straggler on the sandbox: one node's rank of the built-in trainer is paused and
+resumed in a loop (SIGSTOP for 5 ms of every 10: half its CPU, as a throttled or shared
+device would give it). Its compute probe takes about twice as long as the other rank's;
+the supervisor names the node in the events, `status` and the bad-node ledger, and the
+run goes on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from slurmtrain import ledger
+
+from survival_util import (TRAIN, describe, named, rank_of, rank_pids, run_cli, submit, wait_job_gone,
+                           wait_until)
+
+pytestmark = pytest.mark.slurm
+
+
+def throttle(pid: int, done: threading.Event) -> None:
+    while not done.is_set():
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.005)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.005)
+        except ProcessLookupError:
+            return
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_slowed_node_is_named_a_straggler_in_status_and_the_ledger(workdir, runs_dir):
+    run, job = submit(runs_dir, workdir, ["--name", "straggler"],
+                      TRAIN + ["--train-steps", "3000", "--save-steps", "500"])
+    wait_until(run, "both ranks training", lambda: named(run, "first_step") and len(rank_pids(run)) == 2, 240, job)
+    victim = rank_pids(run)[-1]
+    _, node = rank_of(victim)
+    done = threading.Event()
+    slowing = threading.Thread(target=throttle, args=(victim, done), daemon=True)
+    slowing.start()
+    try:
+        wait_until(run, "the straggler to be named", lambda: named(run, "straggler"), 120, job)
+    finally:
+        done.set()
+        slowing.join(timeout=5)
+    [s] = named(run, "straggler")
+    assert s["node"] == node and s["pct"] > 30, s
+    status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
+    assert f"stragglers {node}: {s['pct']}% slower than the other nodes" in status, status
+    assert (node, "straggler") in [(e.node, e.source) for e in ledger.read(runs_dir)]
+    run_cli(["cancel", "--runs-dir", str(runs_dir), run.name], cwd=workdir)  # named while it runs: enough
+    assert wait_job_gone(job, run, 120) == "CANCELLED", describe(run)
