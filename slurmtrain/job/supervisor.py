@@ -192,11 +192,11 @@ class Supervisor:
             facts = self.facts(self.watch(self.launch.start_task(self.pool.active, overlap=bool(self.pool.left_out))))
             mine = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
             progressed = any(e.get("event") == eventlog.Ev.CHECKPOINT_SAVED for e in mine)
-            lost = self.lost_nodes() if decide.failed_by_itself(facts) else []
+            repeated = self.repeated_error(mine)
+            lost = self.lost_nodes(blame=not repeated) if decide.failed_by_itself(facts) else []
             if lost:
                 self.go_on_without(lost, relaunches)  # or End: requeued without them
-            elif not decide.relaunch(facts, progressed, self.repeated_error(mine), relaunches,
-                                     self.cfg.restarts_in_job):
+            elif not decide.relaunch(facts, progressed, repeated, relaunches, self.cfg.restarts_in_job):
                 return facts
             relaunches += 1
             why = f"as node(s) {' '.join(lost)} were lost" if lost else "after a new checkpoint"
@@ -445,13 +445,15 @@ class Supervisor:
 
     # ---- nodes lost in the job (nodes.py) -----------------------------------------------
 
-    def lost_nodes(self) -> list[str]:
+    def lost_nodes(self, blame: bool) -> list[str]:
         """After a launch failed by itself: its nodes that are dead, or that this job start
-        has now named twice (the first to fail, the last to report before a hang); each goes
-        to the bad-node ledger."""
+        has now named twice (the first to fail, the last to report before a hang; not when
+        ``blame`` is off: the same training error at the same step is the program's, and
+        which node raised it first is chance); each goes to the bad-node ledger."""
         active = self.pool.active
         gone = self.dead_seen or nodes_mod.dead(self.slurm, active)
         named = self.hang_nodes if self.hung else [n for n in [self.first_failure(self.log_mark)] if n]
+        named = named if blame else []
         twice = [n for n in self.pool.blame([n for n in named if n in active]) if n not in gone]
         for node in gone:
             self.ledger_add(node, "node_failure", f"did not answer after a failed launch of job {self.job.ref} "

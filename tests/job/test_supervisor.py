@@ -957,6 +957,41 @@ def test_the_same_error_at_the_same_step_twice_is_a_program_error(rig):
     assert rig.summary() == "failed, exit status 1"
 
 
+def srun_says(line: str) -> Action:
+    """srun writes a line to the batch log (its task errors name the node)."""
+    def act(step: FakeStep) -> None:
+        with open(step.rig.batch_log, "a") as log:
+            log.write(line + "\n")
+    return act
+
+
+def with_batch_log(rig: Rig, tmp_path) -> None:
+    rig.batch_log = tmp_path / "job-77.out"
+    rig.batch_log.write_text("")
+
+
+def test_the_same_program_error_first_on_the_same_node_twice_blames_the_program_not_the_node(rig, tmp_path):
+    """Which rank raises a deterministic error first is chance: it must not make the node a
+    bad one, and the run ends as the program's failure, not a requeue without the node."""
+    with_batch_log(rig, tmp_path)
+    first_on_n2 = (3.5, srun_says("srun: error: n2: task 1: Exited with exit code 1"))
+    rig.task = [Plan([*fails_at(7, saved=5).at, first_on_n2]), Plan([*fails_at(7, saved=6).at, first_on_n2])]
+    assert rig.run(restarts_in_job=3) == 1
+    assert rig.names() == ["started", "relaunched", "failed"] and rig.ledger() == []
+
+
+def test_a_rank_that_dies_first_on_the_same_node_twice_leaves_it_out(rig, tmp_path):
+    """Killed twice on n2 (no error line of the program's): the node, not the program."""
+    with_batch_log(rig, tmp_path)
+    on_three_nodes(rig)
+    dies_on_n2 = Plan([*DIES_AFTER_SAVING.at[:-1], (4.5, srun_says("srun: error: n2: task 1: Killed")),
+                       DIES_AFTER_SAVING.at[-1]])
+    rig.task = [dies_on_n2, dies_on_n2, FINISHES_ON_N1_N3]
+    assert rig.run(restarts_in_job=3, spare_nodes=1) == 0
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n2"], ["n1", "n3"]]
+    assert rig.ledger() == [("n2", "in_job")]
+
+
 def test_in_job_restarts_stop_at_the_budget(rig):
     rig.task = [DIES_AFTER_SAVING, DIES_AFTER_SAVING, DIES_AFTER_SAVING]
     assert rig.run(restarts_in_job=2) == 137

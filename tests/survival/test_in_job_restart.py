@@ -88,3 +88,20 @@ def test_a_stopped_rank_is_a_hang_named_with_every_stack_and_restarted_in_the_jo
     assert named(run, "finished")[0]["step"] == STEPS
     assert any(line.endswith(f"stacks in {hang['stacks']}") for line in classify.history(run))
     reference.assert_same_weights(run)
+
+
+def test_the_same_error_at_the_same_step_is_a_program_error_not_restarted_in_a_loop(workdir, runs_dir):
+    """An exception at step 25 on every start: the first failure follows a new checkpoint
+    (step 20), so the launch starts again once; the same error at the same step again is
+    the program's: "failed" with its error line, no second restart, no requeue."""
+    run, job = submit(runs_dir, workdir, ["--name", "progerror"],
+                      TRAIN + ["--train-steps", "60", "--save-steps", "10", "--set", "debug.fail_at_step=25"])
+    assert wait_job_gone(job, run, 300) == "FAILED", describe(run)
+    assert job_field(job, "Restarts") == "0"
+    assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
+    assert [e["step"] for e in named(run, "resumed")] == [20]
+    assert [e["step"] for e in named(run, "train_error")] == [25, 25]
+    assert not named(run, "requeue")
+    [end] = classify.ends(run)
+    assert end.kind == classify.USER_ERROR, describe(run)
+    assert "debug.fail_at_step = 25: failing on purpose, at step 25" in end.detail and "not requeued" in end.detail
