@@ -100,6 +100,7 @@ class Ev:
     RESUMED = "resumed"                    # {step}
     CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds?, path?}
     STOPPED = "stopped"                    # {step}: saved; leaving with exit 75
+    CHECKPOINT_INTERVAL = "checkpoint_interval"  # {steps, seconds, cost_s, step_s, job_mtbf_h, nodes, faults, node_hours}
     TRAIN_ERROR = "train_error"            # {step, error}
     # The CLI.
     SUBMITTED = "submitted"                # {job_id}
@@ -112,7 +113,7 @@ SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
                            Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.STRAGGLER, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
-PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
+PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.CHECKPOINT_INTERVAL, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED})
 ALL_EVENTS = SCRIPT_EVENTS | PROGRAM_EVENTS | CLI_EVENTS
 

@@ -145,6 +145,13 @@ class ResilienceSection:
     restarts_in_job: int = field("after a program failure (a rank died) that followed a new checkpoint, start the "
                                  "launch again in the same allocation from it, at most this many times per job "
                                  "start (0: never)", 3, check=non_negative)
+    checkpoint_every: Literal["recipe", "auto"] = field(
+        "how often the built-in trainer saves: the recipe's train.save_steps (recipe), or the Young-Daly interval "
+        "sqrt(2 x checkpoint cost x mean time between faults) from measured costs and node_mtbf_hours (auto)",
+        "recipe")
+    node_mtbf_hours: float = field("mean hours between faults of one node (checkpoint_every = \"auto\"); the job's "
+                                   "shrinks with its node count, and the faults the run meets refine it", 5000.0,
+                                   check=positive)
     straggler_pct: float = field("name a node (events, status, bad-node ledger) whose ranks compute this many percent "
                                  "slower than the other nodes' for the same work, measured by the built-in trainer "
                                  "(0: off)", 30.0, check=non_negative)

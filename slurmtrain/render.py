@@ -141,6 +141,8 @@ def _fabric_env(p: Profile) -> dict[str, str]:
 
 def _env_exports(p: Profile) -> list[tuple[str, str]]:
     env = dict(_fabric_env(p))
+    if p.resilience.checkpoint_every == "auto":  # read by the built-in trainer (train/cadence.py)
+        env.update({"SLURMTRAIN_CHECKPOINT_EVERY": "auto", "SLURMTRAIN_NODE_MTBF_HOURS": f"{p.resilience.node_mtbf_hours:g}"})
     env.update(p.env.vars)
     if p.container.runtime in ("none", "pyxis"):
         env.update(p.container.env)  # pyxis passes the job's environment into the container

@@ -69,6 +69,7 @@ _PHRASES = {
     Ev.SIGNAL: "got SIG{signal}: asking every task to checkpoint and stop",
     Ev.PREEMPTED: "preempted by Slurm (the tasks got SIGTERM)",
     Ev.CHECKPOINT_SAVED: "checkpoint saved at step {step}",
+    Ev.CHECKPOINT_INTERVAL: "checkpoints every {steps} steps from now (checkpoint_every = \"auto\")",
     Ev.RESUMED: "resumed from the checkpoint of step {step}",
     Ev.STOPPED: "stopped after step {step} (checkpoint saved)",
     Ev.REQUEUE: "requeueing; the tasks ended with exit status {exit_code}",

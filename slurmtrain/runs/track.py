@@ -70,6 +70,7 @@ class RunStatus:
     events: list[dict[str, Any]] = field(default_factory=list)
     goodput: dict[str, Any] | None = None  # runs/goodput.py's report (to_json), once the job was submitted
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # the supervisor's `straggler` events
+    checkpoint_interval: dict[str, Any] | None = None  # the trainer's latest choice under checkpoint_every = "auto"
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -129,6 +130,8 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
         return st
     report = goodput.of_events(evs)
     st.goodput = report.to_json() if report.spans else None
+    st.checkpoint_interval = next((e for e in reversed(evs) if e.get("event") == eventlog.Ev.CHECKPOINT_INTERVAL),
+                                  None)
     st.stragglers = [{k: e.get(k) for k in ("time", "node", "pct", "compute_ms", "others_ms")} for e in evs
                      if e.get("event") == eventlog.Ev.STRAGGLER]
     if st.job_id is None:

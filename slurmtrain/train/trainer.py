@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
+import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +31,7 @@ from .distributed import World
 from .inputs import check_pipeline, corpus_files
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .probe import ComputeProbe
+from . import cadence as cadence_mod
 from .model import count_parameters, meta_model
 from .parallelize import parallelize
 from .presets import flops_per_token, human_count
@@ -170,6 +173,7 @@ class Trainer:
         seq_len = self.recipe.data.max_seq_len
         meter = Throughput()
         probe = ComputeProbe(self.world.device)
+        cadence = self._cadence()
         self.model.train()
         while self.step < cfg.steps:
             step = self.step + 1
@@ -203,7 +207,12 @@ class Trainer:
                 # leaves before rank 0 has written the marker and the event.
                 dist.barrier()
                 return STOP_EXIT_CODE
-            if cfg.save_steps and step % cfg.save_steps == 0 and step < cfg.steps:
+            if cadence is not None:
+                cadence.tick(time.perf_counter())
+                if cadence.due(step, self.ckpt.last_saved) and step < cfg.steps:
+                    self._save_on_cadence(cadence, step)
+                    meter.reset()
+            elif cfg.save_steps and step % cfg.save_steps == 0 and step < cfg.steps:
                 self.ckpt.save(step)
                 meter.reset()
         if self.ckpt.last_saved != self.step:
@@ -213,6 +222,30 @@ class Trainer:
             events.append(self.run_dir, "finished", step=self.step)
             log.info("finished at step %d", self.step)
         return 0
+
+    def _cadence(self) -> cadence_mod.Cadence | None:
+        """resilience.checkpoint_every = "auto" (the job script says so): the Young-Daly cadence."""
+        mtbf = cadence_mod.auto()
+        if mtbf is None:
+            return None
+        nodes = int(os.environ.get("SLURMTRAIN_NNODES") or 1)
+        return cadence_mod.Cadence(mtbf, nodes, self.run_dir, first=self.recipe.train.save_steps)
+
+    def _save_on_cadence(self, cadence: cadence_mod.Cadence, step: int) -> None:
+        """Save, time what it stalled, and choose the next interval: every rank the same (the
+        largest of the ranks' choices), rank 0 says it when it changes."""
+        start = time.perf_counter()
+        self.ckpt.save(step)
+        cost = time.perf_counter() - start
+        cadence.tick(time.perf_counter(), saved=True)
+        chosen = cadence.after_save(cost)
+        steps = torch.tensor(float(chosen.steps if chosen else cadence.every), device=self.world.device)
+        dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+        if int(steps.item()) != cadence.every:
+            cadence.every = int(steps.item())
+            if self._rank0 and chosen is not None:
+                events.append(self.run_dir, "checkpoint_interval", **{**chosen.to_event(), "steps": cadence.every})
+                log.info("checkpoints: %s", cadence_mod.describe({**chosen.to_event(), "steps": cadence.every}))
 
     def _log(self, metrics: MetricsLog, meter: Throughput, peak: float | None, step: int,
              loss: torch.Tensor, grad_norm: torch.Tensor, lr: float) -> None:

@@ -195,3 +195,20 @@ def test_status_names_the_stragglers_the_supervisor_saw(tmp_path, fake_slurm):
     assert line.startswith("stragglers stnode2: 82% slower than the other nodes (9.1 ms against 5.0 ms for the "
                            "same work), since ")
     assert "straggler: stnode2 computes 82% slower than the other nodes (9.1 ms against 5.0 ms)" in out  # history
+
+
+def test_status_says_the_checkpoint_interval_chosen_and_why(tmp_path, fake_slurm):
+    from click.testing import CliRunner
+
+    from slurmtrain import events
+    from slurmtrain.cli import main
+    from runs_fakes import recorded_run
+
+    run, _ = recorded_run(tmp_path, "crash_hang_preempted")
+    events.append(run.path, "checkpoint_interval", steps=120, seconds=250.0, cost_s=2.1, step_s=2.08, job_mtbf_h=4.13,
+                  nodes=2, faults=1, node_hours=0.15)
+    fake_slurm(scontrol="", sacct=None)
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    [line] = [l for l in out.splitlines() if l.startswith("ckpt")]
+    assert line == ("ckpt       every 120 steps (~4.2 min): sqrt(2 x 2.1 s per checkpoint x 4.1 h between faults of "
+                    "2 node(s); 1 fault(s) seen in 0.1 node-hours)")

@@ -1,0 +1,104 @@
+"""``resilience.checkpoint_every = "auto"``: how often the built-in trainer saves, from the
+numbers (Young and Daly): an interval of sqrt(2 x C x M), where C is what a checkpoint
+costs the training (seconds it stalls) and M the mean time between faults of the job.
+
+M comes from ``resilience.node_mtbf_hours`` (per node, so the job's shrinks with its node
+count) refined by the faults this run has met: the profile's figure counts as one fault
+seen over that many node-hours, and each fault of the run (a crash, hang or node lost in
+the job, a node failure) with the node-hours it has run so far is added to it, so a run on
+flaky nodes saves more often. Pure arithmetic, torch-free; the trainer measures C and the
+step time, and all ranks take the same answer (the largest: an all-reduce).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+
+ENV_MODE, ENV_MTBF = "SLURMTRAIN_CHECKPOINT_EVERY", "SLURMTRAIN_NODE_MTBF_HOURS"
+FAULT_KINDS = ("crash", "hang", "node lost", "node failure")  # goodput's kinds that are faults, not stops
+
+
+@dataclass(frozen=True)
+class Interval:
+    steps: int
+    seconds: float        # the Young-Daly interval
+    cost_s: float         # what a checkpoint stalls the training
+    step_s: float
+    job_mtbf_h: float
+    nodes: int
+    faults: int           # seen by this run
+    node_hours: float     # ... in this many node-hours
+
+    def to_event(self) -> dict:
+        return {k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def auto() -> float | None:
+    """The profile's node MTBF (hours) when the job asks for "auto", else None."""
+    if os.environ.get(ENV_MODE) != "auto":
+        return None
+    try:
+        return float(os.environ.get(ENV_MTBF, "")) or None
+    except ValueError:
+        return None
+
+
+def job_mtbf_hours(node_mtbf_h: float, nodes: int, faults: int, node_hours: float) -> float:
+    per_node_hour = (1 + faults) / (node_mtbf_h + node_hours)
+    return 1 / (per_node_hour * max(1, nodes))
+
+
+def choose(cost_s: float, step_s: float, node_mtbf_h: float, nodes: int, faults: int = 0,
+           node_hours: float = 0.0) -> Interval:
+    mtbf_h = job_mtbf_hours(node_mtbf_h, nodes, faults, node_hours)
+    seconds = math.sqrt(2 * max(cost_s, 1e-3) * mtbf_h * 3600)
+    steps = max(1, round(seconds / max(step_s, 1e-6)))
+    return Interval(steps, seconds, cost_s, step_s, mtbf_h, nodes, faults, node_hours)
+
+
+def run_faults(run_dir) -> tuple[int, float]:
+    """(faults, allocated node-hours) of the run so far, from its events (runs/goodput.py)."""
+    from .. import events
+    from ..runs import goodput
+
+    g = goodput.of_events(events.read(run_dir))
+    return sum(1 for f in g.faults if f.kind in FAULT_KINDS), g.allocated / 3600
+
+
+def describe(e: dict) -> str:
+    """A ``checkpoint_interval`` event as one line for ``status``."""
+    return (f"every {e.get('steps')} steps (~{e.get('seconds', 0) / 60:.1f} min): sqrt(2 x {e.get('cost_s')} s per "
+            f"checkpoint x {e.get('job_mtbf_h', 0):.1f} h between faults of {e.get('nodes')} node(s); "
+            f"{e.get('faults')} fault(s) seen in {e.get('node_hours', 0):.1f} node-hours)")
+
+
+class Cadence:
+    """The trainer's side: when the next save is due, in steps since the last save."""
+
+    FIRST_STEPS = 100  # before any checkpoint was timed (the recipe's save_steps when it has one)
+
+    def __init__(self, node_mtbf_h: float, nodes: int, run_dir, first: int = 0):
+        self.node_mtbf_h, self.nodes, self.run_dir = node_mtbf_h, nodes, run_dir
+        self.every = first or self.FIRST_STEPS
+        self.step_times: list[float] = []
+        self._last: float | None = None
+
+    def tick(self, now: float, saved: bool = False) -> None:
+        """A step ended at ``now`` (a step with a save in it is not a step's time)."""
+        if self._last is not None and not saved:
+            self.step_times = (self.step_times + [now - self._last])[-50:]
+        self._last = now
+
+    def due(self, step: int, last_saved: int) -> bool:
+        """``last_saved``: the checkpointer's (-1 before any save or resume: counted from 0)."""
+        return step - max(last_saved, 0) >= self.every
+
+    def after_save(self, cost_s: float) -> Interval | None:
+        """This rank's choice after a save that stalled it ``cost_s`` (None: no step timed yet)."""
+        if not self.step_times:
+            return None
+        step_s = sorted(self.step_times)[len(self.step_times) // 2]
+        faults, node_hours = run_faults(self.run_dir)
+        return choose(cost_s, step_s, self.node_mtbf_h, self.nodes, faults, node_hours)
