@@ -217,7 +217,11 @@ def sandbox_three_nodes():
     except lib.SandboxUnavailable as err:
         _unavailable(str(err))
     os.environ["SLURM_CONF"] = str(info.slurm_conf)
+    from slurm_hold import Releaser
+    releaser = Releaser(str(info.slurm_conf))  # its requeued jobs start 5 s after the requeue, as the lanes'
+    releaser.start()
     yield info
+    releaser.stop()
     lib.down(progress=_progress)
     for key, value in saved.items():
         if value is None:

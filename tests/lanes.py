@@ -16,8 +16,8 @@ SECOND_LANE = frozenset({
     "tests/survival/test_pipeline_survival.py",
     "tests/tracking/test_tracking_e2e.py",
     "tests/e2e/test_e2e_trainer.py",
-    "tests/survival/test_spare_nodes_e2e.py",
     "tests/survival/test_stragglers_e2e.py",
+    "tests/survival/test_four_faults_e2e.py",
 })
 SECOND_LANE_DIR = "/var/lib/slurmtrain-sandbox-lane2"
 FIRST_LANE_DIR = os.environ.get("SLURMTRAIN_SANDBOX_DIR")  # None: the default

@@ -3,7 +3,7 @@ time each rank sends with its heartbeat (slurmtrain/train/probe.py, the built-in
 
 A node is a straggler when its slowest rank's time is above the median of the other
 nodes' by more than ``resilience.straggler_pct`` percent, at every look for HOLD_S seconds
-(each time is already a mean over the rank's last probes: a moment's noise on a shared
+(each time is already the median of the rank's last probes: a moment's noise on a shared
 machine is not a straggler). Each node is named once per job start. Programs that send no
 compute time are not judged.
 """
@@ -15,7 +15,7 @@ from statistics import median
 
 from .. import heartbeat
 
-HOLD_S = 10.0   # slower than the others at every look for this long
+HOLD_S = 20.0   # slower than the others at every look for this long
 
 
 @dataclass(frozen=True)

@@ -453,7 +453,8 @@ class Supervisor:
         active = self.pool.active
         gone = self.dead_seen or nodes_mod.dead(self.slurm, active)
         named = self.hang_nodes if self.hung else [n for n in [self.first_failure(self.log_mark)] if n]
-        named = named if blame else []
+        # A hang that names every node (ranks in lockstep beat within the same second) says nothing of one.
+        named = named if blame and not set(active) <= set(named) else []
         twice = [n for n in self.pool.blame([n for n in named if n in active]) if n not in gone]
         for node in gone:
             self.ledger_add(node, "node_failure", f"did not answer after a failed launch of job {self.job.ref} "

@@ -4,7 +4,7 @@ A step's wall time is the same on every rank (the slowest sets it: the others wa
 collectives), so it cannot say which node is slow. Every ``every`` steps each rank times a
 fixed piece of work of its own, with no collective in it: a matrix product on its device,
 synchronised. A node whose device is throttled, shared or stalled takes longer for the
-same product. The mean of the last ``window`` timings goes out with the rank's heartbeat
+same product. The median of the last ``window`` timings goes out with the rank's heartbeat
 (slurmtrain.heartbeat); the supervisor compares nodes (slurmtrain/job/stragglers.py).
 The cost: one product of a few milliseconds every ``every`` steps.
 """
@@ -21,7 +21,8 @@ class ComputeProbe:
     def __init__(self, device: torch.device, every: int = 10, window: int = 10):
         self.device, self.every = device, every
         self.times: deque[float] = deque(maxlen=window)
-        size, self.dtype = (2048, torch.bfloat16) if device.type == "cuda" else (192, torch.float32)
+        # A few milliseconds of work: long enough that a moment's scheduling noise is small in it.
+        size, self.dtype = (4096, torch.bfloat16) if device.type == "cuda" else (320, torch.float32)
         gen = torch.Generator(device="cpu").manual_seed(0)  # not the training stream's numbers
         self.a = torch.randn(size, size, generator=gen).to(device, self.dtype)
         self.repeats = 8 if device.type == "cuda" else 12
@@ -42,7 +43,11 @@ class ComputeProbe:
 
     @property
     def mean_ms(self) -> float | None:
-        return 1000 * sum(self.times) / len(self.times) if self.times else None
+        """The median of the window's timings, in ms (a single slow one is noise, not a slow node)."""
+        if not self.times:
+            return None
+        ordered = sorted(self.times)
+        return 1000 * ordered[len(ordered) // 2]
 
     def _sync(self) -> None:
         if self.device.type == "cuda":

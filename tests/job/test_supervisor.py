@@ -992,6 +992,17 @@ def test_a_rank_that_dies_first_on_the_same_node_twice_leaves_it_out(rig, tmp_pa
     assert rig.ledger() == [("n2", "in_job")]
 
 
+def test_a_hang_that_names_every_node_blames_none(rig, monkeypatch):
+    """Ranks in lockstep beat within the same second: such a hang names them all, and says
+    nothing of any one node; two of them leave no node out."""
+    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
+    both_stop = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200))])
+    rig.task = [both_stop, both_stop, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert [e["nodes"] for e in rig.events() if e["event"] == "hang"] == ["n1 n2", "n1 n2"]
+    assert "nodes_lost" not in rig.names() and rig.ledger() == []
+
+
 def test_in_job_restarts_stop_at_the_budget(rig):
     rig.task = [DIES_AFTER_SAVING, DIES_AFTER_SAVING, DIES_AFTER_SAVING]
     assert rig.run(restarts_in_job=2) == 137

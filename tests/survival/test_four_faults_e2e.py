@@ -1,0 +1,81 @@
+"""One run meets four faults and completes: a rank SIGKILLed (restarted in the job), a rank
+SIGSTOPped (a hang, restarted in the job), a preemption (stop, checkpoint, requeue) and a
+machine that dies hard (its slurmd and the job's processes on it SIGKILLed, as at a power
+loss: its peers fail at once, srun waits for it until Slurm marks it down, so the
+supervisor probes the nodes itself; the spare takes its place in the job, the node goes to
+the bad-node ledger), on a three-node sandbox of its own (two nodes and a spare). The final weights are bitwise those of an uninterrupted
+run, and `status` shows the goodput with each fault's cost."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from slurmtrain import ledger
+from slurmtrain.runs import classify
+
+from survival_util import (TRAIN, Reference, describe, events, job_field, kill_machine, named, rank_of, rank_pids, run_cli, slurm, submit,
+                           wait_job_gone, wait_until)
+
+pytestmark = pytest.mark.slurm
+
+STEPS = 300
+TRAIN_300 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "10"]
+
+
+def saved_since(run: Path, name: str, k: int) -> bool:
+    """A checkpoint after the k-th ``name`` event (the run trains again after that fault)."""
+    evs = [e["event"] for e in events(run)]
+    marks = [i for i, e in enumerate(evs) if e == name]
+    return len(marks) >= k and "checkpoint_saved" in evs[marks[k - 1] + 1:]
+
+
+def of_rank(run: Path, rank: str) -> int:
+    return next(pid for pid in rank_pids(run) if rank_of(pid)[0] == rank)
+
+
+def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, workdir, runs_dir):
+    reference = Reference(workdir, TRAIN_300, "four-faults-reference")
+    run, job = submit(runs_dir, workdir, ["--name", "four", "--nodes", "2", "--partition", "low", "--set",
+                                          "slurm.spare_nodes=1", "--set", "resilience.hang_timeout=20"], TRAIN_300)
+    two_ranks = lambda: len(rank_pids(run)) == 2  # noqa: E731
+    wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved") and two_ranks(), 240, job)
+
+    os.kill(of_rank(run, "0"), signal.SIGKILL)                                          # 1. a crash
+    wait_until(run, "training after the crash", lambda: saved_since(run, "relaunched", 1) and two_ranks(), 180, job)
+
+    victim = of_rank(run, "1")  # another node than the crash's: no node is named twice     # 2. a hang
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        wait_until(run, "the hang to be seen", lambda: named(run, "hang"), 90, job)
+    finally:
+        try:
+            os.kill(victim, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    wait_until(run, "training after the hang", lambda: saved_since(run, "relaunched", 2) and two_ranks(), 180, job)
+
+    slurm("sbatch", "--parsable", "-p", "high", "-N", "3", "--ntasks-per-node=4", "-J", "preemptor",  # 3. preempted
+          "-o", "/dev/null", "--wrap", "sleep 5")
+    wait_until(run, "the requeue", lambda: named(run, "requeue"), 120, job)
+    wait_until(run, "training in the next start", lambda: saved_since(run, "started", 2) and two_ranks(), 240, job)
+
+    _, node = rank_of(rank_pids(run)[-1])                                                # 4. a machine dies
+    kill_machine(node, Path(sandbox_three_nodes.state_dir))
+    assert wait_job_gone(job, run, 400) == "COMPLETED", describe(run)
+
+    assert job_field(job, "Restarts") == "1"                   # the preemption's requeue only
+    assert [e["attempt"] for e in named(run, "relaunched")] == [1, 2, 1], describe(run)
+    assert [(e["nodes"], e["spares"]) for e in named(run, "nodes_lost")] == [(node, "stnode3")], describe(run)
+    assert (node, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
+    assert [o.kind for o in classify.ends(run)] == [classify.PREEMPTED, classify.COMPLETED], describe(run)
+    status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
+    faults = re.findall(r"\d\d:\d\d:\d\d  ([a-z ]+) \((?:in the job|ended the start)\): .*; cost (\S+ ?\S*) of node time",
+                        status)
+    assert [kind for kind, _ in faults] == ["crash", "hang", "preempted", "node lost"], status
+    assert status.count("goodput    ") == 1, status
+    reference.assert_same_weights(run)
