@@ -114,6 +114,7 @@ class Supervisor:
         self.slurm_requeued = False
         self.cancelled = False
         self.requeuing = False         # our own requeue is under way: its SIGTERM is expected
+        self.replacing: str | None = None  # a straggler the supervisor stopped the launch to replace
         self.kept: list[int] = []      # signals taken during a pause, for take_signals
         self.beats_dir = heartbeat.folder(self.run_dir, job.job_id)
         self.hangs = hangs.HangWatch(self.beats_dir, cfg.hang_timeout)
@@ -192,6 +193,10 @@ class Supervisor:
             facts = self.facts(self.watch(self.launch.start_task(self.pool.active, overlap=bool(self.pool.left_out))))
             mine = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
             progressed = any(e.get("event") == eventlog.Ev.CHECKPOINT_SAVED for e in mine)
+            if self.replacing is not None:
+                if not self.replaced(facts, mine):
+                    return facts
+                continue
             repeated = self.repeated_error(mine)
             lost = self.lost_nodes(blame=not repeated) if decide.failed_by_itself(facts) else []
             if lost:
@@ -263,7 +268,7 @@ class Supervisor:
                 return
             cause = decide.term_cause(self.slurm.restarts(), self.job.restarts, self.end_at_start,
                                       self.slurm.end_time())
-            if self.stopping and cause == decide.TIME_LIMIT:
+            if self.stopping and cause == decide.TIME_LIMIT and self.replacing is None:
                 return  # the time limit came during the stop window: the stop goes on
             if cause == decide.REQUEUED:
                 self.slurm_requeued = True
@@ -273,8 +278,9 @@ class Supervisor:
                 self.cancelled = True
                 self.event("cancelled")
                 return
-        elif self.stopping:
+        elif self.stopping and self.replacing is None:
             return
+        self.replacing = None  # a stop of Slurm's during the supervisor's own: it is Slurm's now
         self.request_stop(signal.Signals(signum).name.removeprefix("SIG"))
 
     def request_stop(self, name: str) -> None:
@@ -387,7 +393,8 @@ class Supervisor:
 
     def check_stragglers(self) -> None:
         """Name a node whose ranks compute slower than the others' (stragglers.py): the
-        batch log, a `straggler` event, the bad-node ledger."""
+        batch log, a `straggler` event, the bad-node ledger; with an idle spare, the launch
+        is stopped at a checkpoint and started again with the spare in its place."""
         for s in self.stragglers.check(self.hangs.beats, self.clock.wall()):
             self.say(f"slurmtrain: straggler: {s.node} computes {s.pct:.0f}% slower than the other nodes "
                      f"({s.compute_ms:.1f} ms against {s.others_ms:.1f} ms for the same work)")
@@ -395,6 +402,32 @@ class Supervisor:
                        pct=round(s.pct))
             self.ledger_add(s.node, "straggler", f"computed {s.pct:.0f}% slower than the other nodes of job "
                             f"{self.job.ref}")
+            if self.pool.idle and not self.stopping and s.node in self.pool.active:
+                self.say(f"slurmtrain: stopping at a checkpoint to put spare {self.pool.idle[0]} in {s.node}'s place")
+                self.replacing, self.stopping, self.stop_at = s.node, True, self.clock.now()
+                self.stop_file.touch()
+                if self.step is not None:
+                    self.step.send(self.cfg.stop_signal)
+
+    def replaced(self, facts: decide.Facts, mine: list[dict]) -> bool:
+        """After the stop that replaces a straggler: True when the program saved and stopped
+        (the spare takes its place; the next launch starts), False to decide as after any
+        stop (it finished, or did not save)."""
+        node, self.replacing = self.replacing, None
+        stopped = any(e.get("event") == eventlog.Ev.STOPPED for e in mine)
+        if facts.program_finished or not stopped:
+            return False
+        spares = self.pool.leave_out([node])
+        self.event("nodes_lost", nodes=node, spares=" ".join(spares) or "none", left=len(self.pool.idle),
+                   why="straggler")
+        self.event("relaunched", attempt=0, exit_code=facts.status, why="straggler",
+                   **({"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}))
+        self.say(f"slurmtrain: {node} left out (a straggler); starting again in this allocation on "
+                 f"{' '.join(self.pool.active)}")
+        self.stop_file.unlink(missing_ok=True)
+        self.stopping, self.stop_at, self.term_at, self.killed = False, None, None, False
+        self.clear_marks()
+        return True
 
     def end_launch(self) -> None:
         """End the launch now and wait for srun (it SIGKILLs its tasks on SIGTERM); an srun

@@ -121,6 +121,10 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"the job finished (exit 0): the program had finished, its launch exited {e['launch_exit']} after")
     if name == Ev.FINISHED:
         return f"finished at step {e['step']}" if "step" in e else "the program finished"
+    if name == Ev.RELAUNCHED and e.get("why") == "straggler":
+        return "started again in the job from the checkpoint it stopped at, without the straggler"
+    if name == Ev.NODES_LOST and e.get("why") == "straggler":
+        return f"{e.get('nodes')} left out of the job (a straggler); spare in its place: {e.get('spares')}"
     if name == Ev.FAILED and requeued_by_slurm:
         return _SUPERSEDED_FAILURE.format_map(_Fields(e))
     if name in _PHRASES:

@@ -224,7 +224,12 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
             return at, _fault(out, "hang", hang["time"], f"no progress for {hang.get('seconds')} s; last to "
                               f"report: rank(s) {hang.get('ranks')} on {hang.get('nodes')}", True)
         at = float(nxt.get("last_progress") or nxt["time"])
-        if (lost := next((e for e in evs if e.get("event") == Ev.NODES_LOST), None)) is not None:
+        lost = next((e for e in evs if e.get("event") == Ev.NODES_LOST), None)
+        stopped = next((e for e in evs if e.get("event") == Ev.STOPPED), None)
+        if lost is not None and lost.get("why") == "straggler" and stopped is not None:
+            return stopped["time"], _fault(out, "straggler", nxt["time"], f"{lost.get('nodes')} replaced by "
+                                           f"{lost.get('spares')} at a checkpoint", True)
+        if lost is not None:
             return at, _fault(out, "node lost", nxt["time"], f"node(s) {lost.get('nodes')} lost; in their place: "
                               f"{lost.get('spares')}", True)
         return at, _fault(out, "crash", nxt["time"], f"the program failed (exit status {nxt.get('exit_code')})",

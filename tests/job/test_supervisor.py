@@ -1228,3 +1228,35 @@ def test_a_node_computing_slower_is_named_in_the_events_the_log_and_the_ledger(r
     assert rig.ledger() == [("n2", "straggler")]
     assert "straggler: n2 computes 80% slower than the other nodes (9.0 ms against 5.0 ms" in rig.said()
     assert rig.names()[-1] == "finished"  # named, not stopped: the run goes on
+
+
+def test_a_straggler_is_replaced_by_the_spare_at_a_checkpoint(rig):
+    """With an idle spare the supervisor stops the launch (the stop file and signal: the
+    program saves and exits 75) and starts it again with the spare in the straggler's
+    place, in the job: no requeue."""
+    on_three_nodes(rig)
+    ticks = [(t, beats_with(0, "n1", 100, 5.0, t)) for t in range(2, 40)]
+    ticks += [(t, beats_with(1, "n2", 200, 9.0, t)) for t in range(2, 40)]
+    rig.task = [Plan([JOINS, *ticks], on={STOP: [(2, emit("checkpoint_saved", step=30)), (2, emit("stopped", step=30)),
+                                              (2, exits(75))]}), FINISHES_ON_N1_N3]
+    assert rig.run(straggler_pct=30, spare_nodes=1, restarts_in_job=3) == 0
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
+    assert rig.names() == ["started", "first_step", "straggler", "nodes_lost", "relaunched", "finished"]
+    assert rig.event("nodes_lost")["why"] == "straggler" and rig.event("relaunched")["why"] == "straggler"
+    assert not (rig.run_dir / f".stop-{JOB}").exists() and "requeue" not in rig.slurm.names()
+    from slurmtrain.runs import classify, goodput
+    said = classify.history(rig.run_dir)
+    assert any(line.endswith("n2 left out of the job (a straggler); spare in its place: n3") for line in said)
+    [fault] = goodput.of_events(events.read(rig.run_dir)).faults
+    assert (fault.kind, fault.detail) == ("straggler", "n2 replaced by n3 at a checkpoint")
+
+
+def test_a_time_limit_during_the_straggler_stop_is_a_stop_and_a_requeue(rig):
+    on_three_nodes(rig)
+    ticks = [(t, beats_with(0, "n1", 100, 5.0, t)) for t in range(2, 40)]
+    ticks += [(t, beats_with(1, "n2", 200, 9.0, t)) for t in range(2, 40)]
+    rig.clock.at(23, STOP)  # the time limit's warning, just after the straggler's stop began
+    rig.task = [Plan([JOINS, *ticks], on={STOP: [(3, emit("checkpoint_saved", step=30)), (3, emit("stopped", step=30)),
+                                              (3, exits(75))]})]
+    assert rig.run(straggler_pct=30, spare_nodes=1, restarts_in_job=3) == 0
+    assert "signal" in rig.names() and rig.names()[-1] == "requeue" and "nodes_lost" not in rig.names()
