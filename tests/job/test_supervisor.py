@@ -1021,13 +1021,14 @@ def test_a_preemption_after_a_checkpoint_is_requeued_not_launched_again(rig):
 
 # ---- hangs (resilience.hang_timeout) ------------------------------------------------------------
 
-def beats(rank: int, step: int, node: str, pid: int) -> Action:
-    """Rank ``rank`` reports progress (slurmtrain.heartbeat.beat), at this fake time."""
+def beats(rank: int, step: int, node: str, pid: int, ms: float | None = None) -> Action:
+    """Rank ``rank`` reports progress (slurmtrain.heartbeat.beat), at this fake time; ``ms``:
+    its compute probe's time."""
     def act(step_: FakeStep) -> None:
         import os
         folder = step_.rig.run_dir / f".heartbeat-{JOB}"
         folder.mkdir(exist_ok=True)
-        (folder / str(rank)).write_text(f"{step} {node} {pid}\n")
+        (folder / str(rank)).write_text(f"{step} {node} {pid}" + ("" if ms is None else f" {ms}") + "\n")
         os.utime(folder / str(rank), (step_.rig.clock.wall(), step_.rig.clock.wall()))
     return act
 
@@ -1208,14 +1209,7 @@ def test_srun_waiting_for_a_dead_node_after_a_task_failed_is_ended_and_the_node_
 # ---- stragglers (resilience.straggler_pct) ------------------------------------------------
 
 def beats_with(rank: int, node: str, pid: int, ms: float, step: int) -> Action:
-    """A heartbeat that carries the rank's compute-probe time."""
-    def act(step_: FakeStep) -> None:
-        import os
-        folder = step_.rig.run_dir / f".heartbeat-{JOB}"
-        folder.mkdir(exist_ok=True)
-        (folder / str(rank)).write_text(f"{step} {node} {pid} {ms}\n")
-        os.utime(folder / str(rank), (step_.rig.clock.wall(), step_.rig.clock.wall()))
-    return act
+    return beats(rank, step, node, pid, ms)
 
 
 def test_a_node_computing_slower_is_named_in_the_events_the_log_and_the_ledger(rig):
