@@ -56,13 +56,13 @@ class NodeFaults:
                 if self.step is not None:
                     self.step.send(self.cfg.stop_signal)
 
-    def replaced(self, facts: decide.Facts, mine: list[dict]) -> bool:
-        """After the stop that replaces a straggler: True when the program saved and stopped
-        (the spare takes its place; the next launch starts), False to decide as after any
-        stop (it finished, or did not save)."""
+    def replaced(self, facts: decide.Facts) -> bool:
+        """After the stop that replaces a straggler: True when the spare takes its place and
+        the next launch starts (from the checkpoint the stop saved, or, when the stop had to
+        be forced, from the newest there is, as after a crash); False when the program
+        finished (decide as after any launch)."""
         node, self.replacing = self.replacing, None
-        stopped = any(e.get("event") == eventlog.Ev.STOPPED for e in mine)
-        if facts.program_finished or not stopped:
+        if facts.program_finished:
             return False
         spares = self.pool.leave_out([node])
         self.event("nodes_lost", nodes=node, spares=" ".join(spares) or "none", left=len(self.pool.idle),

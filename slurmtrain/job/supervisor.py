@@ -194,7 +194,7 @@ class Supervisor(NodeFaults):
             mine = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
             progressed = any(e.get("event") == eventlog.Ev.CHECKPOINT_SAVED for e in mine)
             if self.replacing is not None:
-                if not self.replaced(facts, mine):
+                if not self.replaced(facts):
                     return facts
                 continue
             repeated = self.repeated_error(mine)

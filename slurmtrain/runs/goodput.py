@@ -226,8 +226,9 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
         at = float(nxt.get("last_progress") or nxt["time"])
         lost = next((e for e in evs if e.get("event") == Ev.NODES_LOST), None)
         stopped = next((e for e in evs if e.get("event") == Ev.STOPPED), None)
-        if lost is not None and lost.get("why") == "straggler" and stopped is not None:
-            return stopped["time"], _fault(out, "straggler", nxt["time"], f"{lost.get('nodes')} replaced by "
+        if lost is not None and lost.get("why") == "straggler":
+            at = stopped["time"] if stopped is not None else float(nxt.get("last_progress") or nxt["time"])
+            return at, _fault(out, "straggler", nxt["time"], f"{lost.get('nodes')} replaced by "
                                            f"{lost.get('spares')} at a checkpoint", True)
         if lost is not None:
             return at, _fault(out, "node lost", nxt["time"], f"node(s) {lost.get('nodes')} lost; in their place: "

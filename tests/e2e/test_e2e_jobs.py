@@ -130,7 +130,7 @@ def test_runs_table_lists_every_run(batch):
     proc = cli(batch["cwd"], "runs")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
-    assert lines[0].split() == ["RUN", "JOB", "ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "SUBMITTED"]
+    assert lines[0].split() == ["RUN", "JOB", "ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "GOODPUT", "SUBMITTED"]
     for name, st in batch["final"].items():
         row = next(line for line in lines if line.startswith(name + " "))
         assert st["state"] in row and st["job_id"] in row

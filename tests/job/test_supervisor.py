@@ -1254,3 +1254,17 @@ def test_a_time_limit_during_the_straggler_stop_is_a_stop_and_a_requeue(rig):
                                               (3, exits(75))]})]
     assert rig.run(straggler_pct=30, spare_nodes=1, restarts_in_job=3) == 0
     assert "signal" in rig.names() and rig.names()[-1] == "requeue" and "nodes_lost" not in rig.names()
+
+
+def test_a_straggler_stop_that_must_be_forced_still_puts_the_spare_in_its_place(rig):
+    """A rank that cannot stop (stalled): the stop window ends in SIGTERM and SIGKILL; the
+    launch starts again in the job without the straggler, from the newest checkpoint."""
+    on_three_nodes(rig)
+    ticks = [(t, beats_with(0, "n1", 100, 5.0, t)) for t in range(2, 40)]
+    ticks += [(t, beats_with(1, "n2", 200, 9.0, t)) for t in range(2, 40)]
+    rig.task = [Plan([JOINS, SAVES, *ticks], on={STOP: []}), FINISHES_ON_N1_N3]  # ignores the stop signal
+    assert rig.run(straggler_pct=30, spare_nodes=1, restarts_in_job=3) == 0
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
+    assert [n for n in rig.names() if n != "first_step"] == ["started", "straggler", "stop_timeout", "stop_escalated",
+                                                             "nodes_lost", "relaunched", "finished"]
+    assert "requeue" not in rig.slurm.names()

@@ -37,7 +37,7 @@ def throttle(pid: int, done: threading.Event) -> None:
 
 
 def test_a_slowed_node_is_named_a_straggler_in_status_and_the_ledger(workdir, runs_dir):
-    run, job = submit(runs_dir, workdir, ["--name", "straggler"],
+    run, job = submit(runs_dir, workdir, ["--name", "straggler", "--set", "resilience.straggler_pct=30"],
                       TRAIN + ["--train-steps", "3000", "--save-steps", "500"])
     wait_until(run, "both ranks training", lambda: named(run, "first_step") and len(rank_pids(run)) == 2, 240, job)
     victim = rank_pids(run)[-1]
