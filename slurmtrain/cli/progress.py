@@ -59,15 +59,19 @@ def watch(ref: str, runs_dir: str, once: bool, interval: float) -> None:
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="PNG file to write.")
 def plot(ref: str, runs_dir: str, out: Path) -> None:
-    """Plot loss (train and eval), learning rate and throughput of RUN against step.
+    """Plot loss (train and eval), learning rate and throughput of RUN against step, and
+    its timeline: queue, start-up, training, checkpoints, faults, restarts (the goodput
+    report of `slurmtrain status`). A run with no metrics (a program of your own) gets the
+    timeline alone.
 
     RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a job
     id, or a job name (its latest run).
     """
+    from .. import events
     from ..train.progress import plot as plot_run, read_metrics
     run = resolve_run(ref, runs_dir).path
-    if not read_metrics(run)[0]:
-        raise UsageError(f"{run}: no training metrics yet (metrics.jsonl is missing or empty)")
+    if not read_metrics(run)[0] and not events.read(run):
+        raise UsageError(f"{run}: nothing to plot yet (no metrics.jsonl, no events.jsonl)")
     try:
         plot_run(run, out)
     except ModuleNotFoundError as err:

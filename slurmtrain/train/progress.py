@@ -95,14 +95,33 @@ def progress_line(snap: Snapshot) -> str:
 
 
 def plot(run_dir: Path, out: Path) -> None:
-    """Loss (train and eval), learning rate and throughput against step, as one PNG."""
+    """Loss (train and eval), learning rate and throughput against step, and the run's
+    timeline (goodput's parts and faults) below, as one PNG; the timeline alone for a run
+    with events but no metrics (a program of the user's writes none)."""
     import matplotlib
     matplotlib.use("Agg")  # no display on a login node
     import matplotlib.pyplot as plt
 
+    from .. import events
+    from ..runs import goodput, goodput_plot
+
+    report = goodput.of_events(events.read(run_dir))
     train, evals = read_metrics(run_dir)
+    if not train:
+        fig, ax = plt.subplots(1, 1, figsize=(8, 2.6))
+        goodput_plot.draw(ax, report)
+        fig.suptitle(str(run_dir))
+        fig.tight_layout()
+        fig.savefig(out, dpi=100)
+        plt.close(fig)
+        return
     steps = [r["step"] for r in train]
-    fig, (ax_loss, ax_lr, ax_tp) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    fig = plt.figure(figsize=(8, 11.5))
+    grid = fig.add_gridspec(4, 1, height_ratios=[3, 3, 3, 1.6])
+    ax_loss = fig.add_subplot(grid[0])
+    ax_lr = fig.add_subplot(grid[1], sharex=ax_loss)
+    ax_tp = fig.add_subplot(grid[2], sharex=ax_loss)
+    goodput_plot.draw(fig.add_subplot(grid[3]), report)
     ax_loss.plot(steps, [r.get("loss") for r in train], label="train")
     if evals:
         ax_loss.plot([r["step"] for r in evals], [r["eval_loss"] for r in evals], "o-", label="eval")

@@ -1,0 +1,57 @@
+"""`slurmtrain plot`'s timeline (runs/goodput_plot.py): the drawing as data, and the PNG
+for a run with metrics and for one with events only."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain import events
+from slurmtrain.cli import main
+from slurmtrain.runs import goodput, goodput_plot
+
+from runs_fakes import recorded_run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_layout_has_a_bar_per_span_a_mark_per_fault_and_a_legend_of_the_parts_present(tmp_path):
+    run, _ = recorded_run(tmp_path, "crash_hang_preempted")
+    g = goodput.of_events(events.read(run.path))
+    lay = goodput_plot.layout(g)
+    assert len(lay.bars) == len([s for s in g.spans if s.end > s.begin])
+    assert lay.bars[0].part == "queue" and lay.bars[0].start_min == 0 and lay.bars[0].width_min == pytest.approx(10 / 60)
+    assert [b.part for b in lay.bars][1:3] == ["startup", "trained"]
+    assert [m.label for m in lay.marks] == ["crash", "hang", "preempted"]
+    assert lay.marks[0].at_min == pytest.approx((1795271050 - 1795271000) / 60)
+    assert [w for _, w in lay.legend] == ["queue", "start-up", "trained", "checkpoints", "lost steps", "hangs",
+                                         "restarts", "other"]
+    assert lay.title == "goodput 51% of 0.15 node-hours"
+
+
+def test_plot_writes_the_timeline_for_a_run_without_metrics(tmp_path, fake_slurm):
+    pytest.importorskip("matplotlib")
+    run, _ = recorded_run(tmp_path, "crash_hang_preempted")
+    out = tmp_path / "run.png"
+    result = CliRunner().invoke(main, ["plot", "--runs-dir", str(tmp_path), run.name, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == PNG
+
+
+def test_plot_with_metrics_and_events_draws_both(tmp_path, fake_slurm):
+    pytest.importorskip("matplotlib")
+    import json
+    run, _ = recorded_run(tmp_path, "crash_hang_preempted")
+    (run.path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 5 - s / 10, "lr": 1e-3,
+                                                                 "tokens_per_s": 1000}) + "\n" for s in range(1, 30)))
+    out = tmp_path / "both.png"
+    result = CliRunner().invoke(main, ["plot", "--runs-dir", str(tmp_path), run.name, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == PNG
+
+
+def test_plot_of_a_run_with_nothing_yet_says_so(tmp_path):
+    from slurmtrain.runs import rundir
+    run = rundir.create(tmp_path, "empty")
+    result = CliRunner().invoke(main, ["plot", str(run.path), "-o", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and "nothing to plot yet" in result.output
