@@ -1,0 +1,193 @@
+"""How fast a run is training again after a fault, on the sandbox, for tiny-demo: the
+in-job restart against a cold start and against the requeue path, in one run.
+
+One run (2 nodes, 1 process each, a checkpoint every 10 steps) meets, ``--rounds`` times:
+
+* a crash: one trainer rank SIGKILLed after a checkpoint. The supervisor launches again
+  in the allocation; **in-job recovery** is the kill to the relaunched launch's first
+  step (its ``first_step`` event's own time);
+* a requeue: ``scontrol requeue`` after a checkpoint (what Slurm does after a node
+  failure). **Requeue recovery** is the requeue to the next start's first step: the end of
+  the job, Slurm's hold of a requeued job (``BeginTime``, about two minutes; with
+  ``--release-after S`` the script lifts it S seconds after the requeue, as the tests
+  do), the start and the checkpoint load. That start's own ``started`` to first step is
+  the **cold start-up plus checkpoint load**, the yardstick.
+
+The first start's ``started`` to first step is the cold start-up without a checkpoint.
+Goals (the issue): in-job recovery within 1.5x the cold start-up plus checkpoint load,
+and several times faster than the requeue.
+
+    eval "$(slurmtrain sandbox env)"   # or: slurmtrain sandbox up
+    python scripts/bench_recovery.py --rounds 2 [--release-after 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = 100_000  # the run is cancelled at the end
+
+
+def sh(*argv: str, check: bool = True) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if check and proc.returncode != 0:
+        sys.exit(f"bench_recovery: {' '.join(argv)}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def events(run: Path) -> list[dict]:
+    path = run / "events.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def named(run: Path, name: str) -> list[dict]:
+    return [e for e in events(run) if e["event"] == name]
+
+
+def wait(what: str, pred, timeout: float = 600, tick=None):
+    deadline = time.monotonic() + timeout
+    while not (value := pred()):
+        if time.monotonic() > deadline:
+            sys.exit(f"bench_recovery: timed out after {timeout:.0f} s waiting for {what}")
+        if tick is not None:
+            tick()
+        time.sleep(0.2)
+    return value
+
+
+def trainer_ranks(run: Path) -> list[int]:
+    """The run's trainer processes (not torchrun's agents), on every node of the sandbox."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+            if b"slurmtrain.train" in argv and b"torch.distributed.run" not in argv and \
+                    f"SLURMTRAIN_RUN_DIR={run}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return sorted(found)
+
+
+def first_step_after(run: Path, t: float) -> dict | None:
+    return next((e for e in named(run, "first_step") if e["time"] > t), None)
+
+
+def saved_after(run: Path, t: float) -> bool:
+    return any(e["time"] > t for e in named(run, "checkpoint_saved"))
+
+
+class Releaser:
+    """Lifts Slurm's hold of the requeued job ``after`` seconds after the requeue (None: never)."""
+
+    def __init__(self, job: str, after: float | None):
+        self.job, self.after, self.since = job, after, None
+
+    def __call__(self) -> None:
+        if self.after is None:
+            return
+        state = sh("squeue", "-h", "-j", self.job, "-o", "%T %r", check=False).split()
+        if state[:2] == ["PENDING", "BeginTime"]:
+            self.since = self.since or time.monotonic()
+            if time.monotonic() - self.since >= self.after:
+                sh("scontrol", "update", f"JobId={self.job}", "StartTime=now", check=False)
+
+
+def crash(run: Path) -> dict:
+    t0 = time.time()
+    wait("a checkpoint and two ranks", lambda: saved_after(run, t0 - 1) and len(trainer_ranks(run)) == 2)
+    killed = time.time()
+    os.kill(trainer_ranks(run)[-1], signal.SIGKILL)
+    first = wait("the relaunched launch's first step", lambda: first_step_after(run, killed))
+    relaunched = [e for e in named(run, "relaunched") if e["time"] > killed][0]
+    return {"in_job_s": first["at"] - killed, "detected_s": relaunched["time"] - killed,
+            "relaunch_to_step_s": first["at"] - relaunched["time"]}
+
+
+def requeue(run: Path, job: str, release_after: float | None) -> dict:
+    t0 = time.time()
+    wait("a checkpoint and two ranks", lambda: saved_after(run, t0 - 1) and len(trainer_ranks(run)) == 2)
+    asked = time.time()
+    sh("scontrol", "requeue", job)
+    rel = Releaser(job, release_after)
+    started = wait("the next start", lambda: next((e for e in named(run, "started") if e["time"] > asked), None),
+                   tick=rel)
+    first = wait("its first step", lambda: first_step_after(run, started["time"]))
+    return {"requeue_s": first["at"] - asked, "cold_plus_load_s": first["at"] - started["time"],
+            "queue_s": started["time"] - asked}
+
+
+def summary(rows: list[dict], cold: float, release_after: float | None) -> str:
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    span = {k: f"{med[k]:.1f} ({min(r[k] for r in rows):.1f}-{max(r[k] for r in rows):.1f})" for k in med}
+    base = med["cold_plus_load_s"]
+    hold = "Slurm's own hold" if release_after is None else f"hold lifted after {release_after:g} s"
+    lines = [f"| path | seconds, median (min-max) over {len(rows)} | against cold start-up + load |", "|---|---|---|",
+             f"| cold start-up, no checkpoint (first start) | {cold:.1f} | {cold / base:.2f}x |",
+             f"| cold start-up + checkpoint load (requeued start) | {span['cold_plus_load_s']} | 1.00x |",
+             f"| in-job recovery: kill to first step | {span['in_job_s']} | {med['in_job_s'] / base:.2f}x |",
+             f"| ... of which kill to relaunch | {span['detected_s']} | |",
+             f"| ... of which relaunch to first step | {span['relaunch_to_step_s']} | |",
+             f"| requeue: requeue to first step ({hold}) | {span['requeue_s']} | {med['requeue_s'] / base:.2f}x |",
+             f"| ... of which in the queue | {span['queue_s']} | |",
+             "",
+             f"in-job recovery / (cold start-up + load) = {med['in_job_s'] / base:.2f} (goal: at most 1.5); "
+             f"requeue / in-job = {med['requeue_s'] / med['in_job_s']:.1f}x (goal: several times)"]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=2, help="crashes and requeues each (default 2)")
+    p.add_argument("--release-after", type=float, default=None,
+                   help="lift Slurm's hold of the requeued job after this many seconds (default: keep it)")
+    p.add_argument("--json", action="store_true", help="print each round as JSON too")
+    args = p.parse_args()
+    if args.rounds < 1:
+        print("bench_recovery: --rounds must be at least 1", file=sys.stderr)
+        return 2
+    if not os.environ.get("SLURM_CONF") and subprocess.run(["sinfo", "-h"], capture_output=True).returncode:
+        print('bench_recovery: no Slurm to talk to: run `slurmtrain sandbox up` and `eval "$(slurmtrain sandbox env)"`',
+              file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-m", "slurmtrain", "demo-corpus", "--max-mb", "0.5"], cwd=work, check=True,
+                   env=env, capture_output=True)
+    out = subprocess.run([sys.executable, "-m", "slurmtrain", "submit", "--runs-dir", "runs", "--nodes", "2",
+                          "--set", "launch.procs_per_node=1", "--set", f"resilience.restarts_in_job={args.rounds}",
+                          "--name", "bench-recovery", "--", "python3", "-m", "slurmtrain.train", "--recipe",
+                          "tiny-demo", "--train-steps", str(STEPS), "--save-steps", "10", "--eval-steps", "0"],
+                         cwd=work, check=True, env=env, capture_output=True, text=True).stdout
+    job = re.search(r"submitted job (\d+)", out)[1]
+    run = Path(re.search(r"run directory: (\S+)", out)[1])
+    rows = []
+    try:
+        started = wait("the first start", lambda: named(run, "started"))[0]
+        cold = wait("the first step", lambda: named(run, "first_step"))[0]["at"] - started["time"]
+        for n in range(1, args.rounds + 1):
+            row = {**crash(run), **requeue(run, job, args.release_after)}
+            rows.append(row)
+            print(json.dumps(row) if args.json else f"round {n}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items()),
+                  file=sys.stderr, flush=True)
+    finally:
+        sh("scontrol", "update", f"JobId={job}", "Requeue=0", check=False)
+        sh("scancel", job, check=False)
+    print(summary(rows, cold, args.release_after))
+    print(f"\nrun directory: {run}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
