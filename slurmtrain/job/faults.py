@@ -60,9 +60,10 @@ class NodeFaults:
         """After the stop that replaces a straggler: True when the spare takes its place and
         the next launch starts (from the checkpoint the stop saved, or, when the stop had to
         be forced, from the newest there is, as after a crash); False when the program
-        finished (decide as after any launch)."""
+        finished, or Slurm ended the job meanwhile (a cancel, a requeue, a preemption, whose
+        SIGTERM reached only the tasks): decide as after any launch."""
         node, self.replacing = self.replacing, None
-        if facts.program_finished:
+        if facts.program_finished or facts.cancelled or facts.slurm_requeued or self.slurm.preempted():
             return False
         spares = self.pool.leave_out([node])
         self.event("nodes_lost", nodes=node, spares=" ".join(spares) or "none", left=len(self.pool.idle),

@@ -1268,3 +1268,16 @@ def test_a_straggler_stop_that_must_be_forced_still_puts_the_spare_in_its_place(
     assert [n for n in rig.names() if n != "first_step"] == ["started", "straggler", "stop_timeout", "stop_escalated",
                                                              "nodes_lost", "relaunched", "finished"]
     assert "requeue" not in rig.slurm.names()
+
+
+def test_a_preemption_during_the_straggler_stop_is_a_preemption(rig):
+    """Slurm's SIGTERM reaches the tasks only: the launch ends, and Slurm's PreemptTime
+    says why; the job is requeued, not launched again in an allocation Slurm takes back."""
+    on_three_nodes(rig)
+    ticks = [(t, beats_with(0, "n1", 100, 5.0, t)) for t in range(2, 40)]
+    ticks += [(t, beats_with(1, "n2", 200, 9.0, t)) for t in range(2, 40)]
+    rig.slurm.preempt_time = PREEMPTED_AT
+    rig.task = [Plan([JOINS, *ticks], on={STOP: [(2, emit("checkpoint_saved", step=30)), (2, emit("stopped", step=30)),
+                                              (2, exits(75))]})]
+    assert rig.run(straggler_pct=30, spare_nodes=1, restarts_in_job=3) == 0
+    assert rig.names()[-1] == "requeue" and "nodes_lost" not in rig.names()
