@@ -1,6 +1,7 @@
 """A straggler on the sandbox: one node's rank of the built-in trainer is paused and
-resumed in a loop (SIGSTOP for 5 ms of every 10: half its CPU, as a throttled or shared
-device would give it). Its compute probe takes about twice as long as the other rank's;
+resumed in a loop (SIGSTOP for 15 ms of every 20: a quarter of its CPU, as a throttled or
+shared device would give it; well beyond what a loaded CI machine does to the other rank).
+Its compute probe takes several times as long as the other rank's;
 the supervisor names the node in the events, `status` and the bad-node ledger, and the
 run goes on."""
 
@@ -25,7 +26,7 @@ def throttle(pid: int, done: threading.Event) -> None:
     while not done.is_set():
         try:
             os.kill(pid, signal.SIGSTOP)
-            time.sleep(0.005)
+            time.sleep(0.015)
             os.kill(pid, signal.SIGCONT)
             time.sleep(0.005)
         except ProcessLookupError:
