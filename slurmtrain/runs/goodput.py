@@ -111,7 +111,8 @@ class Goodput:
 def of_events(evs: Iterable[Event], now: float | None = None) -> Goodput:
     """The goodput of a run (all its starts) from its events; ``now`` ends a start that is
     still running. An array job's tasks are summed."""
-    evs = list(evs)
+    # A line a program wrote by hand without a time cannot be placed: left out, not a traceback.
+    evs = [e for e in evs if isinstance(e.get("time"), (int, float)) and not isinstance(e.get("time"), bool)]
     now = time.time() if now is None else now
     tasks = eventlog.tasks(evs) if eventlog.array_size(evs) else {None: evs}
     out = Goodput()

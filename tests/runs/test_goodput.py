@@ -212,3 +212,9 @@ def test_status_says_the_checkpoint_interval_chosen_and_why(tmp_path, fake_slurm
     [line] = [l for l in out.splitlines() if l.startswith("ckpt")]
     assert line == ("ckpt       every 120 steps (~4.2 min): sqrt(2 x 2.1 s per checkpoint x 4.1 h between faults of "
                     "2 node(s); 1 fault(s) seen in 0.1 node-hours)")
+
+
+def test_an_event_without_a_time_is_left_out_not_a_traceback():
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), {"event": "checkpoint_saved", "step": 3},
+           {"event": "first_step", "time": "soon"}, ev(10, "finished", step=5), ev(10, "finished", exit_code=0)]
+    assert goodput.of_events(evs).allocated == 10
