@@ -208,7 +208,8 @@ class Supervisor(NodeFaults):
             self.say(f"slurmtrain: the program failed (exit status {facts.status}) {why}; starting it again in "
                      f"this allocation on {' '.join(self.pool.active)} ({relaunches} of {self.cfg.restarts_in_job})")
             last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
-            self.event("relaunched", attempt=relaunches, exit_code=facts.status, **last)
+            self.event("relaunched", attempt=relaunches, exit_code=facts.status, **last,
+                       **({"why": "nodes lost"} if lost else {}))
             self.clear_marks()
 
     def repeated_error(self, mine: list[dict]) -> bool:

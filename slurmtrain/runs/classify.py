@@ -123,6 +123,9 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         return f"finished at step {e['step']}" if "step" in e else "the program finished"
     if name == Ev.RELAUNCHED and e.get("why") == "straggler":
         return "started again in the job from the checkpoint it stopped at, without the straggler"
+    if name == Ev.RELAUNCHED and e.get("why") == "nodes lost":
+        return (f"the launch ended with exit status {e.get('exit_code')} as nodes were lost: started again in the "
+                f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
     if name == Ev.NODES_LOST and e.get("why") == "straggler":
         return f"{e.get('nodes')} left out of the job (a straggler); spare in its place: {e.get('spares')}"
     if name == Ev.FAILED and requeued_by_slurm:
