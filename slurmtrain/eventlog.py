@@ -78,7 +78,7 @@ class Ev:
     SIGNAL = "signal"                      # {signal}: the stop signal reached the script
     PREEMPTED = "preempted"                # {exit_code}: Slurm signalled the tasks (PreemptTime)
     REQUEUE = "requeue"                    # {exit_code}: written just before `scontrol requeue`
-    REQUEUED_BY_SLURM = "requeued_by_slurm"  # a node failed and Slurm requeued the job itself
+    REQUEUED_BY_SLURM = "requeued_by_slurm"  # requeued from outside the script: `by` says who
     REQUEUE_FAILED = "requeue_failed"      # {message}: scontrol refused the requeue
     REQUEUE_LIMIT = "requeue_limit"        # {max_requeues}
     WATCHDOG_TIMEOUT = "watchdog_timeout"  # {missing}: the nodes that never joined
@@ -129,18 +129,28 @@ REQUEUE_LIMIT = "requeue limit"
 WATCHDOG = "watchdog"
 STOPPED_UNSAVED = "stopped, nothing saved"
 HANG = "hang"          # the supervisor ended a hung launch and had no in-job restart left
+REQUEUED = "requeued"  # someone's `scontrol requeue` (an administrator's), no node down
 RUNNING = "running"    # no end yet: queued, running, or requeued and waiting
 UNKNOWN = "unknown"    # Slurm says it ended but the run's events do not say how
 
 KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
-         WATCHDOG, STOPPED_UNSAVED, HANG, RUNNING, UNKNOWN)
+         WATCHDOG, STOPPED_UNSAVED, HANG, REQUEUED, RUNNING, UNKNOWN)
 # Which task's end an array reports when its tasks ended differently: a failure of the
 # command says what to fix, a stop or cancel only what happened to it.
 WORST_FIRST = (USER_ERROR, WATCHDOG, HANG, REQUEUE_LIMIT, STOPPED_UNSAVED, NODE_FAILURE, TIME_LIMIT, PREEMPTED,
-               CANCELLED, UNKNOWN, RUNNING, COMPLETED)
+               REQUEUED, CANCELLED, UNKNOWN, RUNNING, COMPLETED)
 # Ends after which the run goes on by itself once a new job is submitted: a stop that is
 # not the program's fault.
-STOP_KINDS = frozenset({PREEMPTED, TIME_LIMIT, NODE_FAILURE})
+STOP_KINDS = frozenset({PREEMPTED, TIME_LIMIT, NODE_FAILURE, REQUEUED})
+
+# `requeued_by_slurm`'s `by`: who requeued the job. Events written before it had no `by`:
+# they count as a node failure, as they said then.
+BY_NODE_FAILURE = "node failure"
+BY_ADMIN = "scontrol requeue"
+
+
+def requeued_by_admin(e: Event) -> bool:
+    return e.get("by") == BY_ADMIN
 
 
 @dataclass(frozen=True)
@@ -292,8 +302,8 @@ def saved_in_run(evs: Iterable[Event], task: int | None = None) -> bool:
 
 def _stop_cause(start: Start) -> tuple[str, str]:
     """Why the tasks of a start were asked to stop: (kind, words)."""
-    if start.last(Ev.REQUEUED_BY_SLURM) is not None:
-        return NODE_FAILURE, "a node of the job failed and Slurm requeued the job itself"
+    if (e := start.last(Ev.REQUEUED_BY_SLURM)) is not None:
+        return _requeued_by(e)
     if (lost := start.last(Ev.NODES_LOST)) is not None and start.last(Ev.REQUEUE) is not None:
         return NODE_FAILURE, f"node(s) {lost.get('nodes')} were lost and no spare was left"
     if (gate := start.last(Ev.PREFLIGHT_FAILED)) is not None and start.last(Ev.REQUEUE) is not None:
@@ -306,6 +316,15 @@ def _stop_cause(start: Start) -> tuple[str, str]:
     if sig is not None:
         return PREEMPTED, "SIGTERM from Slurm (preemption, or the job was killed)"
     return PREEMPTED, "the tasks stopped after a checkpoint"
+
+
+def _requeued_by(e: Event) -> tuple[str, str]:
+    """(kind, words) of a requeue from outside the script."""
+    if requeued_by_admin(e):
+        return REQUEUED, ("requeued from outside the job (`scontrol requeue` by an administrator or another "
+                          "program; no node of the job was down)")
+    nodes = f" ({e['nodes']})" if e.get("nodes") else ""
+    return NODE_FAILURE, f"a node of the job failed{nodes} and Slurm requeued the job itself"
 
 
 def _checkpoint_step(start: Start) -> int | None:
@@ -350,8 +369,8 @@ def outcome(start: Start, later: bool = False) -> Outcome:
     if (e := last(Ev.REQUEUED_BY_SLURM)) is not None:
         # Whatever the dying script wrote after it (`failed` as its tasks died) is no end:
         # the job is queued again and resumes.
-        return Outcome(NODE_FAILURE, _with_step("a node of the job failed and Slurm requeued the job itself; "
-                                                "requeued", step), False, step, e)
+        kind, why = _requeued_by(e)
+        return Outcome(kind, _with_step(f"{why}; requeued", step), False, step, e)
     if (e := last(Ev.STOP_UNSAVED)) is not None:
         why = _stop_cause(start)[1]
         return Outcome(STOPPED_UNSAVED, f"{why}; the program has reported no checkpoint in this run (exit status "

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..profile import LoadedProfile
 from ..render import JobSpec
 from . import checks as checks_mod
-from .. import arrivals, ledger
+from .. import arrivals, ledger, slurmversion
 from . import report
 from .report import FAIL, PASS, SLURM_NODE, WARN, Row
 
@@ -87,8 +87,10 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
     if "slurm" in chosen:
         rows += slurm_rows(loaded, job_id)
     out = Outcome(run.path, job_id, rows)
+    version = slurmversion.text(slurmversion.of_cluster())
     (run.path / "doctor.json").write_text(report.to_json(rows, job_id=job_id, profile=loaded.name,
-                                                         checks=list(chosen), run_dir=str(run.path)))
+                                                         checks=list(chosen), run_dir=str(run.path),
+                                                         slurm_version=version))
     for r in report.failures(rows):
         if r.node not in (SLURM_NODE, "(job)"):
             ledger.add(runs_dir, r.node, f"doctor: {r.check}: {r.detail or r.figure}", run=run.name,
@@ -131,6 +133,7 @@ def slurm_rows(loaded: LoadedProfile, job_id: str) -> list[Row]:
                     (proc.stderr.strip() or "scontrol shows no such partition"))]
     rows = [_partition_row(info)]
     conf = run_slurm(["scontrol", "show", "config"])
+    rows.append(_version_row(slurmversion.from_config(conf.stdout)))
     requeue = next((line.split("=", 1)[1].strip() for line in conf.stdout.splitlines()
                     if line.startswith("JobRequeue")), "?")
     rows.append(Row(SLURM_NODE, "slurm", f"JobRequeue={requeue}", PASS,
@@ -141,6 +144,14 @@ def slurm_rows(loaded: LoadedProfile, job_id: str) -> list[Row]:
                     "" if answers else "no accounting: slurmtrain reads scontrol (finished jobs are forgotten "
                     "after MinJobAge)"))
     return rows
+
+
+def _version_row(version: slurmversion.Version | None) -> Row:
+    figure = f"Slurm {slurmversion.text(version)}"
+    if version is None:
+        return Row(SLURM_NODE, "slurm", figure, WARN, "scontrol show config names no SLURM_VERSION")
+    return Row(SLURM_NODE, "slurm", figure, WARN if slurmversion.warning(version) else PASS,
+               slurmversion.warning(version) or "")
 
 
 def _partition_row(info: dict[str, str]) -> Row:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 # Why a SIGTERM reached the supervisor (Slurm's preemption with a GraceTime signals the
 # tasks only, and the stop signal is its own):
-REQUEUED = "requeued"      # Slurm requeued the job itself (a node failure): its restart count went up
+REQUEUED = "requeued"      # the job was requeued from outside the script: its restart count went up
 TIME_LIMIT = "time_limit"  # the job's end is where it was planned: the time limit came
 CANCEL = "cancel"          # anything else moves the end: scancel
 
@@ -40,13 +40,14 @@ class Facts:
     stop_requested: bool          # the stop signal came (or Slurm's time-limit SIGTERM)
     program_finished: bool        # the program wrote `finished` since this start
     saved: bool                   # the program reported a checkpoint in this run (any start)
-    slurm_requeued: bool          # a SIGTERM came because Slurm requeued the job (node failure)
+    slurm_requeued: bool          # a SIGTERM came because the job was requeued from outside the script
     cancelled: bool               # a SIGTERM came from scancel
     preempted: bool               # Slurm preempted the job, signalling only the tasks
     restarts: int                 # this start's restart count
     max_requeues: int
     requeue_always: bool          # resilience.requeue_when = "always"
     hung: bool = False            # the supervisor ended the launch: no rank reported progress
+    down_nodes: tuple[str, ...] = ()  # ... and, then, the job's nodes that Slurm held down: a node failure
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ def after_launch(f: Facts) -> Verdict:
                        [("finished", {"exit_code": 0, "launch_exit": f.status})],
                        f"slurmtrain: the program finished {why} (launch exit status {f.status}); "
                        "the run is complete, not requeueing")
+    if f.slurm_requeued and not f.down_nodes:
+        return Verdict("end", "requeued from outside the job", f.status, [],
+                       "slurmtrain: the job was requeued from outside it (`scontrol requeue` by an administrator or "
+                       "another program; no node of the job is down); it resumes from its last checkpoint")
     if f.slurm_requeued:
         return Verdict("node_failure", "requeued by Slurm after a node failure", f.status, [],
                        "slurmtrain: a node of the job failed; Slurm has requeued the job, it resumes from its "

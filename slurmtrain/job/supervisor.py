@@ -112,6 +112,7 @@ class Supervisor(NodeFaults):
         self.term_at: float | None = None
         self.killed = False
         self.slurm_requeued = False
+        self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
         self.cancelled = False
         self.requeuing = False         # our own requeue is under way: its SIGTERM is expected
         self.replacing: str | None = None  # a straggler the supervisor stopped the launch to replace
@@ -233,7 +234,7 @@ class Supervisor(NodeFaults):
             slurm_requeued=self.slurm_requeued, cancelled=self.cancelled,
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
-            hung=self.hung)
+            hung=self.hung, down_nodes=tuple(self.down_nodes))
 
     def finish(self, facts: decide.Facts) -> NoReturn:
         """The launch is over: decide, act, and end this start (End)."""
@@ -243,7 +244,7 @@ class Supervisor(NodeFaults):
         if v.say:
             self.say(v.say)
         if v.action == "node_failure":
-            for node in self.slurm.unhealthy(self.job.nodelist):
+            for node in self.down_nodes:
                 self.ledger_add(node, "node_failure", f"Slurm requeued job {self.job.ref} after a node failure; "
                                 "the node was down or not responding")
         if v.action != "requeue":
@@ -273,7 +274,7 @@ class Supervisor(NodeFaults):
                 return  # the time limit came during the stop window: the stop goes on
             if cause == decide.REQUEUED:
                 self.slurm_requeued = True
-                self.event("requeued_by_slurm")
+                self.slurm_requeued_by()
                 return
             if cause == decide.CANCEL:
                 self.cancelled = True
@@ -283,6 +284,13 @@ class Supervisor(NodeFaults):
             return
         self.replacing = None  # a stop of Slurm's during the supervisor's own: it is Slurm's now
         self.request_stop(signal.Signals(signum).name.removeprefix("SIG"))
+
+    def slurm_requeued_by(self) -> None:
+        """Who requeued the job: Slurm after a node failure (a node of the job is down) or
+        someone's `scontrol requeue` (an administrator, another program): the event says."""
+        self.down_nodes = self.slurm.unhealthy(self.job.nodelist)
+        by = eventlog.BY_NODE_FAILURE if self.down_nodes else eventlog.BY_ADMIN
+        self.event("requeued_by_slurm", by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes else {}))
 
     def request_stop(self, name: str) -> None:
         """Every task is asked to checkpoint and stop; tasks still running after stop_timeout
@@ -455,9 +463,9 @@ class Supervisor(NodeFaults):
         answer = self.slurm.requeue()
         if answer.ok or self.went_through():
             return
-        if "pending execution" in answer.text:  # Slurm requeued it already: a node of the job failed
-            self.say(f"slurmtrain: Slurm has requeued job {self.job.ref} itself (a node failure)")
-            self.event("requeued_by_slurm")
+        if "pending execution" in answer.text:  # requeued already: Slurm after a node failure, or someone
+            self.say(f"slurmtrain: job {self.job.ref} was requeued already (by Slurm or someone's `scontrol requeue`)")
+            self.slurm_requeued_by()
             return
         self.say(f"slurmtrain: scontrol requeue failed: {answer.text}; continue the run with "
                  f"`slurmtrain resubmit {self.run_dir}`")

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import eventlog
 from .. import events as events_mod
-from ..eventlog import (CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, RUNNING,  # noqa: F401
+from ..eventlog import (CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, REQUEUED, RUNNING,  # noqa: F401,E501
                         STOPPED_UNSAVED, TIME_LIMIT, UNKNOWN, USER_ERROR, WATCHDOG, Ev, Outcome)
 
 # Slurm's word for how a job ended -> our kind, where it says more than the events can.
@@ -121,6 +121,10 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"the job finished (exit 0): the program had finished, its launch exited {e['launch_exit']} after")
     if name == Ev.FINISHED:
         return f"finished at step {e['step']}" if "step" in e else "the program finished"
+    if name == Ev.REQUEUED_BY_SLURM and eventlog.requeued_by_admin(e):
+        return "requeued from outside the job (`scontrol requeue` by an administrator or another program)"
+    if name == Ev.REQUEUED_BY_SLURM and e.get("nodes"):
+        return f"Slurm had requeued the job itself (node(s) {e['nodes']} of the job failed)"
     if name == Ev.RELAUNCHED and e.get("why") == "straggler":
         return "started again in the job from the checkpoint it stopped at, without the straggler"
     if name == Ev.RELAUNCHED and e.get("why") == "nodes lost":

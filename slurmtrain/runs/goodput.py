@@ -247,10 +247,10 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
                                                          Ev.STOP_UNSAVED, Ev.CANCELLED)), None)
     if ending is None:
         return until, None  # still running, or the script was killed with no word
-    kind = {Ev.REQUEUED_BY_SLURM: "node failure", Ev.FAILED: "failed", Ev.CANCELLED: "cancelled"}.get(
-        ending["event"]) or _stop_kind(evs) or "stopped"
+    kind = {Ev.REQUEUED_BY_SLURM: "requeued" if eventlog.requeued_by_admin(ending) else "node failure",
+            Ev.FAILED: "failed", Ev.CANCELLED: "cancelled"}.get(ending["event"]) or _stop_kind(evs) or "stopped"
     return ending["time"], _fault(out, kind, ending["time"], "ended without a checkpoint of its last steps",
-                                  False, requeued=Ev.REQUEUE in names or kind == "node failure")
+                                  False, requeued=Ev.REQUEUE in names or kind in ("node failure", "requeued"))
 
 
 def _stop_kind(evs: list[Event]) -> str | None:

@@ -24,7 +24,7 @@ from .rundir import RunDir
 from .submit import Submitted, submit_run
 
 # Outcomes after which the run should go on in a new job.
-RESUMABLE = frozenset({classify.PREEMPTED, classify.TIME_LIMIT, classify.NODE_FAILURE})
+RESUMABLE = frozenset({classify.PREEMPTED, classify.TIME_LIMIT, classify.NODE_FAILURE, classify.REQUEUED})
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from .. import events
+from .. import events, slurmversion
 from ..errors import SlurmError
 from ..profile import LoadedProfile
 from ..render import JobSpec, render
@@ -63,7 +63,10 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
         events.append(run.path, "submit_refused", message=message)
         raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_ledger_hint(run)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
-    run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now)
+    # The controller's version at each submission: a run outlives an upgrade of its cluster.
+    version = slurmversion.of_cluster()
+    run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now,
+                        **({"slurm_version": slurmversion.text(version)} if version else {}))
     size = run.array_size  # an array's tasks: eventlog follows each, waiting ones too
     events.append(run.path, "submitted", job_id=tracked.job_id, **({"array_tasks": size} if size else {}))
     return Submitted(run, tracked.job_id)

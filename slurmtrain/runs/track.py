@@ -28,7 +28,7 @@ _STATE_OF_KIND = {
     eventlog.WATCHDOG: JobState.FAILED, eventlog.REQUEUE_LIMIT: JobState.FAILED,
     eventlog.STOPPED_UNSAVED: JobState.FAILED, eventlog.HANG: JobState.FAILED, eventlog.CANCELLED: JobState.CANCELLED,
     eventlog.PREEMPTED: JobState.COMPLETED, eventlog.TIME_LIMIT: JobState.COMPLETED,
-    eventlog.NODE_FAILURE: JobState.COMPLETED,
+    eventlog.NODE_FAILURE: JobState.COMPLETED, eventlog.REQUEUED: JobState.COMPLETED,
 }
 
 

@@ -15,6 +15,7 @@ from . import config, daemons, hosts, install, procs
 from .config import Settings
 from .errors import DaemonFailed, SandboxError
 from .layout import Layout
+from .. import slurmversion
 from ..errors import UsageError
 
 Progress = Callable[[str], None]
@@ -142,10 +143,17 @@ def _up(layout: Layout, nodes: int, cpus_per_node: int, accounting: bool, progre
             if f.is_file():
                 f.unlink()
     _write_if_changed(layout.slurm_conf, config.slurm_conf(settings, layout))
+    _write_cgroup_conf(layout, progress)
     if accounting:
         _write_if_changed(layout.slurmdbd_conf, config.slurmdbd_conf(layout), mode=0o600)
-    if hosts.ensure(config.hosts_lines(settings)):
-        progress(f"added {', '.join(config.node_names(settings))} to {hosts.HOSTS}")
+    lines = config.hosts_lines(settings)
+    if not hosts.resolves(config.controller_host()):
+        # Slurm 24.11's controller looks up the name of every client that calls it (and
+        # scancel timed out while it retried for 6 s): a container's or chroot's own
+        # name must resolve too.
+        lines.append(f"127.0.0.1 {config.controller_host()}")
+    if hosts.ensure(lines):
+        progress(f"added {', '.join(ln.split()[1] for ln in lines)} to {hosts.HOSTS}")
     # Written before the daemons start, so a half-started sandbox can still be taken down.
     _write_if_changed(layout.settings, settings.to_json())
 
@@ -169,6 +177,16 @@ def _up(layout: Layout, nodes: int, cpus_per_node: int, accounting: bool, progre
     progress(f"sandbox up in {time.monotonic() - started:.1f}s; "
              f"use it with: eval \"$(slurmtrain sandbox env)\"")
     return _info(layout, settings)
+
+
+def _write_cgroup_conf(layout: Layout, progress: Progress) -> None:
+    """cgroup.conf where this machine's Slurm needs one; none (an old one removed) elsewhere."""
+    version = slurmversion.installed(install.which)
+    text = config.cgroup_conf(version)
+    if text is None:
+        layout.cgroup_conf.unlink(missing_ok=True)
+    elif _write_if_changed(layout.cgroup_conf, text):
+        progress(f"Slurm {slurmversion.text(version)}: wrote {layout.cgroup_conf} (CgroupPlugin=disabled)")
 
 
 def _wait_nodes_ready(layout: Layout, settings: Settings, progress: Progress) -> None:

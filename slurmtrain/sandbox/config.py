@@ -168,6 +168,21 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
     return "\n".join(lines)
 
 
+# Slurm 24.05 and later load a cgroup plugin in slurmd even with proctrack/linuxproc and
+# task/none, and slurmd exits where no cgroup filesystem is mounted (a container, a chroot);
+# "disabled" is theirs alone: 22.05 refuses the value (slurmd exits), 23.11's manual lacks it.
+CGROUP_DISABLED_SINCE = (24, 5)
+
+
+def cgroup_conf(version: tuple[int, int, int] | None) -> str | None:
+    """Text of cgroup.conf for this Slurm version, or None where it needs none."""
+    if version is None or version[:2] < CGROUP_DISABLED_SINCE:
+        return None
+    return ("# Written by `slurmtrain sandbox up` for Slurm 24.05 and later. Do not edit.\n"
+            "# The sandbox tracks processes by parentage (proctrack/linuxproc): no cgroups.\n"
+            "CgroupPlugin=disabled\n")
+
+
 def slurmdbd_conf(layout: Layout) -> str:
     return "\n".join([
         "# Written by `slurmtrain sandbox up --accounting`. Do not edit.",

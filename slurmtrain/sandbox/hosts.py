@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 HOSTS = Path("/etc/hosts")
@@ -27,6 +28,14 @@ def render(text: str, lines: list[str]) -> str:
     if lines:
         kept += [BEGIN, *lines, END]
     return "\n".join(kept) + "\n"
+
+
+def resolves(name: str) -> bool:
+    try:
+        socket.getaddrinfo(name, None)
+    except (OSError, UnicodeError):
+        return False
+    return True
 
 
 def current_block(hosts: Path = HOSTS) -> list[str]:

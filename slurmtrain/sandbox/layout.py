@@ -64,6 +64,11 @@ class Layout:
         return self.root / "slurm.conf"
 
     @property
+    def cgroup_conf(self) -> Path:
+        """Slurm reads cgroup.conf from beside slurm.conf."""
+        return self.root / "cgroup.conf"
+
+    @property
     def slurmdbd_conf(self) -> Path:
         return self.root / "slurmdbd.conf"
 

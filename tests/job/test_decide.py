@@ -113,9 +113,16 @@ def test_a_program_that_finished_wins_over_slurms_requeue_and_a_cancel():
 
 
 def test_slurms_own_requeue_is_a_node_failure_and_not_requeued_again():
-    v = decide.after_launch(replace(STOPPED, slurm_requeued=True, cancelled=True))
+    v = decide.after_launch(replace(STOPPED, slurm_requeued=True, cancelled=True, down_nodes=("n2",)))
     assert (v.action, v.outcome, v.code) == ("node_failure", "requeued by Slurm after a node failure", 143)
     assert v.events == [] and "node of the job failed" in v.say
+
+
+def test_a_requeue_from_outside_with_no_node_down_is_nobodys_failure_and_not_requeued_again():
+    """`scontrol requeue` by an administrator: the job is requeued already, no node to blame."""
+    v = decide.after_launch(replace(STOPPED, slurm_requeued=True))
+    assert (v.action, v.outcome, v.code) == ("end", "requeued from outside the job", 143)
+    assert v.events == [] and "`scontrol requeue` by an administrator" in v.say
 
 
 def test_a_cancel_ends_without_a_requeue():

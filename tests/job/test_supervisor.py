@@ -672,6 +672,18 @@ def test_a_sigterm_with_the_restart_count_up_is_slurms_requeue(rig):
     assert rig.step.sent == [] and "requeue" not in rig.slurm.names()
 
 
+def test_a_sigterm_with_the_restart_count_up_and_no_node_down_is_someones_scontrol_requeue(rig):
+    """An administrator's `scontrol requeue`: the event says so, no node goes to the ledger."""
+    rig.task = Plan([JOINS, SAVES, (11, exits(143))])
+    rig.clock.at(10, TERM, cause=lambda: setattr(rig.slurm, "restarts", 1))
+    assert rig.run() == 143
+    assert rig.names() == ["started", "requeued_by_slurm"]
+    assert rig.events()[-1]["by"] == "scontrol requeue" and "nodes" not in rig.events()[-1]
+    assert rig.summary() == "requeued from outside the job, exit status 143"
+    assert rig.ledger() == [] and "requeue" not in rig.slurm.names()
+    assert "`scontrol requeue` by an administrator" in rig.said()
+
+
 # ---- hazard 7: a stop that lands as the program finishes ----------------------------------------
 
 def test_a_stop_that_lands_as_the_program_finishes_is_finished(rig):

@@ -31,6 +31,7 @@ K = eventlog
 # case: (outcome of the latest start, outcome of each start, track's state and exit code
 # once Slurm forgets the job)
 EXPECTED = {
+    "admin_requeued_then_completed": (K.COMPLETED, [K.REQUEUED, K.COMPLETED], JobState.COMPLETED, 0),
     "cancel_requested": (K.CANCELLED, [K.CANCELLED], JobState.CANCELLED, None),
     "crash_hang_preempted": (K.COMPLETED, [K.PREEMPTED, K.COMPLETED], JobState.COMPLETED, 0),
     "hung_no_restart_left": (K.HANG, [K.HANG], JobState.FAILED, 143),
@@ -93,6 +94,17 @@ def test_node_death_is_a_requeue_not_a_failure(tmp_path, fake_slurm):
                            "requeued the job")
     assert not any("not requeued" in s for s in said), said
     assert said[i + 2:i + 4] == ["job 141 started on stnode1 stnode2 (restart 1)", "resumed from the checkpoint of step 40"]
+
+
+def test_an_administrators_requeue_is_named_and_blames_no_node(tmp_path, fake_slurm):
+    """`scontrol requeue` from outside (recorded on the sandbox): no node failure, no stop."""
+    run, _ = recorded_run(tmp_path, "admin_requeued_then_completed")
+    first, _ = classify.ends(run.path)
+    assert (first.kind, first.final, first.step) == (K.REQUEUED, False, 7)  # its stop saved step 7
+    assert first.detail.startswith("requeued from outside the job (`scontrol requeue` by an administrator")
+    said = [line.split("  ", 1)[1] for line in classify.history(run.path)]
+    assert "requeued from outside the job (`scontrol requeue` by an administrator or another program)" in said
+    assert not any("node" in s and "failed" in s for s in said), said
 
 
 def test_finished_then_failed_says_both(tmp_path):

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The Slurm-version lane: the torch-free end-to-end tests (tests/e2e/test_slurm_versions.py)
+# on Debian 13's Slurm 24.11, beside the suite's Debian 12 Slurm 22.05. They run in a
+# Debian 13 tree of their own, built here from Debian's packages with debootstrap and kept
+# between runs, with that tree's Python 3.13 and no torch, against a sandbox in its own
+# state directory (so its own ports and job ids) and with no cgroup file system mounted.
+#   bash scripts/slurm_lane.sh [pytest args...]          (as root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+TREE=${SLURMTRAIN_LANE_TREE:-/var/cache/slurmtrain/debian13-slurm}
+MIRROR=${SLURMTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+PACKAGES=slurm-wlm,munge,python3,python3-venv,ca-certificates,procps
+PIP_PACKAGES=(click jinja2 "submitit>=1.5,<=1.5.4" numpy pytest)
+VENV=/opt/slurmtrain-venv
+# The sandbox's state directory inside the tree: a name no sandbox of this machine's own
+# Slurm uses, so neither one's `down` nor a test's process search takes the other's.
+STATE=/var/lib/slurmtrain-sandbox-slurm24
+STAMP="trixie ${PACKAGES} ${PIP_PACKAGES[*]}"
+
+step() { printf '\n==> slurm lane: %s\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then echo "slurm lane: needs root (debootstrap, chroot)" >&2; exit 2; fi
+command -v debootstrap >/dev/null || {
+  step "apt-get install debootstrap"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+}
+
+if [ "$(cat "$TREE/.slurmtrain-stamp" 2>/dev/null)" != "$STAMP" ]; then
+  step "building a Debian 13 tree with Slurm 24.11 in $TREE (once per machine; about a minute)"
+  rm -rf "$TREE.new"
+  mkdir -p "$(dirname "$TREE")"
+  debootstrap --variant=minbase --include="$PACKAGES" trixie "$TREE.new" "$MIRROR" >"$TREE.log" 2>&1 \
+    || { tail -20 "$TREE.log" >&2; exit 1; }
+  # pip inside the tree trusts what this machine trusts (a proxy's CA included).
+  cp /etc/ssl/certs/ca-certificates.crt "$TREE.new/etc/ssl/certs/host-ca-bundle.crt"
+  cp /etc/resolv.conf "$TREE.new/etc/resolv.conf"
+  chroot "$TREE.new" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt \
+    sh -c "python3 -m venv $VENV && $VENV/bin/pip install -q --disable-pip-version-check $(printf "'%s' " "${PIP_PACKAGES[@]}")"
+  # The CLI from this checkout, as an editable install would give it, without writing into the checkout.
+  site=$(chroot "$TREE.new" $VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$REPO" > "$TREE.new$site/slurmtrain-checkout.pth"
+  printf '#!%s/bin/python\nfrom slurmtrain.cli import main\nmain()\n' "$VENV" > "$TREE.new$VENV/bin/slurmtrain"
+  chmod +x "$TREE.new$VENV/bin/slurmtrain"
+  echo "$STAMP" > "$TREE.new/.slurmtrain-stamp"
+  rm -rf "$TREE" && mv "$TREE.new" "$TREE"
+fi
+cp /etc/resolv.conf "$TREE/etc/resolv.conf"
+mkdir -p "$TREE$REPO"
+
+step "$(chroot "$TREE" slurmctld -V), $(chroot "$TREE" python3 -V): tests/e2e/test_slurm_versions.py"
+# A mount namespace of its own: the tree's /proc, /dev and the checkout go when the lane ends.
+# No /sys: slurmd 24.11 finds no cgroup file system, as in a container (the sandbox's cgroup.conf).
+exec unshare --mount --propagation private /bin/bash -c '
+  set -e
+  tree=$1 repo=$2; shift 2
+  mount -t proc proc "$tree/proc"
+  mount --rbind /dev "$tree/dev"
+  mount --bind "$repo" "$tree$repo"
+  exec chroot "$tree" /usr/bin/env -i PATH='"$VENV"'/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root LANG=C.UTF-8 \
+    CI="${CI:-}" SLURMTRAIN_SANDBOX_DIR='"$STATE"' /bin/bash -c "
+      cd $repo
+      status=0
+      python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/e2e/test_slurm_versions.py \"\$@\" || status=\$?
+      slurmtrain sandbox down >/dev/null || true
+      exit \$status" lane "$@"
+' lane "$TREE" "$REPO" "$@"

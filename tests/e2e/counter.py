@@ -1,0 +1,42 @@
+"""A user's program that keeps the stop contract with no torch: it counts to STEPS, one
+step every SECONDS, saving its count to counter.json in the run directory every SAVE steps
+and when asked to stop; a new start resumes from the saved count.
+
+    python3 counter.py STEPS SECONDS SAVE
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from slurmtrain import stop
+
+steps, seconds, save_every = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+state = Path(os.environ.get("SLURMTRAIN_RUN_DIR", ".")) / "counter.json"
+
+
+def save(step: int) -> None:
+    tmp = state.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"step": step}))
+    tmp.replace(state)
+    stop.saved(step, state)
+
+
+stop.install()
+start = json.loads(state.read_text())["step"] if state.exists() else 0
+if start:
+    stop.resumed(start)
+print(f"counting from {start} to {steps}", flush=True)
+for step in range(start + 1, steps + 1):
+    time.sleep(seconds)
+    stop.heartbeat(step)
+    if stop.should_stop():
+        save(step)
+        print(f"stopped at {step}", flush=True)
+        stop.stopped(step)
+    if step % save_every == 0:
+        save(step)
+stop.finished(steps)
+print(f"counted to {steps}", flush=True)
