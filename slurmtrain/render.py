@@ -370,6 +370,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "restarts_in_job": p.resilience.restarts_in_job,
         "spare_nodes": p.slurm.spare_nodes,
         "straggler_pct": f"{p.resilience.straggler_pct:g}",
+        "warning_seconds": p.resilience.signal_seconds,
         "hang_timeout": p.resilience.hang_timeout,
         "rendezvous_timeout": p.resilience.rendezvous_timeout,
         "env_exports": _env_exports(p),

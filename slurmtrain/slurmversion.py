@@ -46,6 +46,19 @@ def tested(version: Version) -> bool:
     return TESTED[0][:2] <= version[:2] <= TESTED[-1][:2]
 
 
+# Since 24.05 Slurm requeues a job preempted with PreemptMode=REQUEUE by itself when its
+# script ends within the GraceTime (NEWS 24.05.0rc1: "assume that job signalled for
+# GraceTime was preempted"; the GRACE_PREEMPT bit of the job), and `scontrol requeue`
+# leaves that bit set: a job that also asked for its own requeue was started once more
+# after it finished. 22.05 to 23.11 end such a job as its script says.
+REQUEUES_PREEMPTED_SINCE = (24, 5)
+
+
+def requeues_preempted(version: Version | None) -> bool:
+    """Slurm requeues a preempted job itself when its script ends (see above)."""
+    return version is not None and version[:2] >= REQUEUES_PREEMPTED_SINCE
+
+
 def _ask(cmd: list[str], env: dict[str, str] | None = None) -> str:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)

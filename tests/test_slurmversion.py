@@ -73,3 +73,8 @@ def test_the_sandbox_disables_cgroups_from_24_05_and_writes_nothing_before():
 def test_a_name_that_does_not_resolve_is_told_apart():
     assert hosts.resolves("localhost")
     assert not hosts.resolves("no-such-host.invalid")
+
+
+def test_slurm_requeues_a_preempted_job_itself_from_24_05():
+    assert not any(sv.requeues_preempted(v) for v in [(22, 5, 8), (23, 2, 7), (23, 11, 10), None])
+    assert all(sv.requeues_preempted(v) for v in [(24, 5, 0), (24, 11, 5), (25, 5, 1)])

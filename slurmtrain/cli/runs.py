@@ -291,7 +291,8 @@ def logs(ref: str, runs_dir: str, follow: bool, node: str | None) -> None:
         return
 
     def finished() -> bool:
-        return track.statuses([run], with_events=False)[0].state.is_final
+        st = track.statuses([run])[0]
+        return st.state.is_final or st.ended
 
     track.follow(lambda: track.log_files(run, node), finished, sys.stdout, prefix=node is None)
 

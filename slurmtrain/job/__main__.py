@@ -41,6 +41,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="nodes of the allocation kept idle, to take the place of nodes lost in the job")
     ap.add_argument("--straggler-pct", type=float, default=0,
                     help="name a node computing this many percent slower than the others (0: off)")
+    ap.add_argument("--warning-seconds", type=int, default=0,
+                    help="the time-limit warning's lead (#SBATCH --signal ...@N): stop then if Slurm sent none (0: off)")
     ap.add_argument("--preflight", action="store_true", help="run the preflight gate (slurmtrain_gate) first")
     ap.add_argument("srun_options", nargs="*", help="after --: options for every srun")
     return ap.parse_args(argv)
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                  restarts_in_job=args.restarts_in_job, hang_timeout=args.hang_timeout,
                  rendezvous_timeout=args.rendezvous_timeout, requeue_always=args.requeue_when == "always",
                  bad_node_hours=args.bad_node_hours, preflight=args.preflight, spare_nodes=args.spare_nodes,
-                 straggler_pct=args.straggler_pct)
+                 straggler_pct=args.straggler_pct, warning_seconds=args.warning_seconds)
     job = Job.from_env(env)
     launch = Launch(args.launcher, args.procs_per_node, run_dir, tuple(args.srun_options),
                     env["SLURMTRAIN_TASK"], env.get("SLURMTRAIN_GATE", ""),

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import slurmversion
 from ..runs.slurmquery import parse_key_values
 
 TIMEOUT_S = 10.0
@@ -73,6 +74,15 @@ class Slurm:
         the tasks only, so no signal reached the supervisor. None: Slurm did not answer."""
         job = self._job()
         return None if job is None else job.get("PreemptTime", "None")[:1].isdigit()
+
+    def version(self) -> slurmversion.Version | None:
+        """The version the controller runs; None when it did not answer."""
+        a = self.call("scontrol", "show", "config")
+        return slurmversion.from_config(a.out) if a.ok else None
+
+    def forbid_requeue(self) -> Answer:
+        """Requeue=0: the job ends for good when its script does."""
+        return self.call("scontrol", "update", f"JobId={self.ref}", "Requeue=0")
 
     def excluded(self) -> list[str] | None:
         """The job's ExcNodeList; None when Slurm did not answer."""

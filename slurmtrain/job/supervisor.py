@@ -13,10 +13,11 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, NoReturn, Protocol
 
-from .. import arrivals, eventlog, events, heartbeat, ledger
+from .. import arrivals, eventlog, events, heartbeat, ledger, slurmversion
 from . import decide, hangs
 from . import nodes as nodes_mod
 from . import stragglers
@@ -26,6 +27,9 @@ from .step import Launch, Step
 
 TERM_GRACE_S = 15      # after the SIGTERM that ends tasks still running past stop_timeout, SIGKILL
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
+# How long after the moment Slurm's time-limit warning was due the supervisor stops the run
+# itself when none came (Slurm sends it on a 30-second tick, up to that much early).
+WARNING_LATE_S = 10
 
 
 class Clock(Protocol):
@@ -53,6 +57,7 @@ class Config:
     preflight: bool
     spare_nodes: int = 0           # slurm.spare_nodes: allocated beyond the run's, idle until a node is lost
     straggler_pct: float = 0       # resilience.straggler_pct (0: off)
+    warning_seconds: int = 0       # resilience.signal_seconds: the time-limit warning's lead (0: no own timer)
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Supervisor(NodeFaults):
         self.log_mark = 0              # the batch log's size when the launch began: its srun lines follow
         self.step: Step | None = None
         self.end_at_start = ""
+        self.planned_end = ""          # the end a time-limit warning is expected before (check_warning_due)
         # What the signals said; set only by handle_signal, read by the decisions.
         self.stopping = False
         self.stop_at: float | None = None
@@ -156,6 +162,7 @@ class Supervisor(NodeFaults):
         self.clear_marks()
         # Asked again if Slurm does not answer: without it every time-limit SIGTERM would read as a cancel.
         self.end_at_start = str(self.retry(3, self.slurm.end_time) or "")
+        self.planned_end = self.end_at_start
         self.say(f"slurmtrain: job {j.ref} on {' '.join(self.nodes)}; run directory {self.run_dir}: each node's "
                  f"output in logs/{j.tag}-<node>.out, events in events.jsonl")
 
@@ -179,6 +186,8 @@ class Supervisor(NodeFaults):
                 return step.poll()
             if joined:
                 self.check_stragglers()
+            if not self.stopping:
+                self.check_warning_due()
             self.clock.wait(TICK_S)
 
     def launch_until_done(self) -> decide.Facts:
@@ -248,10 +257,27 @@ class Supervisor(NodeFaults):
                 self.ledger_add(node, "node_failure", f"Slurm requeued job {self.job.ref} after a node failure; "
                                 "the node was down or not responding")
         if v.action != "requeue":
+            if facts.preempted and self.slurm_requeues_preempted():
+                self.slurm.forbid_requeue()  # else Slurm starts the job again after this end
             raise End(v.outcome, v.code)
         self.summary(v.outcome, v.code)  # before the requeue: Slurm ends this process soon after it
-        self.requeue()
+        if facts.preempted and self.slurm_requeues_preempted():
+            self.leave_the_requeue_to_slurm()
+        else:
+            self.requeue()
         raise End(None, 0)
+
+    def slurm_requeues_preempted(self) -> bool:
+        """The controller requeues a preempted job itself when this script ends (Slurm 24.11):
+        a requeue of ours as well would start the job once more after it finished."""
+        return slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
+
+    def leave_the_requeue_to_slurm(self) -> None:
+        bad = ledger.excluded(self.run_dir.parent, self.cfg.bad_node_hours)
+        left = (f"; the bad-node ledger's node(s) {','.join(bad)} cannot be left out of Slurm's own requeue "
+                "(Slurm changes a job's node list only while it waits)") if bad else ""
+        self.say(f"slurmtrain: Slurm requeues a preempted job itself when its script ends: leaving the requeue of "
+                 f"job {self.job.ref} to it{left}")
 
     # ---- signals -----------------------------------------------------------------------
 
@@ -284,6 +310,26 @@ class Supervisor(NodeFaults):
             return
         self.replacing = None  # a stop of Slurm's during the supervisor's own: it is Slurm's now
         self.request_stop(signal.Signals(signum).name.removeprefix("SIG"))
+
+    def check_warning_due(self) -> None:
+        """Slurm's time-limit warning (``--signal=B:<stop>@warning_seconds``) is WARNING_LATE_S
+        overdue: stop as if it had come. Slurm 24.11 on the sandbox once sent none, and the
+        job ran into its limit unwarned and unsaved. The end is asked again before acting: a
+        limit raised meanwhile (``scontrol update TimeLimit``) moves it."""
+        end = _epoch(self.planned_end)
+        if not self.cfg.warning_seconds or end is None:
+            return
+        if self.clock.wall() < end - self.cfg.warning_seconds + WARNING_LATE_S:
+            return
+        now_end = str(self.slurm.end_time() or "")
+        if now_end and now_end != self.planned_end:
+            self.planned_end = now_end
+            return
+        self.planned_end = ""  # once
+        name = signal.Signals(self.cfg.stop_signal).name.removeprefix("SIG")
+        self.say(f"slurmtrain: Slurm's time-limit warning (SIG{name} {self.cfg.warning_seconds} s before the end "
+                 f"at {now_end or end}) has not come; stopping as if it had")
+        self.request_stop(name)
 
     def slurm_requeued_by(self) -> None:
         """Who requeued the job: Slurm after a node failure (a node of the job is down) or
@@ -558,3 +604,11 @@ def _size(path: Path | None) -> int:
         return os.stat(path).st_size if path is not None else 0
     except OSError:
         return 0
+
+
+def _epoch(end: str) -> float | None:
+    """Seconds since the epoch of squeue's end time ("2026-11-25T02:10:21", local), else None."""
+    try:
+        return datetime.fromisoformat(end).timestamp()
+    except ValueError:
+        return None  # "", "N/A", "Unknown": no limit to warn of

@@ -21,6 +21,7 @@ from .. import events
 from ..errors import UsageError
 from . import classify, slurmquery
 from .rundir import RunDir
+from .states import JobState
 from .submit import Submitted, submit_run
 
 # Outcomes after which the run should go on in a new job.
@@ -43,7 +44,10 @@ def job_end(run: RunDir) -> JobEnd | None:
     info = slurmquery.query([job_id]).get(job_id)
     if info is None:
         return JobEnd(job_id, None, None, active=False)
-    return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=info.state.is_active)
+    active = info.state.is_active
+    if info.state is JobState.PREEMPTED:  # from 24.05 also Slurm's end of a preempted job it did not requeue
+        active = not classify.classify(run.path, info.state.value, info.exit_code).final
+    return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active)
 
 
 def resubmit(run: RunDir, force: bool = False) -> Submitted:

@@ -71,6 +71,7 @@ class RunStatus:
     goodput: dict[str, Any] | None = None  # runs/goodput.py's report (to_json), once the job was submitted
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # the supervisor's `straggler` events
     checkpoint_interval: dict[str, Any] | None = None  # the trainer's latest choice under checkpoint_every = "auto"
+    ended: bool = False  # the job will not run again by itself (Slurm's state, or its PREEMPTED and the events)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -104,12 +105,15 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
 def _classify(run: RunDir, st: RunStatus) -> None:
     """How the run's latest start ended (classify), in ``st.outcome``/``st.outcome_detail``."""
     o = classify.classify(run.path, None if st.state is JobState.UNKNOWN else st.state.value, st.exit_code)
-    if st.state.is_active and o.final:
+    if st.state.is_active and o.final and st.state is not JobState.PREEMPTED:
         # The job is queued or running again (a resubmission that has not started yet):
         # the end the events record is an earlier job's.
         o = classify.Outcome(classify.RUNNING, f"job {st.job_id} is {st.state.value}; the job before "
                                                f"ended: {o.kind} ({o.detail})", False, o.step)
     st.outcome, st.outcome_detail = o.kind, o.detail
+    # From 24.05 Slurm ends a job it preempted and that was not requeued (the requeue limit,
+    # nothing saved) as PREEMPTED, a state it also shows on the way back to the queue.
+    st.ended = st.state.is_final or (st.state is JobState.PREEMPTED and o.final)
 
 
 def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_events: bool) -> RunStatus:
@@ -154,7 +158,7 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
 def _from_info(st: RunStatus, info: slurmquery.JobInfo) -> RunStatus:
     st.nodes = info.nodes or st.nodes
     st.nodelist, st.elapsed_s, st.restarts, st.reason = info.nodelist, info.elapsed_s, info.restarts, info.reason
-    if info.state.is_final:
+    if info.state.is_final or info.state is JobState.PREEMPTED:
         st.exit_code, st.signal = info.exit_code, info.signal
     return st
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import waiting
 
 PROGRAM = Path(__file__).resolve().parent / "allreduce.py"
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
          "OUT_OF_MEMORY", "REVOKED", "REFUSED"}
 
 

@@ -23,6 +23,7 @@ import re
 import signal
 import sys
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Callable
 
 import pytest
@@ -129,6 +130,8 @@ class FakeSlurm:
         self.end = END
         self.excluded = "(null)"
         self.preempt_time = "None"
+        self.version = "22.05.8"     # scontrol show config's SLURM_VERSION
+        self.requeue_flag = 1        # the job's Requeue=
         self.unhealthy: list[str] = []
         self.dead: list[str] = []   # nodes that no longer answer: a probe's srun fails on them
         self.pending = self.held = False
@@ -184,6 +187,11 @@ class FakeSlurm:
             if self.pending:
                 return Answer(1, "", f"scontrol: error: Job {JOB} is pending execution")
             self.requeue_now(lag=0, hold=name == "requeuehold")
+            return Answer(0)
+        if name == "config":
+            return Answer(0, f"SLURM_CONF = /etc/slurm/slurm.conf\nSLURM_VERSION = {self.version}\n")
+        if name == "update" and argv[-1] == "Requeue=0":  # allowed while the job runs
+            self.requeue_flag = 0
             return Answer(0)
         if name == "update":
             if not self.pending:
@@ -867,6 +875,68 @@ def test_preemption_with_gracetime_is_requeued_when_saved(rig):
     assert rig.event("preempted")["exit_code"] == 143
     assert rig.step.sent == []
     assert "Slurm preempted the job" in rig.said()
+    requeued_cleanly(rig, code)
+
+
+def test_on_slurm_24_11_a_preemption_is_requeued_by_slurm_alone(rig):
+    """24.11 requeues a preempted job when its script ends, and its mark outlives a requeue of
+    ours: with both, the job ran a third time after it finished. The supervisor asks nothing."""
+    rig.slurm.version = "24.11.5"
+    rig.bad_node("n3")
+    rig.task = Plan([JOINS, SAVES, (20, emit("stopped", step=6)), (20, exits(143))])
+    rig.slurm.preempt_time = PREEMPTED_AT
+    assert rig.run() == 0
+    assert rig.names() == ["started", "preempted", "requeue"]
+    assert not {"requeue", "requeuehold", "update"} & set(rig.slurm.names()) and rig.slurm.requeue_flag == 1
+    assert rig.summary() == "stopped after a checkpoint; requeued, exit status 143"
+    assert "leaving the requeue of job 77 to it; the bad-node ledger's node(s) n3 cannot be left out" in rig.said()
+
+
+@pytest.mark.parametrize("version, forbidden", [("24.11.5", 0), ("22.05.8", 1)])
+def test_a_preempted_job_that_ends_for_good_is_kept_from_slurms_own_requeue(rig, version, forbidden):
+    """The requeue limit is reached (or the program saved nothing): 24.11 would requeue the
+    job anyway; Requeue=0 keeps it ended. 22.05 ends it as the script says: nothing asked."""
+    rig.slurm.version, rig.slurm.restarts, rig.restarts = version, 1, 1
+    rig.task = Plan([JOINS, SAVES, (20, emit("stopped", step=6)), (20, exits(143))])
+    rig.slurm.preempt_time = PREEMPTED_AT
+    assert rig.run(max_requeues=1) == 3
+    assert rig.names()[-1] == "requeue_limit" and "requeue" not in rig.slurm.names()
+    assert rig.slurm.requeue_flag == forbidden
+
+
+# ---- a time-limit warning that never comes -------------------------------------------------------
+
+def end_in(seconds: float) -> str:
+    """squeue's end time (local, to the second) ``seconds`` after fake time 0."""
+    return datetime.fromtimestamp(WALL0 + seconds).isoformat(timespec="seconds")
+
+
+def test_a_time_limit_warning_that_never_came_is_given_by_the_supervisor(rig):
+    """Slurm 24.11 once sent no warning at all: 10 s after it was due, the run stops as if it had."""
+    rig.slurm.end = end_in(100)
+    rig.task = Plan([JOINS, SAVES], STOPS_AFTER_SAVING)
+    code = rig.run(warning_seconds=40)
+    assert rig.names() == ["started", "signal", "requeue"] and rig.event("signal")["signal"] == "USR2"
+    [(at, sent)] = rig.step.sent
+    assert sent == STOP and 70 <= at < 72
+    assert "Slurm's time-limit warning (SIGUSR2 40 s before the end" in rig.said()
+    requeued_cleanly(rig, code)
+
+
+def test_a_raised_time_limit_moves_the_supervisors_own_warning(rig):
+    """`scontrol update TimeLimit=...` after the start: no stop at the old end's warning."""
+    rig.slurm.end = end_in(100)
+    raise_limit = (30, lambda step: setattr(rig.slurm, "end", end_in(1000)))
+    rig.task = Plan([JOINS, SAVES, raise_limit, (200, emit("finished", step=9)), (200, exits(0))])
+    assert rig.run(warning_seconds=40) == 0
+    assert rig.names() == ["started", "finished"] and rig.step.sent == []
+
+
+def test_no_own_warning_without_a_lead_or_with_the_real_one(rig):
+    rig.slurm.end = end_in(100)
+    rig.stopped_at(50)  # Slurm's warning came (early, on its tick): nothing more is sent
+    code = rig.run(warning_seconds=40)
+    assert [s for _, s in rig.step.sent] == [STOP] and "has not come" not in rig.said()
     requeued_cleanly(rig, code)
 
 
