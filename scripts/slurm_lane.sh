@@ -48,20 +48,23 @@ fi
 cp /etc/resolv.conf "$TREE/etc/resolv.conf"
 mkdir -p "$TREE$REPO"
 
+# What runs inside the tree: the lane's tests, then its sandbox down.
+cat >"$TREE/usr/local/bin/slurmtrain-lane" <<'EOF'
+#!/bin/bash
+cd "$1" && shift
+[ ! -e /sys/fs/cgroup ] || { echo "slurm lane: the tree has a cgroup file system; it must run without one" >&2; exit 1; }
+status=0
+python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/e2e/test_slurm_versions.py "$@" || status=$?
+slurmtrain sandbox down >/dev/null || true
+exit "$status"
+EOF
+chmod +x "$TREE/usr/local/bin/slurmtrain-lane"
+
 step "$(chroot "$TREE" slurmctld -V), $(chroot "$TREE" python3 -V): tests/e2e/test_slurm_versions.py"
 # A mount namespace of its own: the tree's /proc, /dev and the checkout go when the lane ends.
 # No /sys: slurmd 24.11 finds no cgroup file system, as in a container (the sandbox's cgroup.conf).
-exec unshare --mount --propagation private /bin/bash -c '
-  set -e
-  tree=$1 repo=$2; shift 2
-  mount -t proc proc "$tree/proc"
-  mount --rbind /dev "$tree/dev"
-  mount --bind "$repo" "$tree$repo"
-  exec chroot "$tree" /usr/bin/env -i PATH='"$VENV"'/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root LANG=C.UTF-8 \
-    CI="${CI:-}" SLURMTRAIN_SANDBOX_DIR='"$STATE"' /bin/bash -c "
-      cd $repo
-      status=0
-      python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/e2e/test_slurm_versions.py \"\$@\" || status=\$?
-      slurmtrain sandbox down >/dev/null || true
-      exit \$status" lane "$@"
-' lane "$TREE" "$REPO" "$@"
+# shellcheck disable=SC2016  # $1, $2 and $@ are the inner shell's
+exec unshare --mount --propagation private /bin/bash -c \
+  'set -e; mount -t proc proc "$1/proc"; mount --rbind /dev "$1/dev"; mount --bind "$2" "$1$2"; exec chroot "$1" "${@:3}"' \
+  lane "$TREE" "$REPO" /usr/bin/env -i PATH="$VENV/bin:/usr/bin:/bin:/usr/sbin:/sbin" HOME=/root LANG=C.UTF-8 \
+  CI="${CI:-}" SLURMTRAIN_SANDBOX_DIR="$STATE" /usr/local/bin/slurmtrain-lane "$REPO" "$@"

@@ -46,6 +46,18 @@ if [ "$(id -u)" = 0 ]; then
   slurmtrain sandbox up || { slurmtrain sandbox down && slurmtrain sandbox up; }
 fi
 
+# The Slurm-version lane (scripts/slurm_lane.sh: Slurm 24.11 in a Debian 13 tree, the
+# torch-free end-to-end tests) runs beside the suite, on its own sandbox: its jobs mostly
+# wait, so it costs the suite little time. For the whole suite only (no pytest arguments),
+# as root; SLURMTRAIN_LANE=0 leaves it out, =1 runs it with arguments too.
+LANE_PID=""
+LANE_LOG=$(mktemp /tmp/slurmtrain-lane.XXXXXX)
+if [ "$(id -u)" = 0 ] && { [ "${SLURMTRAIN_LANE:-}" = 1 ] || { [ $# = 0 ] && [ "${SLURMTRAIN_LANE:-}" != 0 ]; }; }; then
+  step "Slurm-version lane in the background (log: $LANE_LOG)"
+  bash scripts/slurm_lane.sh >"$LANE_LOG" 2>&1 &
+  LANE_PID=$!
+fi
+
 step "pytest"
 # One thread per torch process (the trainer's subprocesses already get it from torchrun or
 # tests/train/trainer_util.py): the suite keeps about ten processes busy on 2 cores, and
@@ -56,5 +68,16 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # the third worker and in whichever lane has finished; groups go out in the conftest's
 # order (--no-loadscope-reorder). The 25 slowest steps are listed at the end: where the
 # suite's time goes, run by run.
-exec "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
-  --durations=25 "$@"
+status=0
+SECONDS=0
+"$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
+  --durations=25 "$@" || status=$?
+echo "pytest: ${SECONDS} s"
+if [ -n "$LANE_PID" ]; then
+  lane=0
+  wait "$LANE_PID" || lane=$?
+  step "Slurm-version lane (exit status $lane; waited ${SECONDS} s in all)"
+  cat "$LANE_LOG"
+  [ "$lane" = 0 ] || status=1
+fi
+exit "$status"

@@ -11,6 +11,7 @@ which Slurm it ran on when it fails.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,17 @@ def preempt_after_a_checkpoint(cwd: Path, name: str, start: int) -> None:
                   lambda: len(named(cwd, name, "started")) == start
                   and events.read(run_dir(cwd, name))[-1].get("event") == "checkpoint_saved")
     take_all_nodes(5)
+
+
+def test_the_sandbox_wrote_what_its_slurm_needs(version):
+    """24.05 and later: CgroupPlugin=disabled (the lane's tree has no cgroup file system at
+    all, and slurmd starts); 22.05: no cgroup.conf (it refuses "disabled")."""
+    conf = Path(os.environ["SLURM_CONF"]).with_name("cgroup.conf")
+    if slurmversion.parse(version) >= (24, 5):
+        assert "CgroupPlugin=disabled" in conf.read_text().splitlines(), version
+    else:
+        assert not conf.exists(), (version, conf.read_text())
+    print(f"Slurm {version}; /sys/fs/cgroup {'mounted' if os.path.ismount('/sys/fs/cgroup') else 'absent'}")
 
 
 def test_a_program_completes_and_status_and_logs_say_so(tmp_path, version):

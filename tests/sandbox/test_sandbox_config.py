@@ -109,3 +109,27 @@ def test_up_and_down_wait_for_each_other(tmp_path, monkeypatch):
         assert worker.is_alive() and said == []  # blocked on the lock, did nothing
     worker.join(timeout=30)
     assert not worker.is_alive() and said == ["sandbox was not running"]
+
+
+def test_a_sandbox_takes_down_its_own_job_processes_only(tmp_path):
+    """Sandboxes side by side share node names: `down` tells their job processes apart by the
+    state directory in SLURM_CONF, even where one directory's name begins with the other's."""
+    import subprocess
+    import sys
+    import time
+
+    from slurmtrain.sandbox import cluster
+
+    mine, other = Layout(tmp_path / "sandbox"), Layout(tmp_path / "sandbox-slurm24")
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_CONF": str(other.slurm_conf)}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    try:
+        for _ in range(50):  # until its environment is readable
+            if proc.pid in cluster._strays(other):
+                break
+            time.sleep(0.1)
+        assert proc.pid in cluster._strays(other)
+        assert proc.pid not in cluster._strays(mine)
+    finally:
+        proc.kill()
+        proc.wait()
