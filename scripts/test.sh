@@ -9,7 +9,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in slurm-wlm slurmd slurmctld slurmdbd munge mariadb-server shellcheck procps; do
+  for pkg in slurm-wlm slurmd slurmctld slurmdbd munge mariadb-server shellcheck procps debootstrap; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ "${#need[@]}" -gt 0 ]; then

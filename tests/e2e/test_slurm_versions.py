@@ -74,6 +74,8 @@ def test_a_program_completes_and_status_and_logs_say_so(tmp_path, version):
     logs = cli(tmp_path, "logs", name).stdout
     assert (final["state"], final["exit_code"], final["outcome"]) == ("COMPLETED", 0, "completed"), (version, final)
     assert "counted to 5" in logs, (version, logs[-2000:])
+    manifest = json.loads((run_dir(tmp_path, name) / "manifest.json").read_text())
+    assert manifest["slurm_version"] == version != "unknown", manifest
     table = cli(tmp_path, "runs").stdout
     assert name in table and "COMPLETED" in table, (version, table)
 
