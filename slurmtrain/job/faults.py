@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import decide
 from . import nodes as nodes_mod
 from .. import eventlog
-from .slurm import SRUN_TASK_ERROR
+from .slurm import SRUN_NODE_FAILURE, SRUN_TASK_ERROR
 
 STUCK_S = 15           # srun still runs this long after a task failed: probe the launch's nodes for a dead one
 
@@ -108,6 +108,17 @@ class NodeFaults:
         except OSError:
             return None
         return found["node"] if found else None
+
+    def srun_node_failures(self, since: int) -> list[str]:
+        """The nodes srun said failed ("srun: error: Node failure on <node>") after byte ``since``."""
+        if self.batch_log is None:
+            return []
+        try:
+            with open(self.batch_log, "rb") as f:
+                f.seek(since)
+                return sorted(set(SRUN_NODE_FAILURE.findall(f.read().decode(errors="replace"))))
+        except OSError:
+            return []
 
     def go_on_without(self, lost: list[str], relaunches: int) -> None:
         """Leave ``lost`` out; the spares take their place. Without enough spares, or with no

@@ -119,6 +119,7 @@ class Supervisor(NodeFaults):
         self.killed = False
         self.slurm_requeued = False
         self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
+        self.requeue_said = False        # ... and the `requeued_by_slurm` event is written
         self.cancelled = False
         self.requeuing = False         # our own requeue is under way: its SIGTERM is expected
         self.replacing: str | None = None  # a straggler the supervisor stopped the launch to replace
@@ -234,6 +235,8 @@ class Supervisor(NodeFaults):
 
     def facts(self, status: int) -> decide.Facts:
         """What is known once the launch ended with ``status``."""
+        if self.slurm_requeued:
+            self.slurm_requeued_by(final=True)
         evs, task = events.read(self.run_dir), self.job.array_task
         finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
         # Asked of Slurm only where it decides: a failure that no signal explains.
@@ -319,7 +322,9 @@ class Supervisor(NodeFaults):
         end = _epoch(self.planned_end)
         if not self.cfg.warning_seconds or end is None:
             return
-        if self.clock.wall() < end - self.cfg.warning_seconds + WARNING_LATE_S:
+        # Not past the end either: an end already behind is no time limit to warn of (a clock
+        # off, a stand-in Slurm); Slurm's own TERM comes then.
+        if not end - self.cfg.warning_seconds + WARNING_LATE_S <= self.clock.wall() < end:
             return
         now_end = str(self.slurm.end_time() or "")
         if now_end and now_end != self.planned_end:
@@ -331,10 +336,17 @@ class Supervisor(NodeFaults):
                  f"at {now_end or end}) has not come; stopping as if it had")
         self.request_stop(name)
 
-    def slurm_requeued_by(self) -> None:
-        """Who requeued the job: Slurm after a node failure (a node of the job is down) or
-        someone's `scontrol requeue` (an administrator, another program): the event says."""
-        self.down_nodes = self.slurm.unhealthy(self.job.nodelist)
+    def slurm_requeued_by(self, final: bool = False) -> None:
+        """Who requeued the job: Slurm after a node failure (a node of the job is down, or srun
+        said "Node failure on <node>") or someone's `scontrol requeue` (an administrator, another
+        program): the event says. No node found at the SIGTERM is asked again once the launch
+        has ended (``final``): Slurm may show the node down, and srun name it, only later."""
+        if self.requeue_said:
+            return
+        self.down_nodes = self.slurm.unhealthy(self.job.nodelist) or self.srun_node_failures(self.log_mark)
+        if not self.down_nodes and not final:
+            return
+        self.requeue_said = True
         by = eventlog.BY_NODE_FAILURE if self.down_nodes else eventlog.BY_ADMIN
         self.event("requeued_by_slurm", by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes else {}))
 
@@ -511,7 +523,7 @@ class Supervisor(NodeFaults):
             return
         if "pending execution" in answer.text:  # requeued already: Slurm after a node failure, or someone
             self.say(f"slurmtrain: job {self.job.ref} was requeued already (by Slurm or someone's `scontrol requeue`)")
-            self.slurm_requeued_by()
+            self.slurm_requeued_by(final=True)
             return
         self.say(f"slurmtrain: scontrol requeue failed: {answer.text}; continue the run with "
                  f"`slurmtrain resubmit {self.run_dir}`")

@@ -680,6 +680,30 @@ def test_a_sigterm_with_the_restart_count_up_is_slurms_requeue(rig):
     assert rig.step.sent == [] and "requeue" not in rig.slurm.names()
 
 
+def test_a_node_slurm_shows_down_only_after_the_launch_ended_is_still_a_node_failure(rig):
+    """At the SIGTERM sinfo shows nothing down yet (seen on the sandbox): asked again once the
+    launch has ended, it names n2, and the event says node failure, not an administrator."""
+    rig.task = Plan([JOINS, SAVES, (11, exits(143))])
+    rig.slurm.unhealthy = ["n2"]
+    rig.slurm.then("sinfo", Answer(0, ""))
+    rig.clock.at(10, TERM, cause=lambda: setattr(rig.slurm, "restarts", 1))
+    assert rig.run() == 143
+    assert rig.names() == ["started", "requeued_by_slurm"]
+    assert (rig.events()[-1]["by"], rig.events()[-1]["nodes"]) == ("node failure", "n2")
+    assert rig.ledger() == [("n2", "node_failure")]
+
+
+def test_srun_naming_a_failed_node_makes_it_a_node_failure(rig, tmp_path):
+    rig.batch_log = tmp_path / "job-77.out"
+    rig.batch_log.write_text("")
+    def node_fails(step):
+        rig.batch_log.write_text("srun: error: Node failure on n2\n")
+    rig.task = Plan([JOINS, SAVES, (10, node_fails), (11, exits(143))])
+    rig.clock.at(10.5, TERM, cause=lambda: setattr(rig.slurm, "restarts", 1))
+    assert rig.run() == 143
+    assert (rig.events()[-1]["by"], rig.events()[-1]["nodes"]) == ("node failure", "n2")
+
+
 def test_a_sigterm_with_the_restart_count_up_and_no_node_down_is_someones_scontrol_requeue(rig):
     """An administrator's `scontrol requeue`: the event says so, no node goes to the ledger."""
     rig.task = Plan([JOINS, SAVES, (11, exits(143))])
