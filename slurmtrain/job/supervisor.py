@@ -271,7 +271,7 @@ class Supervisor(NodeFaults):
         raise End(None, 0)
 
     def slurm_requeues_preempted(self) -> bool:
-        """The controller requeues a preempted job itself when this script ends (Slurm 24.11):
+        """The controller requeues a preempted job itself when this script ends (Slurm 24.05+):
         a requeue of ours as well would start the job once more after it finished."""
         return slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
 
