@@ -85,7 +85,12 @@ def installed(which=_which) -> Version | None:
 
 def of_cluster(env: dict[str, str] | None = None) -> Version | None:
     """The version the cluster's controller runs (``scontrol show config``), or None."""
-    return from_config(_ask(["scontrol", "show", "config"], env))
+    return from_config(config_text(env))
+
+
+def config_text(env: dict[str, str] | None = None) -> str:
+    """The text of ``scontrol show config``; "" where the controller does not answer."""
+    return _ask(["scontrol", "show", "config"], env)
 
 
 def from_config(config: str) -> Version | None:

@@ -291,8 +291,7 @@ def logs(ref: str, runs_dir: str, follow: bool, node: str | None) -> None:
         return
 
     def finished() -> bool:
-        st = track.statuses([run])[0]
-        return st.state.is_final or st.ended
+        return track.statuses([run])[0].ended
 
     track.follow(lambda: track.log_files(run, node), finished, sys.stdout, prefix=node is None)
 

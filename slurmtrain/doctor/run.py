@@ -84,10 +84,11 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
                        arrivals.arrived(marks), arrivals.setup_failures(marks))
     if not _nodes(run.path):
         rows.append(Row("(job)", "setup", "-", FAIL, f"the doctor job {job_id} never started its nodes; see {run.logs}"))
+    config = slurmversion.config_text()  # one ask, for the version and the slurm rows; "" if no answer
     if "slurm" in chosen:
-        rows += slurm_rows(loaded, job_id)
+        rows += slurm_rows(loaded, job_id, config)
     out = Outcome(run.path, job_id, rows)
-    version = slurmversion.text(slurmversion.of_cluster())
+    version = slurmversion.text(slurmversion.from_config(config))
     (run.path / "doctor.json").write_text(report.to_json(rows, job_id=job_id, profile=loaded.name,
                                                          checks=list(chosen), run_dir=str(run.path),
                                                          slurm_version=version))
@@ -121,8 +122,9 @@ def _nodes(run_dir: Path) -> list[str]:
     return []
 
 
-def slurm_rows(loaded: LoadedProfile, job_id: str) -> list[Row]:
-    """Partition facts from scontrol, and whether sacct answers."""
+def slurm_rows(loaded: LoadedProfile, job_id: str, config: str) -> list[Row]:
+    """Partition facts from scontrol, the version and JobRequeue from ``config`` (the text of
+    ``scontrol show config``), and whether sacct answers."""
     from ..runs.slurmquery import parse_key_values, run_slurm
     part = loaded.profile.slurm.partition
     proc = run_slurm(["scontrol", "show", "partition", "-o"] + ([part] if part else []))
@@ -132,9 +134,8 @@ def slurm_rows(loaded: LoadedProfile, job_id: str) -> list[Row]:
         return [Row(SLURM_NODE, "slurm", f"partition {part or '(default)'}", FAIL,
                     (proc.stderr.strip() or "scontrol shows no such partition"))]
     rows = [_partition_row(info)]
-    conf = run_slurm(["scontrol", "show", "config"])
-    rows.append(_version_row(slurmversion.from_config(conf.stdout)))
-    requeue = next((line.split("=", 1)[1].strip() for line in conf.stdout.splitlines()
+    rows.append(_version_row(slurmversion.from_config(config)))
+    requeue = next((line.split("=", 1)[1].strip() for line in config.splitlines()
                     if line.startswith("JobRequeue")), "?")
     rows.append(Row(SLURM_NODE, "slurm", f"JobRequeue={requeue}", PASS,
                     "requeue by default" if requeue == "1" else "jobs requeue only when asked (the script asks: --requeue)"))
