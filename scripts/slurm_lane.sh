@@ -37,9 +37,6 @@ if [ "$(cat "$TREE/.slurmtrain-stamp" 2>/dev/null)" != "$STAMP" ]; then
   cp /etc/resolv.conf "$TREE.new/etc/resolv.conf"
   chroot "$TREE.new" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root PIP_CERT=/etc/ssl/certs/host-ca-bundle.crt \
     sh -c "python3 -m venv $VENV && $VENV/bin/pip install -q --disable-pip-version-check $(printf "'%s' " "${PIP_PACKAGES[@]}")"
-  # The CLI from this checkout, as an editable install would give it, without writing into the checkout.
-  site=$(chroot "$TREE.new" $VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  echo "$REPO" > "$TREE.new$site/slurmtrain-checkout.pth"
   printf '#!%s/bin/python\nfrom slurmtrain.cli import main\nmain()\n' "$VENV" > "$TREE.new$VENV/bin/slurmtrain"
   chmod +x "$TREE.new$VENV/bin/slurmtrain"
   echo "$STAMP" > "$TREE.new/.slurmtrain-stamp"
@@ -47,6 +44,11 @@ if [ "$(cat "$TREE/.slurmtrain-stamp" 2>/dev/null)" != "$STAMP" ]; then
 fi
 cp /etc/resolv.conf "$TREE/etc/resolv.conf"
 mkdir -p "$TREE$REPO"
+# The CLI from this checkout, as an editable install would give it, without writing into the
+# checkout. Written on every run: the tree outlives the checkout it was built beside (CI clones
+# to a path of its own).
+site=$(chroot "$TREE" $VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$REPO" > "$TREE$site/slurmtrain-checkout.pth"
 
 # What runs inside the tree: the lane's tests, then its sandbox down.
 cat >"$TREE/usr/local/bin/slurmtrain-lane" <<'EOF'
