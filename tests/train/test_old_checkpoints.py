@@ -1,0 +1,37 @@
+"""Checkpoints written before the trainer became one loop over engines still load.
+
+``fixtures/checkpoints-0.x/<engine>/`` holds the step-3 checkpoint of a 6-step run of
+:func:`trainer_util.setup_run`'s recipe on two ranks (FSDP2, DeepSpeed ZeRO-1, torch
+pipeline of two stages), made by the code before that change (commit 69dc1c7), and the
+losses that run logged at steps 4-6. Resuming from it now must log those same losses,
+bit for bit: weights, optimizer state, schedule, data position and RNG all came back.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainer_util import events, losses, show, train, write_corpus
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+FIXTURES = Path(__file__).with_name("fixtures") / "checkpoints-0.x"
+
+
+@pytest.mark.parametrize("engine", ["fsdp2", "deepspeed", "pipeline"])
+def test_a_checkpoint_of_the_earlier_code_resumes_to_the_same_losses(tmp_path, engine):
+    if engine == "deepspeed":
+        pytest.importorskip("deepspeed")
+    fixture = FIXTURES / engine
+    write_corpus(tmp_path / "corpus.jsonl")
+    shutil.copy(fixture / "recipe.toml", tmp_path / "recipe.toml")
+    shutil.copytree(fixture / "checkpoints", tmp_path / "run" / "checkpoints")
+    proc = train(["--recipe", "recipe.toml", "--run-dir", "run"], tmp_path, nproc=2)
+    assert proc.returncode == 0, show(proc)
+    assert ("resumed", 3) in events(tmp_path / "run")
+    expected = {int(k): v for k, v in json.loads((fixture / "losses_after_resume.json").read_text()).items()}
+    assert losses(tmp_path / "run") == expected
