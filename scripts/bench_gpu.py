@@ -56,6 +56,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from slurmtrain.train import speed  # noqa: E402
+from slurmtrain.train import optim as optim_mod  # noqa: E402
 from slurmtrain.train import trainer as trainer_mod  # noqa: E402
 from slurmtrain.train.data import PackedCorpus  # noqa: E402
 from slurmtrain.train.distributed import close_world, init_world  # noqa: E402
@@ -193,7 +194,7 @@ def run_trainer(a, world, tmp: Path, trace: Path) -> tuple[dict, dict, dict, dic
     finally:
         trainer_mod.data_mod.load_corpus = real_load
     t.ckpt = NoSave()
-    opts = speed.options(recipe, t.optim, world.device, t.accum)
+    opts = speed.options(recipe, t.engine.optim, world.device, t.accum)
     device, syncs, clock, found, prof = world.device, SyncReport(world.device), {}, {}, {}
     real_step, real_log = t._train_step, t._log
 
@@ -408,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
     from dataclasses import replace
     args = replace(get_preset(a.preset), n_layers=a.layers) if a.layers else get_preset(a.preset)
-    dtype = trainer_mod.compute_dtype("auto", device)
+    dtype = optim_mod.compute_dtype("auto", device)
     hand = hand_loop(a, args, device, dtype)
     out = report(a, argv, device, args, dtype, ours, opts, syncs, prof, hand)
     t_fig, h_fig = out["trainer"], out["hand_loop"]

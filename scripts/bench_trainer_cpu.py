@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from slurmtrain.train import optim as optim_mod  # noqa: E402
 from slurmtrain.train import trainer as trainer_mod  # noqa: E402
 from slurmtrain.train.distributed import close_world, init_world  # noqa: E402
 from slurmtrain.train.model import Transformer  # noqa: E402
@@ -50,7 +51,7 @@ def hand_loop(args, steps: int, warmup: int) -> float:
     model = Transformer(args)
     model.init_weights(seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, trainer_mod.WarmupCosine(10, steps, 0.1))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, optim_mod.WarmupCosine(10, steps, 0.1))
     batch = torch.randint(0, 256, (MICRO, SEQ + 1))
     for i in range(warmup + steps):
         if i == warmup:

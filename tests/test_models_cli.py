@@ -59,7 +59,7 @@ def test_export_refuses_a_missing_run_and_an_occupied_output(tmp_path):
 
 @pytest.fixture
 def fake_checkpoints(monkeypatch):
-    """Stands in for slurmtrain.train.checkpoint: export is tested on its own wiring, not
+    """Stands in for slurmtrain.train.engines: export is tested on its own wiring, not
     on the trainer's checkpoint format (the trainer's tests cover load_consolidated)."""
     torch = pytest.importorskip("torch")
     from slurmtrain.train.model import Transformer
@@ -73,9 +73,9 @@ def fake_checkpoints(monkeypatch):
         calls.append(run_dir)
         return args, {k: v.clone() for k, v in model.state_dict().items()}
 
-    module = types.ModuleType("slurmtrain.train.checkpoint")
+    module = types.ModuleType("slurmtrain.train.engines")
     module.load_consolidated = load_consolidated
-    monkeypatch.setitem(sys.modules, "slurmtrain.train.checkpoint", module)
+    monkeypatch.setitem(sys.modules, "slurmtrain.train.engines", module)
     return torch, model, calls
 
 
@@ -104,8 +104,8 @@ def test_export_writes_a_checkpoint_transformers_loads(tmp_path, fake_checkpoint
 
 
 def test_export_without_a_checkpoint_reader_says_so(tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "slurmtrain.train.checkpoint",
-                        types.ModuleType("slurmtrain.train.checkpoint"))
+    monkeypatch.setitem(sys.modules, "slurmtrain.train.engines",
+                        types.ModuleType("slurmtrain.train.engines"))
     result = CliRunner().invoke(main, ["export", str(tmp_path), "--hf", str(tmp_path / "o")])
     assert result.exit_code == 1
     assert result.output.startswith("slurmtrain: error: cannot read checkpoints: cannot import "
@@ -136,7 +136,7 @@ def test_export_of_a_real_training_run(tmp_path):
     """Trainer checkpoint -> slurmtrain export -> transformers, with the real checkpoint format."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     from slurmtrain.train.model import Transformer
 
     with (tmp_path / "corpus.jsonl").open("w") as fh:

@@ -68,7 +68,7 @@ def demo_corpus(out: Path, max_mb: float) -> None:
 def _load_consolidated():
     """The trainer's checkpoint reader, imported only when a command needs it."""
     try:
-        from ..train.checkpoint import load_consolidated
+        from ..train.engines import load_consolidated
     except ModuleNotFoundError as err:
         if err.name and err.name.split(".")[0] in ("torch", "safetensors"):
             raise UsageError(f"export needs the trainer's dependencies ({err.name} is missing): "

@@ -131,17 +131,6 @@ def should_stop() -> bool:
     return _requested
 
 
-def _default_group_device():
-    """The device a collective on the default group needs: NCCL only takes CUDA tensors."""
-    import torch
-    import torch.distributed as dist
-
-    backend = str(dist.get_backend()).lower()
-    if "nccl" in backend and "gloo" not in backend:
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def _world():
     """torch.distributed when a group of more than one process is initialised, else None."""
     dist = sys.modules.get("torch.distributed")
@@ -150,9 +139,29 @@ def _world():
     return None
 
 
+_cpu_group: tuple = (None, None)  # (the default group, the group the flag travels on)
+
+
+def cpu_group():
+    """The group :func:`agree` all-reduces on: the default one when it carries CPU tensors
+    (its backend config names one for ``cpu:``, as ``gloo`` and ``cpu:gloo,cuda:nccl``
+    do), else a gloo group of every rank, made on first use (``new_group`` is a collective:
+    every rank gets here at the same :func:`agree`). A CPU flag costs no device
+    synchronisation: a CUDA one would make each step's check wait for every kernel queued
+    so far, taking away the CPU's lead over the GPU."""
+    dist = _world()
+    if dist is None or "cpu:" in dist.get_backend_config():
+        return None
+    global _cpu_group
+    default = dist.distributed_c10d._get_default_group()
+    if _cpu_group[0] is not default:  # first use, or a process group made since
+        _cpu_group = (default, dist.new_group(backend="gloo"))
+    return _cpu_group[1]
+
+
 def agree(flag: bool) -> bool:
-    """True on every rank when ``flag`` is true on any (an all-reduce, MAX, on the default
-    group of torch.distributed); ``flag`` itself when no group is initialised. Every rank
+    """True on every rank when ``flag`` is true on any (an all-reduce, MAX, of a CPU tensor
+    over :func:`cpu_group`); ``flag`` itself when no group is initialised. Every rank
     must call it at the same point, e.g. ``if stop.agree(stop.should_stop()):`` after each step.
     """
     dist = _world()
@@ -160,16 +169,16 @@ def agree(flag: bool) -> bool:
         return bool(flag)
     import torch
 
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_default_group_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    agreed = bool(t.item())
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device="cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=cpu_group())
+    agreed = bool(t[0])  # a CPU tensor: reading it waits for the other hosts, not the device
     if agreed and not flag:
         request("another rank was asked to stop")
     return agreed
 
 
 def barrier() -> None:
-    """Wait for every rank (an all-reduce on the default group's device; no-op without a group).
+    """Wait for every rank (an all-reduce over :func:`cpu_group`; no-op without a group).
     NCCL's own barrier guesses the device and can hang when the guess is wrong."""
     if _world() is not None:
         agree(False)

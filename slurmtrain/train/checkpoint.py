@@ -1,11 +1,12 @@
-"""Sharded checkpoints with torch.distributed.checkpoint (DCP), resumed without being asked.
+"""The checkpoint folder contract, whatever the engine; resumed without being asked.
 
-Layout: ``<run_dir>/checkpoints/step_<N>/`` holds DCP's shards and ``.metadata``, a
-``train_meta.json`` (recipe, model args, step) and, written last, the ``COMPLETE`` marker.
-The marker appears only after every rank finished writing (barrier, then rank 0 renames
-it into place), so a job killed mid-save leaves a folder without it, which the next start
-skips with a warning. Checkpointed state: model and optimizer (sharded, via
-``get_state_dict``), LR scheduler, data position, step, and each rank's RNG states.
+Layout: ``<run_dir>/checkpoints/step_<N>/`` holds the engine's files (DCP's shards and
+``.metadata``, or DeepSpeed's), a ``train_meta.json`` (recipe, model args, step) and,
+written last, the ``COMPLETE`` marker. The marker appears only after every rank finished
+writing (barrier, then rank 0 renames it into place), so a job killed mid-save leaves a
+folder without it, which the next start skips with a warning. What goes into a folder is
+the engine's (``engines.Engine.save``/``load``), with the trainer's client state: step
+and data position.
 """
 
 from __future__ import annotations
@@ -13,23 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
-import re
 import shutil
 import signal
 import time
-import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict)
-from torch.distributed.checkpoint.stateful import Stateful
 
 from .. import events
 
@@ -92,73 +84,18 @@ def newest_complete(run_dir: Path, warn: bool = True) -> tuple[int, Path] | None
     return None
 
 
-class _ModelState(Stateful):
-    def __init__(self, model: torch.nn.Module):
-        self.model = model
-
-    def state_dict(self) -> dict[str, Any]:
-        return get_model_state_dict(self.model)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_model_state_dict(self.model, state)
-
-
-class _OptimState(Stateful):
-    """The optimizer's state keyed by parameter name, hyper-parameters included
-    (``state.<name>.exp_avg``, ``param_groups.<name>.lr``): no key depends on which
-    parameters a rank holds, so a checkpoint loads on another pipeline layout.
-    ``flatten=False`` reads checkpoints saved before (``param_groups.0.params``: the names
-    one rank held, which differ between pipeline stages)."""
-
-    def __init__(self, model: torch.nn.Module, optim: torch.optim.Optimizer, flatten: bool = True):
-        self.model, self.optim = model, optim
-        self.options = StateDictOptions(flatten_optimizer_state_dict=flatten)
-
-    def state_dict(self) -> dict[str, Any]:
-        return get_optimizer_state_dict(self.model, self.optim, options=self.options)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        set_optimizer_state_dict(self.model, self.optim, state, options=self.options)
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "python": repr(random.getstate())}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    import ast
-    torch.set_rng_state(state["torch"])
-    random.setstate(ast.literal_eval(state["python"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
 class Checkpointer:
-    """Saves and restores everything a run needs to continue exactly where it was."""
+    """Saves and restores everything a run needs to continue exactly where it was: the
+    engine's state and the data position, in one ``step_<N>`` folder each."""
 
-    def __init__(self, run_dir: Path, model: torch.nn.Module, optim: torch.optim.Optimizer,
-                 scheduler: Any, data: Any, meta: dict[str, Any], *, keep_last: int,
-                 async_save: bool, kill_at_step: int | None = None):
+    def __init__(self, run_dir: Path, engine: Any, data: Any, meta: dict[str, Any], *,
+                 keep_last: int, kill_at_step: int | None = None):
         self.run_dir = Path(run_dir)
-        self.model, self.optim, self.scheduler, self.data = model, optim, scheduler, data
-        self.meta = meta
-        self.keep_last, self.async_save, self.kill_at_step = keep_last, async_save, kill_at_step
+        self.engine, self.data, self.meta = engine, data, meta
+        self.keep_last, self.kill_at_step = keep_last, kill_at_step
         self.rank = dist.get_rank()
         self._pending: tuple[int, Any, float] | None = None  # (step, future, start time)
-        self._async_pg = dist.new_group(backend="gloo") if async_save else None
         self.last_saved = -1
-
-    def _state(self, step: int) -> dict[str, Any]:
-        return {
-            "model": _ModelState(self.model),
-            "optim": _OptimState(self.model, self.optim),
-            "train": {"step": step, "data": self.data.state_dict(),
-                      "scheduler": self.scheduler.state_dict()},
-            "rng": {f"rank{self.rank}": _rng_state()},
-        }
 
     # ------------------------------------------------------------------ save
 
@@ -178,13 +115,9 @@ class Checkpointer:
     def save(self, step: int) -> None:
         path = self._begin_save(step)
         start = time.perf_counter()
-        if self.async_save:
-            future = dcp.async_save(self._state(step), checkpoint_id=str(path),
-                                    process_group=self._async_pg)
-            self._pending = (step, future, start)
-        else:
-            dcp.save(self._state(step), checkpoint_id=str(path))
-            self._pending = (step, None, start)
+        future = self.engine.save(path, {"step": step, "data": self.data.state_dict()})
+        self._pending = (step, future, start)
+        if future is None:
             self.wait()
         self.last_saved = step
 
@@ -236,20 +169,9 @@ class Checkpointer:
         path = self._choose()
         if path is None:
             return 0
-        state = self._state(0)
-        available = FileSystemReader(str(path)).read_metadata().state_dict_metadata
-        if not any(k.startswith(f"rng.rank{self.rank}.") for k in available):
-            # Saved with fewer ranks: this rank keeps its fresh RNG state.
-            log.warning("checkpoint %s has no RNG state for rank %d", path, self.rank)
-            del state["rng"]
-        if any(re.match(r"optim\.param_groups\.\d+\.", k) for k in available):
-            state["optim"] = _OptimState(self.model, self.optim, flatten=False)  # older format
-        dcp.load(state, checkpoint_id=str(path))
-        self.data.load_state_dict(state["train"]["data"])
-        self.scheduler.load_state_dict(state["train"]["scheduler"])
-        if "rng" in state:
-            _set_rng_state(state["rng"][f"rank{self.rank}"])
-        step = int(state["train"]["step"])
+        client = self.engine.load(path, {"step": 0, "data": self.data.state_dict()})
+        self.data.load_state_dict(client["data"])
+        step = int(client["step"])
         self.last_saved = step
         if self.rank == 0:
             log.info("resumed from %s (step %d)", path, step)
@@ -261,34 +183,3 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
-
-def model_args_dict(args: Any) -> dict[str, Any]:
-    return asdict(args)
-
-
-def load_consolidated(run_dir: str | os.PathLike):
-    """(ModelArgs, full model state dict on CPU) from the newest complete checkpoint.
-
-    Needs no process group: DCP reads every shard into this process. Used by
-    ``slurmtrain export``.
-    """
-    from ..errors import ConfigError
-    from .presets import ModelArgs
-    found = newest_complete(Path(run_dir))
-    if found is None:
-        raise ConfigError(str(run_dir), "", "no complete checkpoint in "
-                          f"{checkpoints_dir(Path(run_dir))}")
-    step, path = found
-    meta = json.loads((path / META).read_text())
-    args = ModelArgs(**meta["model_args"])
-    if meta.get("engine") == "deepspeed":  # ZeRO shards gathered by DeepSpeed's own tool
-        from .engines.deepspeed_engine import consolidated_state
-        return args, consolidated_state(path, args.n_layers)
-    md = FileSystemReader(str(path)).read_metadata().state_dict_metadata
-    state = {k: torch.empty(v.size, dtype=v.properties.dtype)
-             for k, v in md.items() if k.startswith("model.") and hasattr(v, "size")}
-    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": yes
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, checkpoint_id=str(path), no_dist=True)
-    return args, {k[len("model."):]: v for k, v in state.items()}

@@ -9,6 +9,10 @@ Build on the meta device, shard, then materialise::
     model.to_empty(device="cuda")
     model.init_weights(seed=0)                         # parameters and the rotary cache
 
+Initial values do not depend on the layout (:func:`init_parameters`): a parameter's numbers
+are a function of the seed, its name and its full shape, and a shard draws only the rows
+it holds, so any world size, pipeline depth or engine starts from the same weights.
+
 Names follow Meta's reference code (``tok_embeddings``, ``layers.N.attention.wq``,
 ``layers.N.feed_forward.w1``, ``norm``, ``output``); :mod:`slurmtrain.train.hf` maps
 them to Hugging Face's. Unlike Meta's original checkpoints, the rotary embedding uses
@@ -19,7 +23,9 @@ so q/k weights are stored exactly as HF stores them.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -153,15 +159,6 @@ class TransformerBlock(nn.Module):
         h = x + self.attention(self.attention_norm(x), cos, sin)
         return h + self.feed_forward(self.ffn_norm(h))
 
-    def init_weights(self, std: float, out_std: float) -> None:
-        for linear in (self.attention.wq, self.attention.wk, self.attention.wv,
-                       self.feed_forward.w1, self.feed_forward.w3):
-            nn.init.normal_(linear.weight, mean=0.0, std=std)
-        for linear in (self.attention.wo, self.feed_forward.w2):
-            nn.init.normal_(linear.weight, mean=0.0, std=out_std)
-        self.attention_norm.init_weights()
-        self.ffn_norm.init_weights()
-
 
 class Transformer(nn.Module):
     """Llama decoder: ``forward(tokens [B, T] int64) -> logits [B, T, vocab_size]``.
@@ -199,25 +196,80 @@ class Transformer(nn.Module):
         return self.output(self.norm(h))
 
     @torch.no_grad()
-    def init_weights(self, seed: int | None = None) -> None:
-        """Initialise every parameter and the rotary cache in place.
-
-        Weight matrices ~ N(0, init_std); the projections that write into the residual
-        stream (``wo``, ``w2``) use init_std / sqrt(2 * n_layers) so the stream's variance
-        does not grow with depth; norms start at one. ``seed`` seeds torch's global
-        generator first (the same seed on every rank gives the same model, sharded or not).
-        """
-        if seed is not None:
-            torch.manual_seed(seed)
-        std = self.args.init_std
-        nn.init.normal_(self.tok_embeddings.weight, mean=0.0, std=std)
-        out_std = std / math.sqrt(2 * self.args.n_layers)
-        for layer in self.layers:
-            layer.init_weights(std, out_std)
-        self.norm.init_weights()
-        if not self.args.tie_embeddings:
-            nn.init.normal_(self.output.weight, mean=0.0, std=std)
+    def init_weights(self, seed: int = 0) -> None:
+        """Initialise every parameter (:func:`init_parameters`, sharded or not) and the
+        rotary cache in place. torch's global generator is left alone."""
+        init_parameters(self, self.args, seed)
         self.rope.init_weights()
+
+
+# A parameter is drawn in blocks of whole rows of about this many numbers, each block from
+# a generator of its own: a shard draws the blocks that overlap its rows, never the whole.
+BLOCK_ELEMENTS = 1 << 20
+_RESIDUAL_OUTPUTS = ("attention.wo.weight", "feed_forward.w2.weight")
+
+
+def canonical_name(name: str) -> str:
+    """A parameter's name in the plain model: without the wrappers' own attribute names
+    (activation checkpointing, torch.compile), which differ between recipes."""
+    return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+
+
+def _block_seed(seed: int, name: str, block: int) -> int:
+    digest = hashlib.blake2b(f"{seed}/{name}/{block}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def normal_rows(seed: int, name: str, shape: tuple[int, ...], std: float,
+                offset: tuple[int, ...], local: tuple[int, ...]) -> torch.Tensor:
+    """The slice ``[offset : offset + local]`` of parameter ``name``'s full N(0, std) draw
+    (float32, on the CPU), computing only the row blocks the slice touches. A block is
+    always drawn whole, at the size the full shape gives it: torch's CPU normal draws
+    small and large tensors by different paths, so the same numbers need the same size."""
+    row = math.prod(shape[1:])
+    per = max(1, BLOCK_ELEMENTS // max(1, row))
+    start, stop = offset[0], offset[0] + local[0]
+    parts, gen = [], torch.Generator()
+    for block in range(start // per, -(-stop // per)):
+        lo, hi = block * per, min(shape[0], (block + 1) * per)
+        gen.manual_seed(_block_seed(seed, name, block))
+        drawn = torch.empty((hi - lo, *shape[1:])).normal_(0.0, std, generator=gen)
+        parts.append(drawn[max(start, lo) - lo:min(stop, hi) - lo])
+    out = torch.cat(parts) if parts else torch.empty((0, *shape[1:]))
+    for dim in range(1, len(shape)):
+        out = out.narrow(dim, offset[dim], local[dim])
+    return out
+
+
+def _local_slice(param: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...], tuple[int, ...]]:
+    """(the tensor this rank writes, its offset in the full parameter, its shape)."""
+    from torch.distributed.tensor import DTensor
+    if isinstance(param, DTensor):
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+        local, offset = compute_local_shape_and_global_offset(
+            param.shape, param.device_mesh, param.placements)
+        return param.to_local(), tuple(offset), tuple(local)
+    return param, (0,) * param.dim(), tuple(param.shape)
+
+
+@torch.no_grad()
+def init_parameters(module: nn.Module, args: ModelArgs, seed: int,
+                    rename: Callable[[str], str] = canonical_name) -> None:
+    """Initialise the parameters ``module`` holds (the whole model, a pipeline stage's
+    modules, FSDP2 shards) by name, whatever the layout: norms start at one; weight
+    matrices ~ N(0, init_std), the projections that write into the residual stream
+    (``wo``, ``w2``) N(0, init_std / sqrt(2 * n_layers)) so the stream's variance does not
+    grow with depth. ``rename`` maps ``module``'s names to the plain model's."""
+    std = args.init_std
+    out_std = std / math.sqrt(2 * args.n_layers)
+    for name, param in module.named_parameters():
+        key = rename(name)
+        target, offset, local = _local_slice(param)
+        if key.endswith("norm.weight"):
+            target.fill_(1.0)
+            continue
+        sd = out_std if key.endswith(_RESIDUAL_OUTPUTS) else std
+        target.copy_(normal_rows(seed, key, tuple(param.shape), sd, offset, local))
 
 
 def meta_model(args: ModelArgs) -> Transformer:

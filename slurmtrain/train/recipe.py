@@ -116,8 +116,9 @@ class DeepSpeedSection:
 class DebugSection:
     fail_at_step: int | None = field("raise a RuntimeError when this step begins", None,
                                      check=positive)
-    stop_at_step: int | None = field("act as if a stop signal arrived after this step", None,
-                                     check=positive)
+    stop_at_step: int | None = field("act as if a stop signal arrived after this step (0: "
+                                     "before the first one, saving the initial weights as "
+                                     "checkpoint step_0)", None, check=non_negative)
     kill_in_save_at_step: int | None = field(
         "SIGKILL rank 0 while saving this step, after the shards, before the marker", None,
         check=positive)

@@ -13,7 +13,7 @@ A call counts when the first frame outside torch that led to it is slurmtrain co
 ``error_if_nonfinite``, counts too), except where the tensor read is on the CPU on a
 GPU run as well: the optimizer's step counter is a CPU tensor in torch's non-fused
 AdamW (the trainer uses the fused one on CUDA, which keeps it on the device), and the
-stop flag is a CPU tensor reduced over gloo (``train/stop.py``; reading it waits for the
+stop flag is a CPU tensor reduced over gloo (``slurmtrain/stop``; reading it waits for the
 other hosts, not the device: ``tests/train/test_stop.py`` checks the flag never leaves
 the CPU).
 
@@ -36,7 +36,7 @@ _OPTIM = str(Path(torch.optim.__file__).resolve().parent)
 _HERE = str(Path(__file__).resolve())
 # (file under the package's parent, function): reads of tensors that are CPU tensors on
 # GPU runs too (see the module docstring).
-_HOST_ONLY = {("slurmtrain/train/stop.py", "agreed")}
+_HOST_ONLY = {("slurmtrain/stop/__init__.py", "agree")}
 _METHODS = ("item", "cpu", "tolist", "numpy", "__float__", "__int__", "__bool__", "__index__")
 
 

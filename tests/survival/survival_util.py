@@ -158,7 +158,7 @@ def assert_same_weights(run: Path, ref: subprocess.Popen, ref_dir: Path) -> None
     (started beside it, writing to ``ref_dir``), once that has finished."""
     _, err = waiting.communicate(ref, "the uninterrupted reference run", [ref_dir])
     assert ref.returncode == 0, err[-3000:]
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     _, got = load_consolidated(run)
     _, want = load_consolidated(ref_dir)
     assert got.keys() == want.keys()
@@ -184,7 +184,7 @@ class Reference:
             assert_same_weights(run, self.proc, self.dir)
             self.checked = True
             return
-        from slurmtrain.train.checkpoint import load_consolidated
+        from slurmtrain.train.engines import load_consolidated
         _, got = load_consolidated(run)
         _, want = load_consolidated(self.dir)
         assert all(got[k].equal(want[k]) for k in want) and got.keys() == want.keys()

@@ -48,7 +48,7 @@ def test_two_stage_pipeline_survives_preemption(workdir, runs_dir):
     _, err = waiting.communicate(ref, "the uninterrupted reference run", [ref_dir])
     assert ref.returncode == 0, err[-3000:]
     assert final_loss(run) == final_loss(ref_dir)
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     _, got = load_consolidated(run)
     _, want = load_consolidated(ref_dir)
     assert got.keys() == want.keys()

@@ -32,7 +32,7 @@ import sys
 
 from spawn_ranks import FORWARDED, Forked, report, supervise, rank_env, free_port
 
-PRELOAD = ("slurmtrain.train.trainer", "slurmtrain.train.engines.deepspeed_engine", "slurmtrain.train.pipeline",
+PRELOAD = ("slurmtrain.train.trainer", "slurmtrain.train.engines.deepspeed_engine", "slurmtrain.train.engines.fsdp2", "slurmtrain.train.engines.pipeline",
            "slurmtrain.train.hf", "torch._dynamo", "torch.distributed.checkpoint.state_dict",
            "torch.distributed.fsdp", "deepspeed")
 

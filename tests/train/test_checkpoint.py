@@ -39,7 +39,11 @@ def test_async_save_then_load_consolidated(tmp_path, monkeypatch):
     """One process, gloo: the background save's marker is written when it has finished."""
     import torch.distributed as dist
 
+    from dataclasses import asdict
+
     from slurmtrain.train.distributed import close_world, init_world
+    from slurmtrain.train.engines import load_consolidated
+    from slurmtrain.train.engines.dcp import DcpState
     from slurmtrain.train.model import Transformer
     from slurmtrain.train.parallelize import parallelize
     from slurmtrain.train.presets import get_preset
@@ -63,9 +67,9 @@ def test_async_save_then_load_consolidated(tmp_path, monkeypatch):
             def state_dict(self):
                 return {"consumed": 7}
 
-        saver = ck.Checkpointer(tmp_path, model, optim, sched, Data(),
-                                {"model_args": ck.model_args_dict(args)}, keep_last=1,
-                                async_save=True)
+        state = DcpState(model, optim, sched, async_save=True)
+        saver = ck.Checkpointer(tmp_path, state, Data(), {"model_args": asdict(args)},
+                                keep_last=1)
         saver.save(1)
         saver.save(2)  # finishes and marks step 1 first, then prunes it (keep_last=1)
         saver.wait()
@@ -74,7 +78,7 @@ def test_async_save_then_load_consolidated(tmp_path, monkeypatch):
     finally:
         close_world()
     assert not dist.is_initialized()
-    got_args, state = ck.load_consolidated(tmp_path)
+    got_args, state = load_consolidated(tmp_path)
     assert got_args == args
     # Activation checkpointing wraps blocks; the saved names are the plain ones.
     assert set(state) == {k.replace("_checkpoint_wrapped_module.", "") for k in expected}

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from slurmtrain.train import data  # noqa: E402  (imports torch)
 from slurmtrain.train.inputs import check_batch  # noqa: E402
-from slurmtrain.train.trainer import WarmupCosine  # noqa: E402
+from slurmtrain.train.optim import WarmupCosine  # noqa: E402
 
 
 def corpus(tmp_path, n=50):

@@ -86,7 +86,7 @@ def test_zero3_export_loads_in_transformers(zero_runs, tmp_path):
     """``slurmtrain export --hf`` gathers ZeRO-3's shards; transformers' logits equal ours
     from the same weights, and the weights equal ZeRO-2's (gathered from other files)."""
     transformers = pytest.importorskip("transformers")
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     from slurmtrain.train.model import Transformer
     out = tmp_path / "hf"
     proc = subprocess.run([sys.executable, "-m", "slurmtrain", "export", str(zero_runs[3]),
@@ -158,7 +158,7 @@ def test_pipeline_loss_matches_fsdp2_pipeline_and_exports(pipe_runs, tmp_path):
     assert sorted(got) == list(range(1, 21)), got
     worst = max(abs(got[s] - ref[s]) / abs(ref[s]) for s in ref)
     assert worst <= 1e-4, (worst, got, ref)
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     args, state = load_consolidated(pipe_runs["deepspeed"])
     _, ref_state = load_consolidated(pipe_runs["fsdp2"])
     assert sorted(state) == sorted(ref_state)
@@ -233,7 +233,7 @@ def test_a_value_deepspeed_itself_refuses_is_one_line_naming_the_file(tmp_path):
 def test_init_from_a_hugging_face_checkpoint(zero_runs, tmp_path):
     """ZeRO-3 started with ``--init-ckpt`` from the Hugging Face export of the trained
     ZeRO-2 run starts where that run ended, not from a fresh model."""
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     from slurmtrain.train.hf import export_hf
     args, state = load_consolidated(zero_runs[2])
     export_hf(state, args, tmp_path / "hf")

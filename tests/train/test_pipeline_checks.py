@@ -56,7 +56,7 @@ def test_microbatches_fewer_than_stages(tmp_path):
 
 
 def test_blocks_are_split_evenly():
-    from slurmtrain.train.pipeline import split_blocks, theoretical_bubble
+    from slurmtrain.train.engines.pipeline import split_blocks, theoretical_bubble
     assert split_blocks(7, 3) == [range(0, 3), range(3, 5), range(5, 7)]
     assert split_blocks(4, 4) == [range(i, i + 1) for i in range(4)]
     assert theoretical_bubble("1f1b", 2, 1, 4) == pytest.approx(1 / 5)

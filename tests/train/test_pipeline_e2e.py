@@ -94,7 +94,7 @@ def straight_1f1b(work):
 
 
 def test_1f1b_on_2_stages_agrees_with_one_stage(reference, reference_dir, straight_1f1b):
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     run_dir, proc = straight_1f1b
     assert sorted(losses(run_dir)) == list(range(1, 21))
     assert_close(losses(run_dir), reference, range(1, 21))
@@ -143,7 +143,7 @@ def test_init_ckpt_on_2_stages_agrees_with_one_stage(work, reference_dir, refere
     """--init-ckpt from a Hugging Face checkpoint (the reference run's final weights): 2
     stages x 2 data-parallel ranks (each stage sharded by FSDP2) start from the weights one
     stage starts from."""
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     from slurmtrain.train.hf import export_hf
     args, state = load_consolidated(reference_dir)
     export_hf(state, args, work / "ref-hf")
@@ -156,7 +156,7 @@ def test_init_ckpt_on_2_stages_agrees_with_one_stage(work, reference_dir, refere
 
 
 def test_resume_on_the_same_layout_is_exact(work, straight_1f1b):
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     ref_dir, _ = straight_1f1b
     run_dir, _ = run(work, "pp2-resumed", pipeline("1f1b") + ["--set", "debug.stop_at_step=10"],
                      nproc=2, expect=75)

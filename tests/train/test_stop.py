@@ -1,6 +1,6 @@
-"""The stop check of the built-in trainer (slurmtrain.train.stop): ranks agree through a
-CPU (gloo) group, so the check never waits for the device; only rank 0 looks at the stop
-file; every rank stops after the same step, the step at which the request was seen."""
+"""The built-in trainer's stop check is ``slurmtrain.stop``'s (the one contract users'
+programs have too): ranks agree through a CPU (gloo) group, so the check never waits for
+the device; every rank stops after the same step, the step at which the request was seen."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import signal
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,15 +16,14 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
-from slurmtrain.train import stop as stop_mod  # noqa: E402
-from slurmtrain.train.stop import StopRequest  # noqa: E402
+from slurmtrain import stop  # noqa: E402
 
 
-def first_agreed_step(stop: StopRequest, steps: int, before=lambda step: None) -> int | None:
-    """The step after which ``stop.agreed()`` first says stop; ``before(step)`` runs first."""
+def first_agreed_step(steps: int, before=lambda step: None) -> int | None:
+    """The step after which ``stop.agree(stop.should_stop())`` first says stop; ``before(step)`` runs first."""
     for step in range(1, steps + 1):
         before(step)
-        if stop.agreed():
+        if stop.agree(stop.should_stop()):
             return step
     return None
 
@@ -36,30 +36,28 @@ def _worker(rank: int, world: int, store: str, out: str) -> None:
     def spy(tensor, *args, **kwargs):  # every tensor the stop check sends
         devices.append(tensor.device.type)
         return real_all_reduce(tensor, *args, **kwargs)
-    stop_mod.dist.all_reduce = spy
+    dist.all_reduce = spy
+    stop.FILE_CHECK_SECONDS = 0  # look at the stop file at every step
     torch.set_default_device("meta")  # a tensor made without saying where would land here
     result: dict = {}
     try:
         # One rank asked (a signal reaches one node first): both stop after that step.
-        stop = StopRequest()
+        stop._reset_for_tests()
         result["asked"] = first_agreed_step(
-            stop, 10, lambda step: stop.request("test") if rank == 1 and step == 3 else None)
-        result["asked_reason"] = stop.reason
+            10, lambda step: stop.request("test") if rank == 1 and step == 3 else None)
+        result["asked_reason"] = stop.reason()
 
-        # The stop file: each rank is given its own path, and only rank 1's exists. Rank 1
-        # must not look at it, so nothing stops until rank 0's file appears at step 4.
+        # The stop file: each rank is given its own path; rank 0's appears at step 4.
         base = Path(out).parent
         os.environ["SLURMTRAIN_STOP_FILE"] = str(base / f"stop-{rank}")
-        if rank == 1:
-            (base / "stop-1").touch()
         dist.barrier()
-        stop = StopRequest()
+        stop._reset_for_tests()
 
         def touch_rank0_file(step: int) -> None:
             if rank == 0 and step == 4:
                 (base / "stop-0").touch()
-        result["file"] = first_agreed_step(stop, 10, touch_rank0_file)
-        result["file_reason"] = stop.reason
+        result["file"] = first_agreed_step(10, touch_rank0_file)
+        result["file_reason"] = stop.reason()
         result["devices"] = sorted(set(devices))
     finally:
         torch.set_default_device(None)
@@ -92,27 +90,38 @@ def test_single_process_needs_no_device(monkeypatch, tmp_path):
     """Without a group, and with tensors defaulting to a device that cannot be read back
     (meta), the check still works: it never builds a device tensor or calls .item() on one."""
     monkeypatch.setenv("SLURMTRAIN_STOP_FILE", str(tmp_path / "stop"))
+    monkeypatch.setattr(stop, "FILE_CHECK_SECONDS", 0)
+    stop._reset_for_tests()
     torch.set_default_device("meta")
     try:
-        stop = StopRequest()
-        assert not stop.agreed()
+        assert not stop.agree(stop.should_stop())
         (tmp_path / "stop").touch()
-        assert stop.agreed() and stop.reason == f"stop file {tmp_path / 'stop'}"
+        assert stop.agree(stop.should_stop()) and stop.reason() == f"stop file {tmp_path / 'stop'}"
     finally:
         torch.set_default_device(None)
+        stop._reset_for_tests()
 
 
 def test_nccl_default_group_gets_a_gloo_group_for_the_flag(monkeypatch):
     """With NCCL as the only backend (CUDA tensors only), the flag needs a gloo group of
-    its own; a default group that has gloo for CPU tensors is used as it is."""
+    its own, made once per process group; a default group that has gloo for CPU tensors
+    is used as it is."""
     made = []
-    monkeypatch.setattr(stop_mod.dist, "new_group", lambda **kw: made.append(kw) or "gloo-group")
-    monkeypatch.setattr(stop_mod.dist, "get_backend_config", lambda group=None: "cuda:nccl")
-    assert stop_mod.cpu_group() == "gloo-group" and made == [{"backend": "gloo"}]
+    default = object()
+    fake = SimpleNamespace(
+        get_backend_config=lambda group=None: "cuda:nccl",
+        new_group=lambda **kw: made.append(kw) or f"gloo-group-{len(made)}",
+        distributed_c10d=SimpleNamespace(_get_default_group=lambda: default))
+    monkeypatch.setattr(stop, "_world", lambda: fake)
+    monkeypatch.setattr(stop, "_cpu_group", (None, None))
+    assert stop.cpu_group() == "gloo-group-1" and stop.cpu_group() == "gloo-group-1"
+    assert made == [{"backend": "gloo"}]
+    default = object()  # a new process group: a new gloo group beside it
+    assert stop.cpu_group() == "gloo-group-2"
     for config in ("cpu:gloo,cuda:gloo", "cpu:gloo,cuda:nccl"):  # "gloo", the trainer's GPU setting
-        monkeypatch.setattr(stop_mod.dist, "get_backend_config", lambda group=None, c=config: c)
-        assert stop_mod.cpu_group() is None
-    assert len(made) == 1
+        fake.get_backend_config = lambda group=None, c=config: c
+        assert stop.cpu_group() is None
+    assert len(made) == 2
 
 
 def _catches(pid: int, sig: int) -> bool:

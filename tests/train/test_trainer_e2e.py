@@ -37,7 +37,7 @@ def test_loss_falls_on_a_learnable_corpus(straight):
 def test_resume_is_exact(straight, tmp_path):
     """Stopped at step 10 and started again: the same loss at every step and bitwise the
     same final weights as the uninterrupted run."""
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     ref_dir, _ = straight
     recipe = setup_run(tmp_path, steps=20)
     args = ["--recipe", str(recipe), "--run-dir", "run"]
@@ -140,7 +140,7 @@ def test_failure_is_an_event_and_not_75(tmp_path):
 def test_init_from_a_hugging_face_checkpoint(straight, tmp_path):
     """Export the reference run as HF, start a new run from it: its first loss is the
     trained model's, far below a fresh start's."""
-    from slurmtrain.train.checkpoint import load_consolidated
+    from slurmtrain.train.engines import load_consolidated
     from slurmtrain.train.hf import export_hf
     ref_dir, _ = straight
     args, state = load_consolidated(ref_dir)

@@ -1,7 +1,6 @@
 """DeepSpeed's pipeline engine for ``train.engine = "deepspeed"`` with ``pipeline.stages > 1``:
 a ``PipelineModule`` of one ``LayerSpec`` per block, the embedding first, norm and output
-last, starting from the whole model's ``init_weights(seed)`` numbers (as the torch-native
-pipeline does). DeepSpeed runs its own 1F1B-style schedule over
+last, starting from the numbers any other layout starts from (``model.init_parameters``). DeepSpeed runs its own 1F1B-style schedule over
 ``gradient_accumulation_steps`` micro-batches; ZeRO stage 0 or 1 (checked at load).
 
 Layer ``i`` of the PipelineModule holds: 0 the embedding, 1..n block ``i - 1``, n + 1 the
@@ -17,8 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model import RMSNorm, RotaryCache, Transformer, TransformerBlock
-from .deepspeed_engine import DeepSpeedCheckpoints
+from ..model import RMSNorm, RotaryCache, TransformerBlock, init_parameters
 
 
 class _Embed(nn.Module):
@@ -70,32 +68,9 @@ def build_pipe_module(deepspeed, args, stages: int, seed: int):
     specs = [LayerSpec(_Embed, args)] + [LayerSpec(_Block, args) for _ in range(args.n_layers)]
     specs.append(LayerSpec(_Head, args))
     module = PipelineModule(specs, num_stages=stages, loss_fn=_loss, partition_method="uniform")
-    whole = Transformer(args)
-    whole.init_weights(seed=seed)  # every stage takes its slice of the whole model's numbers
-    full = whole.state_dict()
-    local = {k: full[to_model_names(k, args.n_layers)] for k in module.state_dict()}
-    module.load_state_dict(local)
+    # Under the whole model's names: the numbers every other layout starts from.
+    init_parameters(module, args, seed, rename=lambda name: to_model_names(name, args.n_layers))
     return module
-
-
-class DeepSpeedPipe(DeepSpeedCheckpoints):
-    """The engine protocol over a ``PipelineEngine``: ``train_batch`` pulls
-    ``gradient_accumulation_steps`` micro-batches of (inputs, labels) on the first and
-    last stage and returns the loss averaged over them and the data-parallel ranks."""
-
-    @staticmethod
-    def _pairs(micro_batches: list[torch.Tensor]):
-        return iter([(t[:, :-1], t[:, 1:]) for t in micro_batches])
-
-    def train_step(self, micro_batches: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        loss = self.engine.train_batch(self._pairs(micro_batches))
-        norm = self.engine.get_global_grad_norm()
-        return loss.detach().float(), torch.as_tensor(0.0 if norm is None else norm,
-                                                      dtype=torch.float32)
-
-    def eval_loss(self, micro_batches: list[torch.Tensor]) -> torch.Tensor:
-        return self.engine.eval_batch(self._pairs(micro_batches),
-                                      num_micro_batches=len(micro_batches)).float()
 
 
 def consolidated_pipe_state(path: Path, n_layers: int) -> dict[str, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""Pipeline stages composed with FSDP2 (torch.distributed.pipelining), on a ``pp x dp`` mesh.
+"""The torch pipeline engine: stages composed with FSDP2 (torch.distributed.pipelining), on
+a ``pp x dp`` mesh. Its checkpoints are DCP's, like the FSDP2 engine's.
 
 The ranks form a 2-D mesh, pipeline outer: rank = pp_rank * dp + dp_rank, so with one
 stage per node the stages talk across nodes and FSDP2 stays inside each. The blocks are
@@ -28,10 +29,14 @@ from torch.distributed.pipelining.schedules import (
     Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B)
 from torch.distributed.tensor import DTensor
 
-from .data import to_device
-from .distributed import World
-from .model import RotaryCache, Transformer
-from .recipe import PipelineSection
+from .. import optim as optim_mod
+from ..data import to_device
+from ..distributed import World
+from ..model import RotaryCache, Transformer, init_parameters, meta_model
+from ..recipe import PipelineSection
+from .base import Context
+from .fsdp2 import TorchEngine, load_initial_weights
+from .fsdp2 import consolidated  # noqa: F401  (the registry's: DCP, as FSDP2's)
 
 log = logging.getLogger("slurmtrain.train")
 
@@ -114,38 +119,6 @@ class Parts(nn.Module):
             out = self.clock.mark_output(out)
             self.clock.busy += time.perf_counter() - start
         return out
-
-
-@torch.no_grad()
-def init_like_whole_model(model: Transformer, held: set[str], seed: int, device) -> None:
-    """Draw the initial weights as :meth:`Transformer.init_weights` does for the whole
-    model, in the same order from the same seed, writing only the parameters this rank
-    holds (``held``, by name) and drawing (then dropping) the others: every layout starts
-    from the weights a one-stage run starts from."""
-    torch.manual_seed(seed)
-    args = model.args
-    std, out_std = args.init_std, args.init_std / (2 * args.n_layers) ** 0.5
-
-    def normal(name: str, param: torch.Tensor, sd: float) -> None:
-        if name in held:
-            nn.init.normal_(param, mean=0.0, std=sd)
-        else:
-            torch.empty(param.shape, device=device).normal_(0.0, sd)
-
-    normal("tok_embeddings.weight", model.tok_embeddings.weight, std)
-    for i, block in enumerate(model.layers):
-        pre = f"layers.{i}."
-        for sub in ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1",
-                    "feed_forward.w3"):
-            normal(pre + sub + ".weight", block.get_submodule(sub).weight, std)
-        for sub in ("attention.wo", "feed_forward.w2"):
-            normal(pre + sub + ".weight", block.get_submodule(sub).weight, out_std)
-        if pre + "attention_norm.weight" in held:
-            block.attention_norm.init_weights()
-            block.ffn_norm.init_weights()
-    if "norm.weight" in held:
-        model.norm.init_weights()
-    normal("output.weight", model.output.weight, std)
 
 
 IGNORE = -100  # F.cross_entropy's ignore_index: padded evaluation rows
@@ -257,13 +230,66 @@ class Pipeline:
         return total
 
 
+def _describe(split: list[range], stages: int) -> None:
+    last = len(split) - 1
+    for c, blocks in enumerate(split):
+        what = [f"blocks {blocks.start}-{blocks.stop - 1}" if len(blocks) > 1
+                else f"block {blocks.start}"]
+        if c == 0:
+            what.insert(0, "embedding")
+        if c == last:
+            what.append("final norm and output")
+        log.info("pipeline: stage %d (on pipeline rank %d) holds %s", c, c % stages,
+                 ", ".join(what))
+
+
+def _materialise(local: Parts, chunks: list[Parts], args, seed: int, device, *,
+                 compile: bool, activation_checkpointing: bool) -> None:
+    """Storage and initial values for this rank's modules, then compile and activation
+    checkpointing block by block."""
+    # Initialised before any wrapper, under the blocks' own names: every parameter gets
+    # the numbers any other layout gives it.
+    local.to_empty(device=device)
+    init_parameters(local, args, seed)
+    for chunk in chunks:
+        chunk.rope.to_empty(device=device)
+        chunk.rope.init_weights()
+    for name, block in list(local.layers.items()):
+        if compile:
+            block.compile(fullgraph=True)
+        if activation_checkpointing:
+            wrapped = checkpoint_wrapper(block, preserve_rng_state=False)
+            for part in [local, *chunks]:
+                if name in part.layers:
+                    part.layers[name] = wrapped
+
+
+def _shard(chunks: list[Parts], dp_mesh, param_dtype: torch.dtype | None) -> None:
+    """FSDP2 over the data-parallel ranks of each chunk's stage."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) \
+        if param_dtype is not None else MixedPrecisionPolicy()
+    for chunk in chunks:
+        # Every micro-batch runs forward again: keep the gathered parameters (torchtitan
+        # does the same under a pipeline).
+        for block in chunk.layers.values():
+            fully_shard(block, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+        fully_shard(chunk, mesh=dp_mesh, mp_policy=mp, reshard_after_forward=False)
+
+
+def _schedule(pp: PipelineSection, stages: list, microbatches: int, loss_fn: CrossEntropy):
+    if pp.schedule == "interleaved-1f1b":
+        return ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
+    cls = ScheduleGPipe if pp.schedule == "gpipe" else Schedule1F1B
+    return cls(stages[0], microbatches, loss_fn=loss_fn)
+
+
 def build_pipeline(model: Transformer, pp: PipelineSection, world: World, microbatches: int, *,
                    seed: int, param_dtype: torch.dtype | None, activation_checkpointing: bool,
                    compile: bool) -> Pipeline:
     """Split ``model`` (built on the meta device) into this rank's chunks, materialise and
     initialise them, shard each over its data-parallel group and build the schedule."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
     dp = world.size // pp.stages
     mesh = init_device_mesh(world.device.type, (pp.stages, dp), mesh_dim_names=("pp", "dp"))
     pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
@@ -271,54 +297,61 @@ def build_pipeline(model: Transformer, pp: PipelineSection, world: World, microb
     split = split_blocks(model.args.n_layers, n_chunks)
     mine = [pp_rank + k * pp.stages for k in range(pp.stages_per_rank)]
     if world.rank == 0:
-        for c, blocks in enumerate(split):
-            what = [f"blocks {blocks.start}-{blocks.stop - 1}" if len(blocks) > 1
-                    else f"block {blocks.start}"]
-            if c == 0:
-                what.insert(0, "embedding")
-            if c == n_chunks - 1:
-                what.append("final norm and output")
-            log.info("pipeline: stage %d (on pipeline rank %d) holds %s", c, c % pp.stages,
-                     ", ".join(what))
-    local_blocks = [i for c in mine for i in split[c]]
-    local = Parts(model, local_blocks, first=0 in mine, last=n_chunks - 1 in mine)
+        _describe(split, pp.stages)
+    local = Parts(model, [i for c in mine for i in split[c]], first=0 in mine,
+                  last=n_chunks - 1 in mine)
     chunks = [Parts(model, list(split[c]), first=c == 0, last=c == n_chunks - 1) for c in mine]
-    # Materialise and initialise before sharding: FSDP2 then keeps each rank's slice of the
-    # weights a one-stage run starts from (DTensor random ops on CPU meshes would not).
-    local.to_empty(device=world.device)
-    init_like_whole_model(model, {n for n, _ in local.named_parameters()}, seed, world.device)
-    for chunk in chunks:
-        chunk.rope.to_empty(device=world.device)
-        chunk.rope.init_weights()
-    for name, block in list(local.layers.items()):
-        if compile:
-            block.compile(fullgraph=True)
-        if activation_checkpointing:  # after the init, which reads the blocks' own names
-            wrapped = checkpoint_wrapper(block, preserve_rng_state=False)
-            for part in [local, *chunks]:
-                if name in part.layers:
-                    part.layers[name] = wrapped
+    _materialise(local, chunks, model.args, seed, world.device, compile=compile,
+                 activation_checkpointing=activation_checkpointing)
     if dp > 1 or param_dtype is not None:
-        mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) \
-            if param_dtype is not None else MixedPrecisionPolicy()
-        for chunk in chunks:
-            # Every micro-batch runs forward again: keep the gathered parameters (torchtitan
-            # does the same under a pipeline).
-            for block in chunk.layers.values():
-                fully_shard(block, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
-            fully_shard(chunk, mesh=mesh["dp"], mp_policy=mp, reshard_after_forward=False)
+        _shard(chunks, mesh["dp"], param_dtype)
     group = mesh["pp"].get_group()
     stages = [PipelineStage(chunk, c, n_chunks, world.device, group=group)
               for chunk, c in zip(chunks, mine)]
-
     loss_fn = CrossEntropy()
-    if pp.schedule == "interleaved-1f1b":
-        schedule = ScheduleInterleaved1F1B(stages, microbatches, loss_fn=loss_fn)
-    else:
-        cls = ScheduleGPipe if pp.schedule == "gpipe" else Schedule1F1B
-        schedule = cls(stages[0], microbatches, loss_fn=loss_fn)
-    return Pipeline(local=local, chunks=chunks, schedule=schedule, first=0 in mine,
-                    last=n_chunks - 1 in mine, pp_group=group, stages=pp.stages,
+    return Pipeline(local=local, chunks=chunks, schedule=_schedule(pp, stages, microbatches, loss_fn),
+                    first=0 in mine, last=n_chunks - 1 in mine, pp_group=group, stages=pp.stages,
                     dp_rank=dp_rank, dp=dp, microbatches=microbatches,
                     bubble=theoretical_bubble(pp.schedule, pp.stages, pp.stages_per_rank,
                                               microbatches), loss_fn=loss_fn)
+
+
+class PipelineEngine(TorchEngine):
+    """The engine protocol over a :class:`Pipeline`: this data-parallel rank's whole share
+    of a step goes to the schedule, which cuts it into ``pipeline.microbatches``
+    micro-batches and scales the gradients by their number."""
+
+    name = "pipeline"
+
+    def __init__(self, ctx: Context, pipe: Pipeline):
+        super().__init__(ctx, pipe.local, pipe.dp_rank, pipe.dp)
+        self.pipe = pipe
+        self.bubble = 0.0  # measured idle share of this rank's last step
+
+    def train_step(self, micro_batches: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, self.bubble = self.pipe.train_step(torch.cat(micro_batches), self.device)
+        grad_norm = self.pipe.clip_grads(self.grad_clip)
+        self._step_optimizer()
+        return loss, grad_norm
+
+    def eval_loss(self, batches: list[torch.Tensor]) -> torch.Tensor:
+        # Padded to the micro-batch count if need be.
+        return self.pipe.eval_loss(torch.cat(batches), self.device)
+
+    def log_fields(self, mean_over_ranks) -> dict:
+        # Measured: the idle share of the step's schedule on each rank (the step in the
+        # log), averaged over ranks; and the schedule's own figure.
+        return {"bubble": round(mean_over_ranks(torch.tensor(self.bubble)), 4),
+                "bubble_theoretical": round(self.pipe.bubble, 4)}
+
+
+def build(ctx: Context) -> PipelineEngine:
+    cfg = ctx.recipe.train
+    pipe = build_pipeline(meta_model(ctx.args), ctx.recipe.pipeline, ctx.world, ctx.microbatches,
+                          seed=cfg.seed,
+                          param_dtype=optim_mod.compute_dtype(cfg.dtype, ctx.world.device),
+                          activation_checkpointing=cfg.activation_checkpointing,
+                          compile=cfg.compile)
+    if ctx.init_ckpt:
+        load_initial_weights(pipe.local, ctx, whole_model=False)
+    return PipelineEngine(ctx, pipe)

@@ -1,0 +1,125 @@
+"""The state of the torch engines (FSDP2, torch pipeline stages) through
+torch.distributed.checkpoint (DCP): model and optimizer sharded as they are held (via
+``get_state_dict``), the LR schedule, the trainer's client state (step, data position)
+and each rank's RNG states.
+
+Keys: ``model.*``, ``optim.*`` (by parameter name, so a checkpoint loads on another
+pipeline layout), ``train`` (the client state and ``scheduler``), ``rng.rank<N>``.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import random
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict,
+    set_optimizer_state_dict)
+from torch.distributed.checkpoint.stateful import Stateful
+
+log = logging.getLogger("slurmtrain.train")
+
+
+class _ModelState(Stateful):
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def state_dict(self) -> dict[str, Any]:
+        return get_model_state_dict(self.model)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_model_state_dict(self.model, state)
+
+
+class _OptimState(Stateful):
+    """The optimizer's state keyed by parameter name, hyper-parameters included
+    (``state.<name>.exp_avg``, ``param_groups.<name>.lr``): no key depends on which
+    parameters a rank holds, so a checkpoint loads on another pipeline layout.
+    ``flatten=False`` reads checkpoints saved before (``param_groups.0.params``: the names
+    one rank held, which differ between pipeline stages)."""
+
+    def __init__(self, model: torch.nn.Module, optim: torch.optim.Optimizer, flatten: bool = True):
+        self.model, self.optim = model, optim
+        self.options = StateDictOptions(flatten_optimizer_state_dict=flatten)
+
+    def state_dict(self) -> dict[str, Any]:
+        return get_optimizer_state_dict(self.model, self.optim, options=self.options)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_optimizer_state_dict(self.model, self.optim, state, options=self.options)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "python": repr(random.getstate())}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(ast.literal_eval(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class DcpState:
+    """Save and load of an engine's model, optimizer and schedule, with the client state."""
+
+    def __init__(self, model: torch.nn.Module, optim: torch.optim.Optimizer, scheduler: Any,
+                 *, async_save: bool):
+        self.model, self.optim, self.scheduler = model, optim, scheduler
+        self.rank = dist.get_rank()
+        # Async saves run on a gloo group of their own, beside the training's collectives.
+        self._async_pg = dist.new_group(backend="gloo") if async_save else None
+
+    def _state(self, client: dict[str, Any]) -> dict[str, Any]:
+        return {"model": _ModelState(self.model), "optim": _OptimState(self.model, self.optim),
+                "train": {**client, "scheduler": self.scheduler.state_dict()},
+                "rng": {f"rank{self.rank}": _rng_state()}}
+
+    def save(self, path: Path, client: dict[str, Any]):
+        """Write this rank's shards; returns the future of an async save, else None."""
+        if self._async_pg is not None:
+            return dcp.async_save(self._state(client), checkpoint_id=str(path),
+                                  process_group=self._async_pg)
+        dcp.save(self._state(client), checkpoint_id=str(path))
+        return None
+
+    def load(self, path: Path, client: dict[str, Any]) -> dict[str, Any]:
+        """Restore everything from ``path``; returns the client state given to :meth:`save`
+        (``client`` is its template: DCP reads the keys it is given)."""
+        state = self._state(client)
+        available = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        if not any(k.startswith(f"rng.rank{self.rank}.") for k in available):
+            # Saved with fewer ranks: this rank keeps its fresh RNG state.
+            log.warning("checkpoint %s has no RNG state for rank %d", path, self.rank)
+            del state["rng"]
+        if any(re.match(r"optim\.param_groups\.\d+\.", k) for k in available):
+            state["optim"] = _OptimState(self.model, self.optim, flatten=False)  # older format
+        dcp.load(state, checkpoint_id=str(path))
+        self.scheduler.load_state_dict(state["train"].pop("scheduler"))
+        if "rng" in state:
+            _set_rng_state(state["rng"][f"rank{self.rank}"])
+        return state["train"]
+
+
+def consolidated(path: Path) -> dict[str, torch.Tensor]:
+    """The full model state of a DCP checkpoint folder, read into this one process (no
+    process group): ``slurmtrain export``."""
+    md = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    state = {k: torch.empty(v.size, dtype=v.properties.dtype)
+             for k, v in md.items() if k.startswith("model.") and hasattr(v, "size")}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": yes
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=str(path), no_dist=True)
+    return {k[len("model."):]: v for k, v in state.items()}
