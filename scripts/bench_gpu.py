@@ -62,8 +62,8 @@ from slurmtrain.train.data import PackedCorpus  # noqa: E402
 from slurmtrain.train.distributed import close_world, init_world  # noqa: E402
 from slurmtrain.train.metrics import peak_flops, peak_mem_gib  # noqa: E402
 from slurmtrain.train.model import Transformer  # noqa: E402
-from slurmtrain.train.presets import flops_per_token, get_preset, param_count  # noqa: E402
-from slurmtrain.train.recipe import load_recipe_sources, model_args  # noqa: E402
+from slurmtrain.recipes.presets import flops_per_token, get_preset, param_count  # noqa: E402
+from slurmtrain.recipes.recipe import load_recipe_sources, model_args  # noqa: E402
 from slurmtrain.train.syncwatch import SyncWatch  # noqa: E402
 
 LR, WEIGHT_DECAY = 3e-4, 0.1  # the same for both loops (AdamW does the same work)

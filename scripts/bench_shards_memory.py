@@ -1,7 +1,7 @@
 """Peak RSS and time to the first step of the trainer on a big tokenized corpus vs a small one.
 
 Writes two synthetic tokenized corpora in the format of ``slurmtrain tokenize``
-(``slurmtrain/train/shards.py``; random byte-level tokens, documents of 200 to 2000 tokens):
+(``slurmtrain/data/shards.py``; random byte-level tokens, documents of 200 to 2000 tokens):
 a small one (``--small-mb``, default 20 MB of shards) and a big one (``--big-gb``, default
 2.1 GB), then runs the trainer (``tiny-demo`` recipe, one process, a few steps) on each,
 alternating, and reports each run's peak RSS (the process's ``VmHWM``, polled) and the time from start to the first
@@ -28,8 +28,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from slurmtrain.train import shards  # noqa: E402
-from slurmtrain.train.tokenizer import ByteTokenizer  # noqa: E402
+from slurmtrain.data import shards  # noqa: E402
+from slurmtrain.data.tokenizer import ByteTokenizer  # noqa: E402
 
 SHARD_TOKENS = 128 << 20  # 256 MB of uint16 per shard
 

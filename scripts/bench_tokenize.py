@@ -38,7 +38,7 @@ BASELINE = ("import json, sys; from tokenizers import Tokenizer; t = Tokenizer.f
 
 def make_corpus(work: Path, mb: float, vocab: int) -> tuple[Path, Path]:
     sys.path.insert(0, str(REPO))
-    from slurmtrain.train.demo_corpus import write_demo_corpus
+    from slurmtrain.data.demo_corpus import write_demo_corpus
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     seed = work / "seed.jsonl"
     write_demo_corpus(seed, 8_000_000)

@@ -32,7 +32,7 @@ from slurmtrain.train import optim as optim_mod  # noqa: E402
 from slurmtrain.train import trainer as trainer_mod  # noqa: E402
 from slurmtrain.train.distributed import close_world, init_world  # noqa: E402
 from slurmtrain.train.model import Transformer  # noqa: E402
-from slurmtrain.train.recipe import load_recipe_sources  # noqa: E402
+from slurmtrain.recipes.recipe import load_recipe_sources  # noqa: E402
 
 SEQ, MICRO = 256, 8
 
@@ -102,7 +102,7 @@ def main() -> None:
             data = Path(tmp) / "c.jsonl"
             corpus(data)
             args = load_recipe_sources("tiny-demo")[0]
-            from slurmtrain.train.recipe import model_args
+            from slurmtrain.recipes.recipe import model_args
             margs = model_args(args)
             for r in range(a.rounds):
                 hand.append(hand_loop(margs, a.steps, warmup))

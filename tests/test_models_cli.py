@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
-from slurmtrain.train.presets import PRESETS, param_count
+from slurmtrain.recipes.presets import PRESETS, param_count
 
 
 def test_models_lists_every_preset_with_its_exact_count():

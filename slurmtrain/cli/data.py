@@ -1,7 +1,7 @@
 """Commands for corpora: tokenize (raw text -> memory-mapped token shards for the trainer).
 
 Imports numpy and ``tokenizers`` inside the command only (never torch), so the CLI stays
-light; the work lives in :mod:`slurmtrain.train.pretokenize`.
+light; the work lives in :mod:`slurmtrain.data.pretokenize`.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
     if any(v is not None for v in (nodes, time_limit, partition)) or sets or dry_run:
         raise UsageError("--nodes, --time, --partition, --set and --dry-run need --profile (a Slurm job)")
     try:
-        from ..train.pretokenize import tokenize_corpus
+        from ..data.pretokenize import tokenize_corpus
     except ModuleNotFoundError as err:
         raise UsageError(f"tokenize needs numpy and tokenizers ({err.name} is missing): "
                          "pip install 'slurmtrain[train]'") from None
@@ -107,7 +107,7 @@ def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, p
     from ..runs import tokenize_job
     from .options import overrides
     from ..runs.submit import submit as submit_job
-    from ..train.pretokenize import input_files  # numpy only
+    from ..data.pretokenize import input_files  # numpy only
 
     input_files(list(inputs))
     if tokenizer != "bytes" and not Path(tokenizer).exists():

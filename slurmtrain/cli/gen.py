@@ -27,7 +27,7 @@ def gen(plain: bool, **opts) -> None:
       slurmtrain gen --profile local --recipe tiny-demo
       slurmtrain gen --plain --profile aws-p4d -- python train.py   # unsupervised
     """
-    from ..train.jobcheck import check_job  # torch-free
+    from ..recipes.jobcheck import check_job  # torch-free
 
     loaded, job = build_job("gen", regen_args=sys.argv[2:], **opts)
     job = dataclasses.replace(job, plain=plain)

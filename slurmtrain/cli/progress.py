@@ -1,7 +1,7 @@
 """Commands that follow a run's training: watch (live progress), plot (metrics to a PNG).
 
 Torch-free: they read ``metrics.jsonl``/``events.jsonl`` through
-:mod:`slurmtrain.train.progress`; matplotlib is imported only when ``plot`` runs.
+:mod:`slurmtrain.runs.progress`; matplotlib is imported only when ``plot`` runs.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def watch(ref: str, runs_dir: str, once: bool, interval: float) -> None:
     when the run ended without finishing. RUN is a run directory, a run name under
     --runs-dir or a unique prefix of one, a job id, or a job name (its latest run).
     """
-    from ..train.progress import progress_line, snapshot
+    from ..runs.progress import progress_line, snapshot
     run = resolve_run(ref, runs_dir).path
     if once:
         click.echo(progress_line(snapshot(run)))
@@ -68,7 +68,7 @@ def plot(ref: str, runs_dir: str, out: Path) -> None:
     id, or a job name (its latest run).
     """
     from .. import events
-    from ..train.progress import plot as plot_run, read_metrics
+    from ..runs.progress import plot as plot_run, read_metrics
     run = resolve_run(ref, runs_dir).path
     if not read_metrics(run)[0] and not events.read(run):
         raise UsageError(f"{run}: nothing to plot yet (no metrics.jsonl, no events.jsonl)")

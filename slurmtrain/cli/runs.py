@@ -149,7 +149,7 @@ def _print_status(st) -> None:
     for label, text in _goodput_rows(st.goodput):
         row(label, text)
     if st.checkpoint_interval:
-        from ..train.cadence import describe  # torch-free
+        from ..cadence import describe  # torch-free
         row("ckpt", describe(st.checkpoint_interval))
     for i, s in enumerate(st.stragglers):
         row("stragglers" if i == 0 else "", f"{s['node']}: {s['pct']}% slower than the other nodes ({s['compute_ms']} "

@@ -45,7 +45,7 @@ def submit(runs_dir: str, **opts) -> None:
       slurmtrain submit -p aws-p4d -N 4 --name llama8b -- python train.py --lr 3e-4
     """
     from ..runs.submit import submit as submit_job
-    from ..train.jobcheck import check_job  # torch-free
+    from ..recipes.jobcheck import check_job  # torch-free
     from ..tracking import check_installed
 
     loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)

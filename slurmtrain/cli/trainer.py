@@ -1,7 +1,7 @@
 """Commands for the built-in trainer: models (list presets), demo-corpus (data for
 tiny-demo), export (a run's checkpoint -> Hugging Face).
 
-``models`` reads only :mod:`slurmtrain.train.presets`, which is torch-free, so it runs
+``models`` reads only :mod:`slurmtrain.recipes.presets`, which is torch-free, so it runs
 on a login node without the [train] extra; so does ``demo-corpus``. ``export`` imports
 torch inside the command.
 """
@@ -21,7 +21,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 
 def presets_table() -> str:
     """The text ``slurmtrain models`` prints: one row per preset, columns aligned."""
-    from ..train.presets import PRESETS, human_count, param_count
+    from ..recipes.presets import PRESETS, human_count, param_count
 
     header = ("preset", "params", "", "dim", "layers", "heads", "kv_heads", "ffn_dim", "vocab",
               "max_seq_len", "rope_theta", "tied")
@@ -58,7 +58,7 @@ def demo_corpus(out: Path, max_mb: float) -> None:
     OUT defaults to demo/corpus.jsonl, where the tiny-demo recipe looks when the
     trainer starts in the same directory.
     """
-    from ..train.demo_corpus import write_demo_corpus
+    from ..data.demo_corpus import write_demo_corpus
     n_docs, n_bytes = write_demo_corpus(out, int(max_mb * 1e6))
     if n_docs == 0:
         raise UsageError("found no text on this machine to build a corpus from")
@@ -109,7 +109,7 @@ def export(ref: str, runs_dir: str, out: Path, dtype: str | None, max_shard_gb: 
     import torch
 
     from ..train.hf import export_hf
-    from ..train.presets import human_count, param_count
+    from ..recipes.presets import human_count, param_count
 
     args, state_dict = load_consolidated(run)
     written = export_hf(state_dict, args, out,

@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def recipe_sets(args: argparse.Namespace) -> list[tuple[str, object, str]]:
     """--set and the options that set one recipe key, as (key, value, origin) triples."""
-    from .recipe import parse_sets
+    from ..recipes.recipe import parse_sets
     sets = parse_sets(args.sets)
     for opt, key in OVERRIDES.items():
         value = getattr(args, opt)
@@ -93,7 +93,7 @@ def recipe_sets(args: argparse.Namespace) -> list[tuple[str, object, str]]:
 
 def _recipe_keys() -> str:
     from ..schema import docs
-    from .recipe import Recipe
+    from ..recipes.recipe import Recipe
     rows = [f"  {key:<32} {doc}" + (f" (default: {default!r})" if default is not None else "")
             for key, doc, default in docs(Recipe)]
     return "recipe keys (TOML sections [model], [data], [train], [pipeline], [debug]; --set KEY=VALUE):\n" \
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .recipe import load_recipe_sources
+    from ..recipes.recipe import load_recipe_sources
     recipe, sources = load_recipe_sources(args.recipe, recipe_sets(args))
     run_dir = (Path(args.run_dir) if args.run_dir else default_run_dir(args.recipe)).absolute()
 

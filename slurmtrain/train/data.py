@@ -28,9 +28,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from . import shards
-from .inputs import corpus_files
-from .tokenizer import Tokenizer
+from ..data import shards
+from ..recipes.inputs import corpus_files
+from ..data.tokenizer import Tokenizer
 
 log = logging.getLogger("slurmtrain.train")
 RAW_WARN_BYTES = 1 << 30  # raw corpora bigger than this get a pointer to `slurmtrain tokenize`

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from ..errors import ConfigError
-from .presets import ModelArgs
+from ..recipes.presets import ModelArgs
 
 CONFIG = "config.json"
 SINGLE_FILE = "model.safetensors"

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .presets import ModelArgs
+from ..recipes.presets import ModelArgs
 
 
 class RMSNorm(nn.Module):

@@ -23,22 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import tracking
-from .progress import METRICS_FILE
+from ..runs.progress import last_step
 
 log = logging.getLogger("slurmtrain.train")
 
 
 def last_logged_step(run_dir: Path) -> int:
     """The highest step in metrics.jsonl (0: none): every tracker already has it."""
-    path = Path(run_dir) / METRICS_FILE
-    top = 0
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                top = max(top, int(json.loads(line).get("step", 0)))
-            except (ValueError, TypeError, AttributeError):
-                continue  # a line cut short by a kill
-    return top
+    return last_step(run_dir)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -22,18 +22,18 @@ import torch.distributed as dist
 from .. import events, heartbeat, stop
 from ..errors import ConfigError
 from ..schema import Sources
-from . import cadence as cadence_mod
+from .. import cadence as cadence_mod
 from . import data as data_mod
 from . import engines
 from .checkpoint import Checkpointer, newest_complete
 from .distributed import World
-from .inputs import check_pipeline, corpus_files
+from ..recipes.inputs import check_pipeline, corpus_files
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .model import count_parameters, meta_model
-from .presets import flops_per_token, human_count
+from ..recipes.presets import flops_per_token, human_count
 from .probe import ComputeProbe
-from .recipe import Recipe, model_args, recipe_to_dict, resolve_data_path
-from .tokenizer import Tokenizer, load_tokenizer
+from ..recipes.recipe import Recipe, model_args, recipe_to_dict, resolve_data_path
+from ..data.tokenizer import Tokenizer, load_tokenizer
 from .tracking import open_trackers
 
 log = logging.getLogger("slurmtrain.train")

@@ -23,7 +23,7 @@ from slurmtrain import eventlog, events
 from slurmtrain.cli import main
 from slurmtrain.runs import classify, track
 from slurmtrain.runs.states import JobState
-from slurmtrain.train import progress
+from slurmtrain.runs import progress
 
 from runs_fakes import recorded_cases, recorded_run
 

@@ -1,4 +1,4 @@
-"""resilience.checkpoint_every = "auto" (train/cadence.py): the Young-Daly interval from the
+"""resilience.checkpoint_every = "auto" (slurmtrain/cadence.py): the Young-Daly interval from the
 measured checkpoint cost and step time and the job's mean time between faults, the same on
 every rank, and what status says of it."""
 
@@ -10,7 +10,7 @@ import math
 import pytest
 
 from slurmtrain import events
-from slurmtrain.train import cadence
+from slurmtrain import cadence
 
 
 def test_young_daly_from_the_profiles_node_mtbf_shrinking_with_nodes():

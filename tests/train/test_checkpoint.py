@@ -46,7 +46,7 @@ def test_async_save_then_load_consolidated(tmp_path, monkeypatch):
     from slurmtrain.train.engines.dcp import DcpState
     from slurmtrain.train.model import Transformer
     from slurmtrain.train.parallelize import parallelize
-    from slurmtrain.train.presets import get_preset
+    from slurmtrain.recipes.presets import get_preset
 
     for k in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(k, raising=False)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from slurmtrain.errors import ConfigError
-from slurmtrain.train.tokenizer import ByteTokenizer, load_tokenizer
+from slurmtrain.data.tokenizer import ByteTokenizer, load_tokenizer
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from slurmtrain.train import data  # noqa: E402  (imports torch)
-from slurmtrain.train.inputs import check_batch  # noqa: E402
+from slurmtrain.recipes.inputs import check_batch  # noqa: E402
 from slurmtrain.train.optim import WarmupCosine  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def corpus(tmp_path, n=50):
 
 
 def test_byte_tokenizer_fits_the_tiny_preset():
-    from slurmtrain.train.presets import get_preset
+    from slurmtrain.recipes.presets import get_preset
     tok = ByteTokenizer()
     assert [list(a) for a in tok.encode_batch(["hé"])] == [[104, 195, 169]]
     assert tok.vocab_size <= get_preset("tiny").vocab_size

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from slurmtrain.errors import ConfigError
-from slurmtrain.train.engines import ds_config
-from slurmtrain.train.recipe import load_recipe_sources
+from slurmtrain.recipes import ds_config
+from slurmtrain.recipes.recipe import load_recipe_sources
 
 HERE = Path(__file__).parent
 CONFIGS = HERE / "ds_configs"

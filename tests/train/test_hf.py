@@ -13,7 +13,7 @@ from slurmtrain.errors import ConfigError  # noqa: E402
 from slurmtrain.train.hf import (  # noqa: E402
     args_to_hf_config, export_hf, hf_config_to_args, load_hf_checkpoint, read_hf_state_dict)
 from slurmtrain.train.model import Transformer  # noqa: E402
-from slurmtrain.train.presets import ModelArgs, get_preset  # noqa: E402
+from slurmtrain.recipes.presets import ModelArgs, get_preset  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -6,7 +6,7 @@ import pytest
 
 from slurmtrain.errors import ConfigError
 from slurmtrain.schema import Sources
-from slurmtrain.train.presets import PRESETS, ModelArgs, get_preset, override, param_count
+from slurmtrain.recipes.presets import PRESETS, ModelArgs, get_preset, override, param_count
 
 try:
     import torch
@@ -115,7 +115,7 @@ def test_meta_model_skips_the_default_init_and_leaves_nn_init_as_it_was():
 import sys, torch
 from torch import nn
 from slurmtrain.train.model import meta_model
-from slurmtrain.train.presets import get_preset
+from slurmtrain.recipes.presets import get_preset
 before = {n: getattr(nn.init, n) for n in ("normal_", "uniform_", "kaiming_uniform_")}
 meta_model(get_preset("tiny"))
 assert "torch._dynamo" not in sys.modules, "meta_model imported torch._dynamo"

@@ -43,8 +43,8 @@ def test_microbatches_fewer_than_stages(tmp_path):
     """A world of 4 (2 stages x 2 data-parallel ranks) is known only under torchrun: the
     check itself, with the numbers it names."""
     from slurmtrain.errors import ConfigError
-    from slurmtrain.train.inputs import check_pipeline
-    from slurmtrain.train.recipe import load_recipe_sources, parse_sets
+    from slurmtrain.recipes.inputs import check_pipeline
+    from slurmtrain.recipes.recipe import load_recipe_sources, parse_sets
     recipe, sources = load_recipe_sources(str(setup_run(tmp_path)), parse_sets(
         ["pipeline.stages=2", "pipeline.microbatches=1"]))
     with pytest.raises(ConfigError, match="1 micro-batches per step, fewer than the 2 stages "

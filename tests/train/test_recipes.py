@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurmtrain.errors import ConfigError
-from slurmtrain.train.recipe import (builtin_recipes, load_recipe, model_args, parse_sets,
-                                     recipe_to_dict)
+from slurmtrain.recipes.recipe import builtin_recipes, load_recipe, model_args, parse_sets, recipe_to_dict
 
 PRESETS = ["tiny", "tinyllama-1.1b", "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b"]
 

@@ -93,7 +93,7 @@ def test_a_block_compiles_as_one_graph():
     (the trainer compiles the wrapped block), finds one graph and no break."""
     from slurmtrain.train.model import Transformer
     from slurmtrain.train.parallelize import apply_ac
-    from slurmtrain.train.presets import get_preset
+    from slurmtrain.recipes.presets import get_preset
 
     model = Transformer(get_preset("tiny"))
     model.init_weights(seed=0)
@@ -122,7 +122,7 @@ def test_all_blocks_share_one_compiled_graph():
     from torch._dynamo.utils import counters
 
     from slurmtrain.train.model import Transformer
-    from slurmtrain.train.presets import get_preset
+    from slurmtrain.recipes.presets import get_preset
 
     model = Transformer(dataclasses.replace(get_preset("tiny"), n_layers=12))
     model.init_weights(seed=0)
@@ -144,7 +144,7 @@ def test_attention_goes_through_sdpa(monkeypatch):
     """Every block's attention is one scaled_dot_product_attention call (causal, GQA without
     repeated k/v), the kernel that picks flash attention on a GPU."""
     from slurmtrain.train import model as model_mod
-    from slurmtrain.train.presets import get_preset
+    from slurmtrain.recipes.presets import get_preset
 
     calls = []
     real = model_mod.F.scaled_dot_product_attention

@@ -28,7 +28,7 @@ def watched_train(base: Path, world) -> tuple[int, dict[int, list[str]], list[st
     """Build and train in ``base`` (recipe already there); returns the exit code, the sync
     sites each step reached (its log call left out) and those of the log calls."""
     from slurmtrain.train import trainer as trainer_mod
-    from slurmtrain.train.recipe import load_recipe_sources
+    from slurmtrain.recipes.recipe import load_recipe_sources
     from slurmtrain.train.syncwatch import SyncWatch
 
     recipe, sources = load_recipe_sources(str(base / "recipe.toml"), [

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
-from slurmtrain.train import shards
-from slurmtrain.train.tokenizer import load_tokenizer
+from slurmtrain.data import shards
+from slurmtrain.data.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
@@ -313,7 +313,7 @@ def test_a_big_raw_corpus_points_at_tokenize(corpus, monkeypatch, caplog):
 
 def test_progress_counts_unfinished_shards_and_ignores_late_reports():
     import io
-    from slurmtrain.train.pretokenize import Progress, Result
+    from slurmtrain.data.pretokenize import Progress, Result
     out = io.StringIO()
     p = Progress(total_units=2, total_bytes=2000, every=0, stream=out)
     p.partial(("00000", 10, 100, 500))
@@ -420,7 +420,7 @@ def test_workers_are_not_forked_from_a_process_with_threads():
     pool's terminate waited 15 minutes inside a test runner that had W&B's threads)."""
     import threading
 
-    from slurmtrain.train import pretokenize
+    from slurmtrain.data import pretokenize
 
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)

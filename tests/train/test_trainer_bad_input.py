@@ -71,7 +71,7 @@ def test_init_ckpt_of_another_shape(tmp_path):
 
     from slurmtrain.train.hf import export_hf
     from slurmtrain.train.model import Transformer
-    from slurmtrain.train.presets import get_preset
+    from slurmtrain.recipes.presets import get_preset
     other = dataclasses.replace(get_preset("tiny"), dim=32, ffn_dim=96)
     model = Transformer(other)
     model.init_weights(seed=0)

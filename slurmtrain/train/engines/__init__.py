@@ -43,7 +43,7 @@ def load_consolidated(run_dir: str | Path):
     any engine, read in this one process (no process group): ``slurmtrain export``."""
     from ...errors import ConfigError
     from ..checkpoint import META, checkpoints_dir, newest_complete
-    from ..presets import ModelArgs
+    from ...recipes.presets import ModelArgs
     found = newest_complete(Path(run_dir))
     if found is None:
         raise ConfigError(str(run_dir), "", "no complete checkpoint in "

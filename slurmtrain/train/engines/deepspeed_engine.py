@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from ...errors import ConfigError
 from .. import optim as optim_mod
 from ..model import Transformer
-from . import ds_config
+from ...recipes import ds_config
 from .base import Context
 
 log = logging.getLogger("slurmtrain.train")

@@ -33,7 +33,7 @@ from .. import optim as optim_mod
 from ..data import to_device
 from ..distributed import World
 from ..model import RotaryCache, Transformer, init_parameters, meta_model
-from ..recipe import PipelineSection
+from ...recipes.recipe import PipelineSection
 from .base import Context
 from .fsdp2 import TorchEngine, load_initial_weights
 from .fsdp2 import consolidated  # noqa: F401  (the registry's: DCP, as FSDP2's)

@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from .inputs import tokenizer_file
+from ..recipes.inputs import tokenizer_file
 
 
 class Tokenizer(Protocol):

@@ -210,7 +210,7 @@ def _check_engine(recipe: Recipe, sources: Sources) -> None:
     # The [deepspeed] section is read only with that engine: one key switches engines.
     if recipe.train.engine != "deepspeed":
         return
-    from .engines.ds_config import load
+    from .ds_config import load
     load(recipe, sources)
 
 

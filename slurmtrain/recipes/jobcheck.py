@@ -40,7 +40,7 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
         if start is None:
             return  # a recipe file inside the container: only the job can read it
         ref = str(expand(ref, start, env))
-    from .__main__ import recipe_sets
+    from ..train.__main__ import recipe_sets
     recipe, sources = load_recipe_sources(ref, recipe_sets(args))
 
     from ..render import _procs_per_node  # the one definition of the job's processes per node
@@ -68,7 +68,7 @@ def trainer_args(job: JobSpec) -> argparse.Namespace | None:
                      if words[i] in ("-m", "--module") and words[i + 1] == TRAINER), None)
     if argv is None:
         return None
-    from .__main__ import build_parser
+    from ..train.__main__ import build_parser
     parser = build_parser()
 
     def refuse(message: str):  # argparse would print its usage and exit

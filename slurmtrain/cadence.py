@@ -60,8 +60,8 @@ def choose(cost_s: float, step_s: float, node_mtbf_h: float, nodes: int, faults:
 
 def run_faults(run_dir) -> tuple[int, float]:
     """(faults, allocated node-hours) of the run so far, from its events (runs/goodput.py)."""
-    from .. import events
-    from ..runs import goodput
+    from . import events
+    from .runs import goodput
 
     g = goodput.of_events(events.read(run_dir))
     return sum(1 for f in g.faults if f.kind in FAULT_KINDS), g.allocated / 3600

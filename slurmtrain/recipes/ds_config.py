@@ -20,9 +20,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError
-from ...resources import configs_dir
-from ...schema import Sources
+from ..errors import ConfigError
+from ..resources import configs_dir
+from ..schema import Sources
 
 INLINE = "deepspeed.json"  # where inline keys are reported as coming from
 

@@ -1,4 +1,4 @@
-"""Reading a run's ``metrics.jsonl``: progress lines and plots. Torch-free, like presets.py:
+"""Reading a run's ``metrics.jsonl``: progress lines and plots. Torch-free:
 ``slurmtrain watch`` and ``slurmtrain plot`` run on a login node.
 
 The file is appended across requeues, so after a resume some steps appear twice (the
@@ -19,20 +19,32 @@ METRICS_FILE = "metrics.jsonl"
 
 
 def read_metrics(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(train records, eval records), one per step (the latest wins), in step order."""
+    """(train records, eval records), one per step (the latest wins), in step order. The
+    one reader of ``metrics.jsonl``: a line cut short by a killed job, bytes that are not
+    UTF-8, a record that is not an object or has no integer step are skipped."""
     train: dict[int, dict[str, Any]] = {}
     evals: dict[int, dict[str, Any]] = {}
     path = Path(run_dir) / METRICS_FILE
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a killed job
-            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-                continue
-            (evals if "eval_loss" in rec else train)[rec["step"]] = rec
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        step = rec.get("step") if isinstance(rec, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            continue
+        (evals if "eval_loss" in rec else train)[step] = rec
     return [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)]
+
+
+def last_step(run_dir: Path) -> int:
+    """The highest step in ``metrics.jsonl``, train or eval record (0: none)."""
+    train, evals = read_metrics(run_dir)
+    return max([r["step"] for r in train + evals], default=0)
 
 
 @dataclass(frozen=True)
@@ -103,7 +115,7 @@ def plot(run_dir: Path, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     from .. import events
-    from ..runs import goodput, goodput_plot
+    from . import goodput, goodput_plot
 
     report = goodput.of_events(events.read(run_dir))
     train, evals = read_metrics(run_dir)
