@@ -299,19 +299,9 @@ def _clean(name: str) -> str:
     return name
 
 
-def export_hf(state_dict: Mapping[str, torch.Tensor], args: ModelArgs,
-              out_dir: str | os.PathLike, *, dtype: torch.dtype | None = None,
-              max_shard_bytes: int = 5 * 2**30,
-              extra_config: Mapping[str, Any] | None = None) -> list[Path]:
-    """Write ``state_dict`` (ours, full, any device) as a HF Llama checkpoint in ``out_dir``.
-
-    Writes ``config.json`` and ``model.safetensors``, or numbered shards of at most
-    ``max_shard_bytes`` plus ``model.safetensors.index.json``. Earlier weight files of
-    those names in ``out_dir`` are removed first so no stale shard is left. ``dtype``
-    casts floating tensors (default: keep). Returns the files written.
-    """
-    from safetensors.torch import save_file
-
+def _hf_tensors(state_dict: Mapping[str, torch.Tensor], args: ModelArgs,
+                dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+    """HF's names and CPU tensors for ``state_dict``, every tensor checked against the model."""
     state = {_clean(k): v for k, v in state_dict.items()}
     tensors: dict[str, torch.Tensor] = {}
     for ours, theirs, shape in expected_tensors(args):
@@ -326,43 +316,63 @@ def export_hf(state_dict: Mapping[str, torch.Tensor], args: ModelArgs,
         if dtype is not None and tensor.is_floating_point():
             tensor = tensor.to(dtype)
         tensors[theirs] = tensor.to("cpu").contiguous().clone()
+    return tensors
 
+
+def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    return shards
+
+
+def _write_weights(shards: list[dict[str, torch.Tensor]], out: Path) -> list[Path]:
+    """One ``model.safetensors``, or numbered shards and their index."""
+    from safetensors.torch import save_file
+
+    metadata = {"format": "pt"}  # transformers refuses safetensors files without it
+    if len(shards) == 1:
+        save_file(shards[0], out / SINGLE_FILE, metadata=metadata)
+        return [out / SINGLE_FILE]
+    written, weight_map, total = [], {}, 0
+    for i, shard in enumerate(shards, 1):
+        file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, out / file, metadata=metadata)
+        written.append(out / file)
+        for name, tensor in shard.items():
+            weight_map[name] = file
+            total += tensor.numel() * tensor.element_size()
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    return written + [out / INDEX_FILE]
+
+
+def export_hf(state_dict: Mapping[str, torch.Tensor], args: ModelArgs,
+              out_dir: str | os.PathLike, *, dtype: torch.dtype | None = None,
+              max_shard_bytes: int = 5 * 2**30,
+              extra_config: Mapping[str, Any] | None = None) -> list[Path]:
+    """Write ``state_dict`` (ours, full, any device) as a HF Llama checkpoint in ``out_dir``.
+
+    Writes ``config.json`` and ``model.safetensors``, or numbered shards of at most
+    ``max_shard_bytes`` plus ``model.safetensors.index.json``. Earlier weight files of
+    those names in ``out_dir`` are removed first so no stale shard is left. ``dtype``
+    casts floating tensors (default: keep). Returns the files written.
+    """
+    tensors = _hf_tensors(state_dict, args, dtype)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.iterdir():
         if old.name in (SINGLE_FILE, INDEX_FILE) or _SHARD_RE.fullmatch(old.name):
             old.unlink()
-
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name, tensor in tensors.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = tensor
-        size += nbytes
-
-    written = []
-    metadata = {"format": "pt"}  # transformers refuses safetensors files without it
-    if len(shards) == 1:
-        save_file(shards[0], out / SINGLE_FILE, metadata=metadata)
-        written.append(out / SINGLE_FILE)
-    else:
-        weight_map, total = {}, 0
-        for i, shard in enumerate(shards, 1):
-            file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, out / file, metadata=metadata)
-            written.append(out / file)
-            for name, tensor in shard.items():
-                weight_map[name] = file
-                total += tensor.numel() * tensor.element_size()
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (out / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
-        written.append(out / INDEX_FILE)
+    written = _write_weights(_shards(tensors, max_shard_bytes), out)
     config = args_to_hf_config(args, extra_config)
     first = next(iter(tensors.values()))
     config.setdefault("torch_dtype", str(first.dtype).removeprefix("torch."))
     (out / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-    written.append(out / CONFIG)
-    return written
+    return written + [out / CONFIG]
