@@ -107,6 +107,7 @@ class Ev:
     SUBMIT_REFUSED = "submit_refused"      # {message}
     CANCEL_REQUESTED = "cancel_requested"  # {job_id}
     RESUBMITTED = "resubmitted"            # {job_id, previous_job_id}
+    DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"  # {after, detail}: a chain's run waited for failed
 
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,

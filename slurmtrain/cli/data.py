@@ -13,7 +13,7 @@ import click
 
 from ..errors import UsageError
 from .base import main
-from .refs import runs_dir_option
+from .refs import after_options, chain_of, runs_dir_option
 
 
 @main.command()
@@ -50,10 +50,12 @@ from .refs import runs_dir_option
 @click.option("--name", "job_name", default="tokenize", show_default=True, help="With --profile: job name.")
 @click.option("--dry-run", is_flag=True, help="With --profile: print the job script instead of submitting it.")
 @runs_dir_option
+@after_options
 def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: str,
              processes: int | None, skip_bad: bool, shard_mb: float, part: str | None,
              progress_every: float, profile: str | None, nodes: int | None, time_limit: str | None,
-             partition: str | None, sets: tuple[str, ...], job_name: str, dry_run: bool, runs_dir: str) -> None:
+             partition: str | None, sets: tuple[str, ...], job_name: str, dry_run: bool, runs_dir: str,
+             after: tuple[str, ...], after_ok: tuple[str, ...], after_any: tuple[str, ...]) -> None:
     """Tokenize INPUT... (.jsonl, .txt, and .gz/.zst of them; folders are searched) into
     token shards that the trainer memory-maps.
 
@@ -76,10 +78,12 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
         if part is not None:
             raise UsageError("--part is for one task of a job; with --profile slurmtrain chooses the parts")
         _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
-                profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run)
+                profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run,
+                (after, after_ok, after_any))
         return
-    if any(v is not None for v in (nodes, time_limit, partition)) or sets or dry_run:
-        raise UsageError("--nodes, --time, --partition, --set and --dry-run need --profile (a Slurm job)")
+    if any(v is not None for v in (nodes, time_limit, partition)) or sets or dry_run or after or after_ok \
+            or after_any:
+        raise UsageError("--nodes, --time, --partition, --set, --dry-run and --after need --profile (a Slurm job)")
     try:
         from ..data.pretokenize import tokenize_corpus
     except ModuleNotFoundError as err:
@@ -100,7 +104,7 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
 
 
 def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
-            profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run) -> None:
+            profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run, chain) -> None:
     """Check what can be checked here (inputs exist), then render and submit the job."""
     import sys
 
@@ -121,10 +125,14 @@ def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, p
         from ..render import render
         click.echo(render(loaded, job), nl=False)
         return
-    done = submit_job(loaded, job, runs_dir)
+    afters = chain_of(runs_dir, *chain)
+    done = submit_job(loaded, job, runs_dir, after=afters)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
     click.echo(f"submitted array job {done.job_id}: {job.array} tasks of one node each, each starting "
                "when a node is free")
+    if afters:
+        from ..runs.chain import waiting_note
+        click.echo(waiting_note(afters, "Dependency"))
     click.echo(f"run directory: {done.run.path}")
     click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
     click.echo(f"when it completes, {out / 'index.json'} exists: set the recipe's data.path to {out}")

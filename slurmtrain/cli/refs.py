@@ -22,3 +22,34 @@ def resolve_run(ref: str, runs_dir: str):
     from ..runs import rundir
 
     return rundir.resolve(ref, runs_dir)
+
+
+def after_options(f):
+    """--after/--after-ok/--after-any RUN (repeatable): a chain (runs/chain.py)."""
+    decorators = [
+        click.option("--after", "after", multiple=True, metavar="RUN",
+                     help="Start once RUN's job has completed (Slurm's afterok; an array: all its tasks). "
+                          "Repeatable: after all of them. A RUN that fails cancels this job instead of "
+                          "leaving it pending."),
+        click.option("--after-ok", "after_ok", multiple=True, metavar="RUN", help="The same as --after."),
+        click.option("--after-any", "after_any", multiple=True, metavar="RUN",
+                     help="Start once RUN's job has ended, however it ended (Slurm's afterany)."),
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def chain_of(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], after_any: tuple[str, ...]):
+    """The runs to wait for (UsageError, exit 2, naming the option and RUN when one cannot be
+    waited for); notes for runs that already ended go to stderr."""
+    from ..runs import chain
+
+    pairs = ([("after", r) for r in after] + [("after_ok", r) for r in after_ok]
+             + [("after_any", r) for r in after_any])
+    if not pairs:
+        return []
+    afters, notes = chain.resolve(pairs, runs_dir)
+    for note in notes:
+        click.echo(note, err=True)
+    return afters

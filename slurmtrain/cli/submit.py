@@ -12,28 +12,35 @@ import click
 
 from .base import main
 from .options import build_job, job_options
-from .refs import resolve_run, runs_dir_option
+from .refs import after_options, chain_of, resolve_run, runs_dir_option
+
+
+# submit's own options, each with a value: not `gen`'s.
+_SUBMIT_ONLY = ("--runs-dir", "--after", "--after-ok", "--after-any")
 
 
 def _without_runs_dir(argv: list[str]) -> list[str]:
-    """submit's arguments as a `gen` command line: the same script, less the run directory."""
+    """submit's arguments as a `gen` command line: the same script, less the run directory
+    and the chain's options."""
     out, skip = [], False
     for i, a in enumerate(argv):
         if a == "--":
             return out + argv[i:]
         if skip:
             skip = False
-        elif a == "--runs-dir":
+        elif a in _SUBMIT_ONLY:
             skip = True
-        elif not a.startswith("--runs-dir="):
+        elif not a.startswith(tuple(f"{o}=" for o in _SUBMIT_ONLY)):
             out.append(a)
     return out
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @runs_dir_option
+@after_options
 @job_options
-def submit(runs_dir: str, **opts) -> None:
+def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], after_any: tuple[str, ...],
+           **opts) -> None:
     """Submit COMMAND (or --recipe) to Slurm and record it in a new run directory.
 
     Takes the same options as `gen` and submits exactly the script `gen` prints, with
@@ -43,20 +50,27 @@ def submit(runs_dir: str, **opts) -> None:
     \b
       slurmtrain submit --profile local --recipe tiny-demo
       slurmtrain submit -p aws-p4d -N 4 --name llama8b -- python train.py --lr 3e-4
+      slurmtrain submit --after tokenize --recipe my.toml   # a chain: after the run "tokenize" completed
     """
     from ..runs.submit import submit as submit_job
     from ..recipes.jobcheck import check_job  # torch-free
     from ..tracking import check_installed
 
     loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)
-    check_job(loaded, job)  # before the run directory exists and anything is queued
+    afters = chain_of(runs_dir, after, after_ok, after_any)
+    # Before the run directory exists and anything is queued. In a chain the runs waited
+    # for may write the corpus or checkpoint the job reads: those are checked at its start.
+    check_job(loaded, job, files_later=bool(afters))
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
-    done = submit_job(loaded, job, runs_dir)
+    done = submit_job(loaded, job, runs_dir, after=afters)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
     from ..runs.submit import excluded_nodes
     if excluded_nodes(done.run):
         click.echo(f"excluding node(s) {excluded_nodes(done.run)}: the bad-node ledger (slurmtrain nodes{hint})", err=True)
     click.echo(f"submitted job {done.job_id}")
+    if afters:
+        from ..runs.chain import waiting_note
+        click.echo(waiting_note(afters, "Dependency"))
     click.echo(f"run directory: {done.run.path}")
     click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
 

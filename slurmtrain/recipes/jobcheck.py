@@ -23,9 +23,12 @@ from ..render import JobSpec
 TRAINER = "slurmtrain.train"
 
 
-def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = None) -> None:
+def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = None,
+              files_later: bool = False) -> None:
     """Raise ConfigError/UsageError (exit 2) if ``job`` runs the built-in trainer and would
-    fail at its start; do nothing for any other program."""
+    fail at its start; do nothing for any other program. ``files_later``: the job waits for
+    other runs (a chain), which may write its corpus or checkpoint: their paths are not
+    checked here, the trainer checks them when it starts."""
     args = trainer_args(job)
     if args is None:
         return
@@ -47,7 +50,7 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
     procs = _procs_per_node(p)
     check_pipeline(recipe, sources, p.slurm.nodes * procs,
                    f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
-    if start is None:
+    if start is None or files_later:
         return
     check_files(recipe, sources, start, where, env)
     if args.init_ckpt and _knowable(args.init_ckpt, env):

@@ -65,6 +65,8 @@ def ends(run_dir: str | Path) -> list[Outcome]:
 _PHRASES = {
     Ev.SUBMITTED: "submitted as job {job_id}",
     Ev.RESUBMITTED: "resubmitted as job {job_id} (after job {previous_job_id})",
+    Ev.DEPENDENCY_NEVER_SATISFIED: "cancelled by Slurm without running: {detail}; this run was to start "
+                                   "after it completed",
     Ev.SUBMIT_REFUSED: "sbatch refused the job: {message}",
     Ev.SIGNAL: "got SIG{signal}: asking every task to checkpoint and stop",
     Ev.PREEMPTED: "preempted by Slurm (the tasks got SIGTERM)",

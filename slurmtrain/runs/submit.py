@@ -84,5 +84,12 @@ def _ledger_hint(run: RunDir) -> str:
 
 
 def submit(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
-           cwd: str | os.PathLike | None = None) -> Submitted:
-    return submit_run(prepare(loaded, job, runs_dir, cwd))
+           cwd: str | os.PathLike | None = None, after: list | None = None) -> Submitted:
+    """Prepare a run directory and sbatch its script; ``after`` (``chain.After``): the runs
+    whose jobs it waits for (runs/chain.py)."""
+    from . import chain
+
+    run = prepare(loaded, job, runs_dir, cwd)
+    done = submit_run(run, chain.sbatch_args(after or []))
+    chain.record(run, after or [])
+    return done

@@ -99,7 +99,25 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
     for t, st in zip(targets, out):
         if isinstance(t, RunDir):
             _classify(t, st)
+            _chained(t, st)
     return out
+
+
+def _chained(run: RunDir, st: RunStatus) -> None:
+    """A run of a chain (runs/chain.py): what its job waits for, or why it was cancelled
+    without running (a run it waited for can no longer complete)."""
+    from . import chain
+
+    afters = chain.afters_of(run)
+    if not afters or st.job_id is None:
+        return
+    never = st.reason == "DependencyNeverSatisfied"
+    if st.state is JobState.PENDING and not never:
+        st.note = chain.waiting_note(afters, st.reason) or st.note
+        return
+    if never or (st.state is JobState.CANCELLED and not st.elapsed_s):
+        upstream = {a.path: s for a, s in zip(afters, statuses([RunDir(Path(a.path)) for a in afters]))}
+        st.outcome, st.outcome_detail = "cancelled", chain.never_note(run, afters, upstream)
 
 
 def _classify(run: RunDir, st: RunStatus) -> None:

@@ -1,0 +1,127 @@
+"""Chains on the sandbox: `submit --after RUN` (and `--after-ok`, `--after-any`, `tokenize
+--after`) queue a job that Slurm holds until the runs it waits for have ended, with no
+person between the steps; a job whose run waited for failed is cancelled by Slurm
+(`--kill-on-invalid-dep`), and `status` says why, instead of it sitting PENDING for ever.
+
+Rendezvous ports: this file's range, 29860-29879."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e_util import cli, statuses, submit, wait_final, wait_until
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[2]
+ONE = ("--profile", "local", "--launcher", "srun", "-N", "1", "--set", "launch.procs_per_node=1")
+
+
+def py(code: str) -> tuple[str, ...]:
+    return ("--", sys.executable, "-c", code)
+
+
+def events(cwd: Path, name: str) -> list[dict]:
+    path = cwd / "runs" / name / "events.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def first(evs: list[dict], name: str) -> float:
+    return next(e["time"] for e in evs if e["event"] == name)
+
+
+def test_a_chain_runs_in_order_and_a_failed_link_cancels_what_waits_for_it(tmp_path):
+    marker = tmp_path / "made-by-a"
+    a = submit(tmp_path, *ONE, "--name", "a", *py(f"import time, pathlib; time.sleep(4); pathlib.Path({str(marker)!r}).touch()"))
+    b_out = cli(tmp_path, "submit", *ONE, "--name", "b", "--after", a,
+                *py(f"import pathlib, sys; sys.exit(0 if pathlib.Path({str(marker)!r}).exists() else 5)"))
+    assert b_out.returncode == 0, b_out.stdout + b_out.stderr
+    assert f"waits until {a} (job " in b_out.stdout and ") completes" in b_out.stdout
+    b = Path(next(line.split(": ", 1)[1] for line in b_out.stdout.splitlines() if line.startswith("run directory: "))).name
+    bad = submit(tmp_path, *ONE, "--name", "bad", *py("import time, sys; time.sleep(3); sys.exit(1)"))
+    never = submit(tmp_path, *ONE, "--name", "never", "--after", bad, *py("print('must not run')"))
+    anyway = submit(tmp_path, *ONE, "--name", "anyway", "--after-any", bad, *py("print('ran anyway')"))
+
+    # While `bad` runs, what waits for it says so.
+    waiting = statuses(tmp_path, [never])[never]
+    if waiting["state"] == "PENDING":
+        assert waiting["note"].startswith(f"waits until {bad} (job "), waiting
+
+    final = wait_final(tmp_path, [a, b, bad, never, anyway], timeout=240)
+    assert {n: final[n]["state"] for n in (a, b, bad, anyway)} == {
+        a: "COMPLETED", b: "COMPLETED", bad: "FAILED", anyway: "COMPLETED"}, final
+    assert first(events(tmp_path, a), "finished") <= first(events(tmp_path, b), "started")
+    assert first(events(tmp_path, bad), "failed") <= first(events(tmp_path, anyway), "started")
+
+    gone = final[never]
+    assert gone["state"] == "CANCELLED" and gone["outcome"] == "cancelled", gone
+    assert gone["outcome_detail"].startswith(f"Slurm cancelled it without running: {bad} (job "), gone
+    assert "ended: user error" in gone["outcome_detail"]
+    assert not (tmp_path / "runs" / never / "logs" / f"job-{gone['job_id']}.out").exists()
+    recorded = [e for e in events(tmp_path, never) if e["event"] == "dependency_never_satisfied"]
+    assert [e["after"] for e in recorded] == [[bad]]
+    text = cli(tmp_path, "status", never).stdout
+    assert "cancelled by Slurm without running" in text, text
+
+    manifest = json.loads((tmp_path / "runs" / b / "manifest.json").read_text())
+    assert [(x["run"], x["kind"]) for x in manifest["after"]] == [(a, "afterok")]
+    dependents = [json.loads(x) for x in (tmp_path / "runs" / a / "dependents.jsonl").read_text().splitlines()]
+    assert [d["run"] for d in dependents] == [b]
+
+
+def test_what_cannot_be_waited_for_is_refused_and_nothing_is_queued(tmp_path):
+    failed = submit(tmp_path, *ONE, "--name", "failed", *py("import sys; sys.exit(2)"))
+    wait_final(tmp_path, [failed], timeout=60)
+    done = submit(tmp_path, *ONE, "--name", "done", *py("pass"))
+    wait_final(tmp_path, [done], timeout=60)
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+
+    for option, ref, words in (("--after", "no-such-run", "--after no-such-run: run 'no-such-run': no such run"),
+                               ("--after-ok", failed, f"--after-ok {failed}: run {failed} ended user error")):
+        proc = cli(tmp_path, "submit", *ONE, option, ref, *py("pass"))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], proc.stderr
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before
+
+    # A run that already completed is nothing to wait for: the job is queued at once.
+    proc = cli(tmp_path, "submit", *ONE, "--name", "next", "--after", done, *py("pass"))
+    assert proc.returncode == 0 and "already ended (completed): nothing to wait for" in proc.stderr, proc.stderr
+    name = Path(next(line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("run directory: "))).name
+    assert wait_final(tmp_path, [name], timeout=60)[name]["state"] == "COMPLETED"
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_tokenize_then_train_then_export_with_no_one_between(tmp_path):
+    sys.path.insert(0, str(REPO / "tests" / "train"))
+    from trainer_util import RECIPE, write_corpus
+
+    (tmp_path / "corpus").mkdir()
+    for i in range(2):
+        write_corpus(tmp_path / "corpus" / f"{i}.jsonl", 60)
+    ports = ("--set", "launch.rdzv_port=29860", "--set", "launch.rdzv_port_spread=20")
+    tok = cli(tmp_path, "tokenize", "corpus", "--tokenizer", "bytes", "--out", "tok", "--shard-mb", "0.005",
+              "-j", "1", "--profile", "local", "--nodes", "2", "--name", "tok", *ports)
+    assert tok.returncode == 0, tok.stdout + tok.stderr
+    tok_run = Path(next(line.split(": ", 1)[1] for line in tok.stdout.splitlines()
+                        if line.startswith("run directory: "))).name
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(RECIPE.format(steps=4, save_steps=0).replace('path = "corpus.jsonl"', 'path = "tok"'))
+    assert not (tmp_path / "tok" / "index.json").exists()  # the trainer's data does not exist yet
+    train = submit(tmp_path, "--profile", "local", "-N", "1", "--set", "launch.procs_per_node=2", *ports,
+                   "--name", "train", "--after", tok_run, "--recipe", str(recipe))
+    export = submit(tmp_path, *ONE, "--name", "export", "--after", train, "--", sys.executable, "-m", "slurmtrain",
+                    "export", str(tmp_path / "runs" / train), "--hf", str(tmp_path / "hf"))
+    got = wait_until(tmp_path, [tok_run, train, export], "the chain to end",
+                     lambda s: all(x["state"] in ("COMPLETED", "FAILED", "CANCELLED") for x in s.values()),
+                     timeout=400)
+    assert {n: s["state"] for n, s in got.items()} == {tok_run: "COMPLETED", train: "COMPLETED",
+                                                        export: "COMPLETED"}, got
+    assert (tmp_path / "hf" / "config.json").is_file() and (tmp_path / "hf" / "model.safetensors").is_file()
+    tok_ended = max(e["time"] for e in events(tmp_path, tok_run) if e["event"] == "finished")
+    assert tok_ended <= first(events(tmp_path, train), "started")
+    assert first(events(tmp_path, train), "finished") <= first(events(tmp_path, export), "started")
