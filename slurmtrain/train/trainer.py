@@ -19,21 +19,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .. import events, heartbeat, stop
-from ..errors import ConfigError
-from ..schema import Sources
 from .. import cadence as cadence_mod
+from .. import events, heartbeat, stop
+from ..data.tokenizer import Tokenizer, load_tokenizer
+from ..errors import ConfigError
+from ..recipes.inputs import check_pipeline, corpus_files
+from ..recipes.presets import flops_per_token, human_count, param_count
+from ..recipes.recipe import Recipe, model_args, recipe_to_dict, resolve_data_path
+from ..schema import Sources
 from . import data as data_mod
 from . import engines
 from .checkpoint import Checkpointer, newest_complete
 from .distributed import World
-from ..recipes.inputs import check_pipeline, corpus_files
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
-from .model import count_parameters, meta_model
-from ..recipes.presets import flops_per_token, human_count
 from .probe import ComputeProbe
-from ..recipes.recipe import Recipe, model_args, recipe_to_dict, resolve_data_path
-from ..data.tokenizer import Tokenizer, load_tokenizer
 from .tracking import open_trackers
 
 log = logging.getLogger("slurmtrain.train")
@@ -233,7 +232,7 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     accum, tok = preflight(recipe, sources, world.size)
     _, _, microbatches = check_pipeline(recipe, sources, world.size)
     args = model_args(recipe)
-    n_params = count_parameters(meta_model(args))
+    n_params = param_count(args)
     log.info("model: preset %s, %s parameters (%d), %d layers, dim %d; world size %d on %s",
              recipe.model.preset, human_count(n_params), n_params, args.n_layers, args.dim,
              world.size, world.device.type)
