@@ -17,6 +17,7 @@ from functools import lru_cache
 from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
+from . import sweep as sweep_mod
 from .profile import LoadedProfile, Profile
 
 
@@ -33,6 +34,8 @@ class JobSpec:
     array: int | None = None           # a job array of this many tasks (0..N-1), each its own allocation
     plain: bool = False                # no supervisor: the task and one srun (gen --plain)
     python: str = ""                   # the interpreter that ran gen/submit (default supervisor; "": sys.executable)
+    sweep: tuple = ()                  # sweep.Point each: an array of one task per point (sweep.py)
+    max_parallel: int | None = None    # an array's tasks running at once (%K)
 
 
 class Raw(str):
@@ -58,7 +61,7 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     cpus = s.cpus_per_task if s.cpus_per_task is None else max(1, s.cpus_per_task // tasks)
     out = [f"--job-name={job.job_name}"]
     if job.array is not None:
-        out.append(f"--array=0-{job.array - 1}")
+        out.append(f"--array=0-{job.array - 1}" + (f"%{job.max_parallel}" if job.max_parallel else ""))
     out += [f"--nodes={s.nodes + s.spare_nodes}", f"--ntasks-per-node={tasks}"]
     if s.spare_nodes:
         out.append("--no-kill")  # a node that dies must not end the job: a spare takes its place
@@ -103,9 +106,24 @@ def _check_array(p: Profile, job: JobSpec) -> None:
         return
     if job.array < 1:
         raise UsageError(f"a job array of {job.array} tasks: give at least 1")
-    if job.recipe and not job.command:
+    if job.recipe and not job.command and not job.sweep:
         raise UsageError("a job array runs the command once per task, all in one run directory: the built-in "
                          "trainer's tasks would overwrite each other's checkpoints; submit one job instead")
+    if job.sweep and len(job.sweep) != job.array:
+        raise UsageError(f"a sweep of {len(job.sweep)} points in an array of {job.array} tasks")
+
+
+def _sweep_cases(job: JobSpec) -> list[tuple[int, str]]:
+    """(task, shell assignments) of each point: its run directory under the sweep's, its
+    values as variables, and for the built-in trainer its ``--set`` lines."""
+    out = []
+    for i, point in enumerate(job.sweep):
+        words = [f'RUN_DIR="$RUN_DIR"/points/{shlex.quote(point.label)}']
+        exports = [f"{sweep_mod.env_name(k)}={shlex.quote(v)}" for k, v in point.values]
+        if not job.command:
+            exports.append(f"SLURMTRAIN_SWEEP_SETS={shlex.quote(sweep_mod.sets_text(point))}")
+        out.append((i, "; ".join(words + ["export " + " ".join(exports)])))
+    return out
 
 
 def _job_tag(job: JobSpec) -> str:
@@ -276,6 +294,9 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
             words += [Raw('--node-rank="$node_rank"'), Raw('--master-addr="$MASTER_ADDR"'),
                       Raw('--master-port="$MASTER_PORT"')]
         words += {"module": ["-m"], "exec": ["--no-python"], "script": []}[prog.kind]
+    if job.sweep:  # a point's {key}: its value, from the variable the script exports for it
+        argv = [Raw(sweep_mod.shell_word(w)) if isinstance(w, str) and sweep_mod.PLACEHOLDER.search(w) else w
+                for w in argv]
     # One line per part (container, launcher, program) so a person can read and edit it.
     parts = [_container_prefix(p, job), words, argv]
     return " \\\n    ".join(shell_words(part) for part in parts if part)
@@ -362,6 +383,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "sbatch_directives": _sbatch_directives(p, job),
         "run_dir_expr": _run_dir_expr(job),
         "array": job.array is not None,
+        "sweep_cases": _sweep_cases(job),
         "job_tag": _job_tag(job),
         "plain": job.plain,
         "supervisor_python": _supervisor_python(p, job),

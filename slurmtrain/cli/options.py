@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import shlex
+from pathlib import Path
 from typing import Callable
 
 import click
 
+from ..errors import UsageError
 from ..profile import LoadedProfile, load_profile
 from ..render import JobSpec, default_job_name, warnings
 
@@ -29,6 +31,14 @@ def job_options(f: Callable) -> Callable:
                      help="Override any profile key, e.g. --set fabric.nccl_debug=INFO (repeatable)."),
         click.option("--recipe", help="Run the built-in trainer with this recipe (name or path) when no command follows `--`."),
         click.option("--name", "job_name", help="Job name (default: the recipe or program name)."),
+        click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2,...",
+                     help="A sweep: one task of a job array per point, each in its own run directory. "
+                          "With --recipe KEY is a recipe key (train.lr); with a command, any name, "
+                          "used as {KEY} in the command and $SLURMTRAIN_SWEEP_<KEY>. Repeatable: the product."),
+        click.option("--sweep-file", type=click.Path(dir_okay=False, path_type=Path),
+                     help="The sweep's points: TOML [[point]] tables, or JSON Lines (one object a line)."),
+        click.option("--max-parallel", type=click.IntRange(min=1),
+                     help="With a sweep: at most this many points run at once (Slurm's %K)."),
         click.argument("command", nargs=-1, type=click.UNPROCESSED),
     ]
     return functools.reduce(lambda g, d: d(g), reversed(decorators), f)
@@ -50,12 +60,19 @@ def _toml_escape(s: str) -> str:
 
 
 def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit, partition, launcher,
-              max_requeues, sets, recipe, job_name, command, run_dir: str | None = None,
-              regen_args: list[str] | None = None) -> tuple[LoadedProfile, JobSpec]:
+              max_requeues, sets, recipe, job_name, command, sweeps=(), sweep_file=None, max_parallel=None,
+              run_dir: str | None = None, regen_args: list[str] | None = None) -> tuple[LoadedProfile, JobSpec]:
+    from .. import sweep
+
     loaded = load_profile(profile, overrides(nodes, gpus_per_node, time_limit, partition, launcher,
                                              max_requeues, sets))
+    points = sweep.points_of(tuple(sweeps), sweep_file)
+    if max_parallel is not None and not points:
+        raise UsageError("--max-parallel is for a sweep (--sweep or --sweep-file)")
+    sweep.check_placeholders(tuple(command), points)
     job = JobSpec(command=tuple(command), recipe=recipe, run_dir=run_dir,
-                  regen_command=shlex.join(["slurmtrain", argv_name] + (regen_args or [])))
+                  regen_command=shlex.join(["slurmtrain", argv_name] + (regen_args or [])),
+                  sweep=tuple(points), array=len(points) or None, max_parallel=max_parallel)
     job = JobSpec(**{**job.__dict__, "job_name": job_name or default_job_name(job)})
     for text in warnings(loaded):
         click.echo(f"slurmtrain: warning: {text}", err=True)

@@ -68,8 +68,18 @@ def plot(ref: str, runs_dir: str, out: Path) -> None:
     id, or a job name (its latest run).
     """
     from .. import events
+    from ..runs import sweeps
     from ..runs.progress import plot as plot_run, read_metrics
-    run = resolve_run(ref, runs_dir).path
+    found = resolve_run(ref, runs_dir)
+    run = found.path
+    if sweeps.points(found):  # a sweep: its points' loss curves in one picture
+        try:
+            labels = sweeps.plot(found, out)
+        except ModuleNotFoundError as err:
+            raise UsageError(f"plot needs matplotlib ({err.name} is missing): "
+                             "pip install 'slurmtrain[train]'") from None
+        click.echo(f"wrote {out}: " + ("; ".join(labels) if labels else "no point has metrics yet"))
+        return
     if not read_metrics(run)[0] and not events.read(run):
         raise UsageError(f"{run}: nothing to plot yet (no metrics.jsonl, no events.jsonl)")
     try:

@@ -29,6 +29,10 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         click.echo(f"no runs under {runs_dir}", err=True)
         return
     rows = track.statuses(found, with_events=False)
+    from ..runs import sweeps
+    for run, st in zip(found, rows):  # a sweep is one line: its points counted by state
+        if sweeps.points(run):
+            st.outcome = sweeps.counts(sweeps.rows(run, st.tasks))
     if as_json:
         for st in rows:
             click.echo(json.dumps({**st.to_json(), "tracking": _tracking_json(st)}))
@@ -137,7 +141,12 @@ def _print_status(st) -> None:
         row("nodes", f"{st.nodes or '-'} per task, {len(st.tasks)} tasks")
     else:
         row("nodes", f"{st.nodes or '-'}" + (f"  {st.nodelist}" if st.nodelist else ""))
-    for i, t in enumerate(st.tasks):  # an array job's tasks, one line each
+    if st.sweep:  # a sweep: a row per point instead of the tasks' lines
+        from ..runs.sweeps import counts, table
+        row("sweep", counts(st.sweep))
+        for i, line in enumerate(table(st.sweep)):
+            click.echo(f"{'points' if i == 0 else '':<10} {line}")
+    for i, t in enumerate(st.tasks if not st.sweep else []):  # an array job's tasks, one line each
         click.echo(f"{'tasks' if i == 0 else '':<10} " + _task_line(t))
     row("elapsed", format_duration(st.elapsed_s))
     row("exit code", "-" if st.exit_code is None else st.exit_code

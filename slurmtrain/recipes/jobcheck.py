@@ -44,12 +44,12 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
             return  # a recipe file inside the container: only the job can read it
         ref = str(expand(ref, start, env))
     from ..train.__main__ import recipe_sets
-    recipe, sources = load_recipe_sources(ref, recipe_sets(args))
-
     from ..render import _procs_per_node  # the one definition of the job's processes per node
     procs = _procs_per_node(p)
-    check_pipeline(recipe, sources, p.slurm.nodes * procs,
-                   f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
+    for point in job.sweep or (None,):  # every point of a sweep is a recipe of its own
+        recipe, sources = load_recipe_sources(ref, recipe_sets(args) + _point_sets(point))
+        check_pipeline(recipe, sources, p.slurm.nodes * procs,
+                       f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
     if start is None or files_later:
         return
     check_files(recipe, sources, start, where, env)
@@ -58,6 +58,14 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
         if not ckpt.is_dir():
             hint = f" ({where})" if is_relative(args.init_ckpt, env) else ""
             raise ConfigError("--init-ckpt", "", f"no such folder: {ckpt}{hint}")
+
+
+def _point_sets(point) -> list[tuple[str, object, str]]:
+    """A sweep point's values as ``--set`` triples, named by the option that gave them."""
+    from ..schema import parse_set
+    if point is None:
+        return []
+    return [(*parse_set(f"{key}={value}"), f"--sweep {key}={value}") for key, value in point.values]
 
 
 def trainer_args(job: JobSpec) -> argparse.Namespace | None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import eventlog
-from .. import events as events_mod
 from ..eventlog import (CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, REQUEUED, RUNNING,  # noqa: F401,E501
                         STOPPED_UNSAVED, TIME_LIMIT, UNKNOWN, USER_ERROR, WATCHDOG, Ev, Outcome)
+from .rundir import events_of
 
 # Slurm's word for how a job ended -> our kind, where it says more than the events can.
 _SLURM_KIND = {"NODE_FAIL": NODE_FAILURE, "BOOT_FAIL": NODE_FAILURE, "TIMEOUT": TIME_LIMIT,
@@ -34,7 +34,7 @@ def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int
     ``slurm_state`` is Slurm's word for the job (``scontrol``/``sacct``: NODE_FAIL,
     TIMEOUT, ``CANCELLED by 0``...) when known; ``exit_code`` the batch script's status.
     """
-    outcome = eventlog.latest(events_mod.read(Path(run_dir)))
+    outcome = eventlog.latest(events_of(run_dir))
     word = (slurm_state or "").strip().split(" ")[0].rstrip("+").upper()
     said = f"Slurm says {word}" + (f" (exit code {exit_code})" if exit_code is not None else "")
     # Slurm's word is more precise than a stop the events could not explain, and a node
@@ -56,7 +56,7 @@ def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int
 
 def ends(run_dir: str | Path) -> list[Outcome]:
     """One outcome per start of the job, oldest first (the last may be RUNNING)."""
-    return eventlog.ends(events_mod.read(Path(run_dir)))
+    return eventlog.ends(events_of(run_dir))
 
 
 # ---- history -----------------------------------------------------------------------
@@ -154,7 +154,7 @@ def history(run_dir: str | Path) -> list[str]:
     An array task's lines begin with ``task N:`` and name its job ``<array job>_<N>``."""
     lines = []
     requeued: dict[int | None, bool] = {}  # by task: Slurm requeued it in its latest start
-    for e in events_mod.read(Path(run_dir)):
+    for e in events_of(run_dir):
         task = eventlog.task_of(e)
         if e.get("event") == Ev.STARTED:
             requeued[task] = False

@@ -36,6 +36,7 @@ MANIFEST = "manifest.json"
 SCRIPT = "job.sbatch"
 PROFILE = "profile.toml"
 LOGS = "logs"
+POINTS = "points"  # a sweep's points, each a run directory of its own (slurmtrain/sweep.py)
 
 _NODE_LOG = re.compile(r"(?P<job>\d+)(?:_(?P<task>\d+))?-(?P<node>.+)\.out")
 _BATCH_LOG = re.compile(r"job-(?P<job>\d+)_(?P<task>\d+)\.out")
@@ -266,3 +267,18 @@ def initial_manifest(run: RunDir, *, loaded, job, cwd: str | os.PathLike) -> dic
         # Draws the W&B run id now (wandb-run-id): every start of this run resumes it.
         "tracking": tracking.manifest_entry(p.tracking, job.job_name, run.path),
     }
+
+
+def events_of(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """A run's events in file order (the order eventlog reads them in); a sweep's are its
+    own and every point's (each tagged with its task: ``SLURMTRAIN_ARRAY_TASK``), in time order."""
+    from .. import events
+
+    path = Path(path)
+    evs = events.read(path)
+    points = (RunDir(path).manifest().get("sweep") or {}).get("points") if (path / MANIFEST).is_file() else None
+    if not points:
+        return evs
+    for point in points:
+        evs += events.read(path / POINTS / point["label"])
+    return sorted(evs, key=lambda e: e.get("time", 0))

@@ -12,11 +12,11 @@ from datetime import datetime
 from pathlib import Path
 
 from .. import events, slurmversion
-from ..errors import SlurmError
+from ..errors import SlurmError, UsageError
 from ..profile import LoadedProfile
 from ..render import JobSpec, render
 from . import rundir
-from .rundir import PROFILE, RunDir
+from .rundir import POINTS, PROFILE, RunDir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +45,38 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     run.script.write_text(script)
     (run.path / PROFILE).write_text(loaded.to_toml())
     run.update_manifest(**rundir.initial_manifest(run, loaded=loaded, job=job, cwd=cwd))
+    if job.sweep:
+        _sweep_dirs(run, job)
     if job.exclude:
         events.append(run.path, "nodes_excluded", nodes=" ".join(job.exclude), source="bad-node ledger")
     return run
+
+
+def _check_array_size(job: JobSpec) -> None:
+    """An array of more tasks than the cluster's MaxArraySize allows is refused here (exit
+    2), before anything is made, rather than by sbatch."""
+    if not job.array:
+        return
+    for line in slurmversion.config_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MaxArraySize" and value.strip().isdigit() and job.array > int(value.strip()):
+            what = f"a sweep of {len(job.sweep)} points" if job.sweep else f"a job array of {job.array} tasks"
+            raise UsageError(f"{what}: more than the cluster's MaxArraySize = {value.strip()} "
+                             "(scontrol show config); split it, or ask the site to raise it")
+
+
+def _sweep_dirs(run: RunDir, job: JobSpec) -> None:
+    """The sweep's points in the manifest, and each point's run directory (``points/<label>``),
+    where its task writes: a manifest that names the point and the sweep."""
+    points = [{"task": i, "label": p.label, "values": p.as_dict()} for i, p in enumerate(job.sweep)]
+    run.update_manifest(sweep={"keys": list(job.sweep[0].as_dict()), "points": points,
+                               "max_parallel": job.max_parallel})
+    for point in points:
+        sub = RunDir(run.path / POINTS / point["label"])
+        (sub.path / "logs").mkdir(parents=True, exist_ok=True)
+        sub.update_manifest(name=point["label"], job_name=f"{job.job_name}[{point['label']}]", run_dir=str(sub.path),
+                            sweep=run.name, sweep_dir=str(run.path), array_task=point["task"],
+                            values=point["values"], state="created", job_ids=[])
 
 
 def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
@@ -69,6 +98,9 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
                         **({"slurm_version": slurmversion.text(version)} if version else {}))
     size = run.array_size  # an array's tasks: eventlog follows each, waiting ones too
     events.append(run.path, "submitted", job_id=tracked.job_id, **({"array_tasks": size} if size else {}))
+    for point in (run.manifest().get("sweep") or {}).get("points", []):
+        sub = RunDir(run.path / POINTS / point["label"])
+        sub.update_manifest(state="submitted", submitted_at=now, job_ids=[f"{tracked.job_id}_{point['task']}"])
     return Submitted(run, tracked.job_id)
 
 
@@ -89,6 +121,7 @@ def submit(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     whose jobs it waits for (runs/chain.py)."""
     from . import chain
 
+    _check_array_size(job)
     run = prepare(loaded, job, runs_dir, cwd)
     done = submit_run(run, chain.sbatch_args(after or []))
     chain.record(run, after or [])

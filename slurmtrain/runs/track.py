@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
 from .. import eventlog
-from .. import events as events_mod
 from ..errors import UsageError
 from ..job.slurm import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
-from . import classify, goodput, slurmquery
-from .rundir import RunDir, log_label
+from . import classify, goodput, slurmquery, sweeps
+from .rundir import RunDir, events_of, log_label
 from .states import JobState, aggregate
 
 # The batch script's exit status after each of its ending events that does not record one.
@@ -72,6 +71,7 @@ class RunStatus:
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # the supervisor's `straggler` events
     checkpoint_interval: dict[str, Any] | None = None  # the trainer's latest choice under checkpoint_every = "auto"
     ended: bool = False  # the job will not run again by itself (Slurm's state, or its PREEMPTED and the events)
+    sweep: list[dict[str, Any]] = field(default_factory=list)  # a sweep's points (runs/sweeps.py rows)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -100,6 +100,8 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
         if isinstance(t, RunDir):
             _classify(t, st)
             _chained(t, st)
+            if with_events and sweeps.points(t):
+                st.sweep = sweeps.rows(t, st.tasks)
     return out
 
 
@@ -143,7 +145,7 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
                                   "or never existed), and no run directory records it")
         return _from_info(RunStatus(None, target, target, info.state, info.source), info)
     manifest = target.manifest()
-    evs = events_mod.read(target.path)  # in file order, the order eventlog reads them in
+    evs = events_of(target.path)  # in file order, the order eventlog reads them in
     st = RunStatus(str(target.path), target.name, target.job_id, JobState.UNKNOWN, "manifest",
                    nodes=manifest.get("nodes"), submitted=manifest.get("submitted_at") or manifest.get("created_at"),
                    events=evs if with_events else [])

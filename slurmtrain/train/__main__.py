@@ -74,7 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
 def recipe_sets(args: argparse.Namespace) -> list[tuple[str, object, str]]:
     """--set and the options that set one recipe key, as (key, value, origin) triples."""
     from ..recipes.recipe import parse_sets
+    from ..schema import parse_set
     sets = parse_sets(args.sets)
+    # A sweep's point (the job script exports it for its array task): over the command's own.
+    for line in os.environ.get("SLURMTRAIN_SWEEP_SETS", "").splitlines():
+        if line.strip():
+            key, value = parse_set(line)
+            sets.append((key, value, f"sweep point {line}"))
     for opt, key in OVERRIDES.items():
         value = getattr(args, opt)
         if value is not None:
