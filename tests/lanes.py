@@ -18,6 +18,7 @@ SECOND_LANE = frozenset({
     "tests/e2e/test_e2e_trainer.py",
     "tests/survival/test_stragglers_e2e.py",
     "tests/survival/test_four_faults_e2e.py",
+    "tests/e2e/test_sweeps.py",
 })
 SECOND_LANE_DIR = "/var/lib/slurmtrain-sandbox-lane2"
 FIRST_LANE_DIR = os.environ.get("SLURMTRAIN_SANDBOX_DIR")  # None: the default
