@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime
+from pathlib import Path
 
 import click
 
@@ -80,11 +81,18 @@ def _targets(refs: tuple[str, ...], runs_dir: str):
     out = []
     for ref in refs:
         try:
-            out.append(resolve_run(ref, runs_dir))
+            run = resolve_run(ref, runs_dir)
         except UsageError:
             if not ref.isdigit():
                 raise
             out.append(ref)  # a job id submitted some other way: ask Slurm
+            continue
+        sweep = run.manifest().get("sweep_dir")
+        if sweep:  # a point of a sweep: Slurm knows its task as part of the sweep's array
+            click.echo(f"{ref}: point {run.name} (task {run.manifest().get('array_task')}) of sweep "
+                       f"{Path(sweep).name}; its row is in the sweep's status", err=True)
+            run = rundir.RunDir(Path(sweep))
+        out.append(run)
     return out
 
 

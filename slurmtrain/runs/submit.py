@@ -75,7 +75,7 @@ def _sweep_dirs(run: RunDir, job: JobSpec) -> None:
         sub = RunDir(run.path / POINTS / point["label"])
         (sub.path / "logs").mkdir(parents=True, exist_ok=True)
         sub.update_manifest(name=point["label"], job_name=f"{job.job_name}[{point['label']}]", run_dir=str(sub.path),
-                            sweep=run.name, sweep_dir=str(run.path), array_task=point["task"],
+                            in_sweep=run.name, sweep_dir=str(run.path), array_task=point["task"],
                             values=point["values"], state="created", job_ids=[])
 
 

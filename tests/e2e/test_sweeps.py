@@ -44,6 +44,9 @@ def test_a_users_command_gets_each_points_values_in_its_arguments_and_environmen
         text = "".join(p.read_text() for p in logs)
         assert f"argv ['--lr={lr}', 'adamw'] env {lr} adamw dir {run / 'points' / label}" in text, (label, text)
         assert [e["event"] for e in point_events(run, label)][-1] == "finished"
+    point = cli(tmp_path, "status", str(run / "points" / "lr=3e-4_opt=adamw"))
+    assert point.returncode == 0 and f"(task 1) of sweep {name}" in point.stderr, point.stderr
+    assert point.stdout.startswith(f"run        {name}") and "2 points: 2 COMPLETED" in point.stdout, point.stdout
 
 
 def test_bad_sweeps_are_refused_naming_the_key_and_nothing_is_queued(tmp_path):
