@@ -62,6 +62,11 @@ class Verdict:
 STOPPED_EXIT = 75  # the stop contract's "stopped after a checkpoint"
 
 
+def ends_uncompleted(v: Verdict) -> bool:
+    """The job ends for good and not as COMPLETED: a run queued ``--after`` it never starts."""
+    return v.action == "end" and not v.outcome.startswith("finished") and v.outcome != "requeued from outside the job"
+
+
 def failed_by_itself(f: Facts) -> bool:
     """The launch failed with no stop, cancel, preemption, Slurm requeue or `finished` to
     explain it: a rank died, or the supervisor ended a hung launch."""

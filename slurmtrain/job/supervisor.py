@@ -9,6 +9,7 @@ fail or requeue. Every way out is an :class:`End` carrying the summary line's wo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, NoReturn, Protocol
 
-from .. import arrivals, eventlog, events, heartbeat, ledger, slurmversion
+from .. import arrivals, dependents, eventlog, events, heartbeat, ledger, slurmversion
 from . import decide, hangs
 from . import nodes as nodes_mod
 from . import stragglers
@@ -262,6 +263,8 @@ class Supervisor(NodeFaults):
         if v.action != "requeue":
             if facts.preempted and self.slurm_requeues_preempted():
                 self.slurm.forbid_requeue()  # else Slurm starts the job again after this end
+            if decide.ends_uncompleted(v):
+                self.tell_dependents(v.outcome)
             raise End(v.outcome, v.code)
         self.summary(v.outcome, v.code)  # before the requeue: Slurm ends this process soon after it
         if facts.preempted and self.slurm_requeues_preempted():
@@ -269,6 +272,20 @@ class Supervisor(NodeFaults):
         else:
             self.requeue()
         raise End(None, 0)
+
+    def tell_dependents(self, outcome: str) -> None:
+        """Runs queued to start after this one completed (a chain) never will: say so in
+        each (Slurm cancels their jobs itself). A sweep's point answers for its sweep."""
+        manifest = self.run_dir / "manifest.json"
+        upstream = self.run_dir
+        try:
+            upstream = Path(json.loads(manifest.read_text()).get("sweep_dir") or self.run_dir)
+        except (OSError, ValueError):
+            pass
+        told = dependents.never(upstream, self.job.ref, outcome)
+        if told:
+            self.say(f"slurmtrain: {', '.join(told)} waited for this run to complete; "
+                     "Slurm cancels them (dependency never satisfied)")
 
     def slurm_requeues_preempted(self) -> bool:
         """The controller requeues a preempted job itself when this script ends (Slurm 24.05+):

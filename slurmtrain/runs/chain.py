@@ -16,20 +16,16 @@ Torch-free; talks to Slurm only through :mod:`track` (status of the runs waited 
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Iterable
 
-from .. import events
+from .. import dependents
 from ..errors import UsageError
-from ..eventlog import Ev
 from . import rundir
 
 OPTIONS = {"after": "afterok", "after_ok": "afterok", "after_any": "afterany"}
-DEPENDENTS = "dependents.jsonl"
-NEVER = Ev.DEPENDENCY_NEVER_SATISFIED
+DEPENDENTS = dependents.FILE
 
 
 @dataclass(frozen=True)
@@ -92,9 +88,7 @@ def record(run: rundir.RunDir, afters: list[After]) -> None:
         return
     run.update_manifest(after=[asdict(a) for a in afters])
     for a in afters:
-        line = json.dumps({"run": run.name, "path": str(run.path), "kind": a.kind}) + "\n"
-        with open(Path(a.path) / DEPENDENTS, "a") as fh:  # one short line: appends do not interleave
-            fh.write(line)
+        dependents.add(a.path, run.name, str(run.path), a.kind)
 
 
 def afters_of(run: rundir.RunDir) -> list[After]:
@@ -115,6 +109,5 @@ def never_note(run: rundir.RunDir, afters: list[After], upstream: dict[str, Any]
            and upstream[a.path].ended and upstream[a.path].outcome != "completed"]
     why = "; ".join(f"{a.run} (job {a.job_id}) ended: {upstream[a.path].outcome or upstream[a.path].state.value}"
                     for a in bad) or "a run it waited for can no longer complete"
-    if not any(e.get("event") == NEVER for e in events.read(run.path)):
-        events.append(run.path, NEVER, after=[a.run for a in bad] or [a.run for a in afters], detail=why)
+    dependents.record_never(run.path, [a.run for a in bad] or [a.run for a in afters], why)
     return f"Slurm cancelled it without running: {why}; this run was to start after it completed"
