@@ -124,7 +124,11 @@ class RunDir:
         return out
 
     def _log_files(self) -> list[Path]:
-        return sorted(self.logs.iterdir()) if self.logs.is_dir() else []
+        """The run's log files; a sweep's also every point's node logs (each point's task
+        writes them in its own run directory, ``points/<label>/logs/<A>_<task>-<node>.out``)."""
+        folders = [self.logs] + [self.path / POINTS / p["label"] / LOGS
+                                 for p in (self.manifest().get("sweep") or {}).get("points", [])]
+        return sorted(f for d in folders if d.is_dir() for f in d.iterdir())
 
 
 def stamp(now: float | None = None) -> str:

@@ -44,6 +44,9 @@ def test_a_users_command_gets_each_points_values_in_its_arguments_and_environmen
         text = "".join(p.read_text() for p in logs)
         assert f"argv ['--lr={lr}', 'adamw'] env {lr} adamw dir {run / 'points' / label}" in text, (label, text)
         assert [e["event"] for e in point_events(run, label)][-1] == "finished"
+    logs = cli(tmp_path, "logs", name).stdout  # every task's batch log and its point's node logs
+    assert "argv ['--lr=1e-4', 'adamw']" in logs and "argv ['--lr=3e-4', 'adamw']" in logs, logs
+    assert re.search(r"==> task 1/stnode\d: .*/points/lr=3e-4_opt=adamw/logs/", logs), logs
     point = cli(tmp_path, "status", str(run / "points" / "lr=3e-4_opt=adamw"))
     assert point.returncode == 0 and f"(task 1) of sweep {name}" in point.stderr, point.stderr
     assert point.stdout.startswith(f"run        {name}") and "2 points: 2 COMPLETED" in point.stdout, point.stdout
