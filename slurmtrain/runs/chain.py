@@ -25,7 +25,6 @@ from ..errors import UsageError
 from . import rundir
 
 OPTIONS = {"after": "afterok", "after_ok": "afterok", "after_any": "afterany"}
-DEPENDENTS = dependents.FILE
 
 
 @dataclass(frozen=True)

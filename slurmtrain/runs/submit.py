@@ -52,12 +52,13 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     return run
 
 
-def _check_array_size(job: JobSpec) -> None:
-    """An array of more tasks than the cluster's MaxArraySize allows is refused here (exit
-    2), before anything is made, rather than by sbatch."""
+def _check_array_size(job: JobSpec, config: str) -> None:
+    """An array of more tasks than the cluster's MaxArraySize (in ``config``, the text of
+    ``scontrol show config``) allows is refused here (exit 2), before anything is made,
+    rather than by sbatch."""
     if not job.array:
         return
-    for line in slurmversion.config_text().splitlines():
+    for line in config.splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "MaxArraySize" and value.strip().isdigit() and job.array > int(value.strip()):
             what = f"a sweep of {len(job.sweep)} points" if job.sweep else f"a job array of {job.array} tasks"
@@ -79,9 +80,9 @@ def _sweep_dirs(run: RunDir, job: JobSpec) -> None:
                             values=point["values"], state="created", job_ids=[])
 
 
-def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
+def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | None = None) -> Submitted:
     """sbatch ``run``'s job.sbatch (with ``sbatch_args`` before it); a refusal is recorded
-    in the run directory and re-raised."""
+    in the run directory and re-raised. ``config``: ``scontrol show config`` already asked."""
     from .jobs import ScriptExecutor  # submitit: imported only when submitting
 
     try:
@@ -93,7 +94,7 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = ()) -> Submitted:
         raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_ledger_hint(run)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
     # The controller's version at each submission: a run outlives an upgrade of its cluster.
-    version = slurmversion.of_cluster()
+    version = slurmversion.from_config(config) if config else slurmversion.of_cluster()
     run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now,
                         **({"slurm_version": slurmversion.text(version)} if version else {}))
     size = run.array_size  # an array's tasks: eventlog follows each, waiting ones too
@@ -121,8 +122,9 @@ def submit(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     whose jobs it waits for (runs/chain.py)."""
     from . import chain
 
-    _check_array_size(job)
+    config = slurmversion.config_text() if job.array else None  # one ask: the array's limit and the version
+    _check_array_size(job, config or "")
     run = prepare(loaded, job, runs_dir, cwd)
-    done = submit_run(run, chain.sbatch_args(after or []))
+    done = submit_run(run, chain.sbatch_args(after or []), config)
     chain.record(run, after or [])
     return done

@@ -47,9 +47,6 @@ class RMSNorm(nn.Module):
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(x.dtype)
 
-    def init_weights(self) -> None:
-        nn.init.ones_(self.weight)
-
 
 class RotaryCache(nn.Module):
     """cos/sin tables [max_seq_len, head_dim] for rotary embeddings, always float32.
