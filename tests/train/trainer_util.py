@@ -77,6 +77,11 @@ def fsdp2_reference(tmp_path_factory) -> tuple[Path, str]:
     return root / "work" / "run", out.read_text()
 
 
+# ATen's CPU kernels that every x86 processor runs alike (ATEN_CPU_CAPABILITY): for numbers
+# recorded on one machine and checked on another (fixtures/checkpoints-0.x/record.py).
+PORTABLE_KERNELS = "default"
+
+
 def env(**extra: str) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if not k.startswith("SLURMTRAIN_")}
     out.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **extra)
@@ -127,7 +132,7 @@ def rank_server() -> str:
 
 
 def train(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 180, torchrun: bool = False,
-          **extra_env: str) -> subprocess.CompletedProcess:
+          fork: bool = True, **extra_env: str) -> subprocess.CompletedProcess:
     """The trainer in a subprocess (``nproc`` > 1 ranks as :func:`command` starts them),
     output captured.
 
@@ -136,7 +141,7 @@ def train(args: list[str], cwd: Path, nproc: int = 1, timeout: float = 180, torc
     (tests/waiting.py). ``timeout`` is how long it takes on a quiet machine, for the reader."""
     import waiting
 
-    return waiting.run(command(args, nproc, torchrun), f"trainer {' '.join(args)}", [cwd], cwd=cwd, env=env(**extra_env))
+    return waiting.run(command(args, nproc, torchrun, fork), f"trainer {' '.join(args)}", [cwd], cwd=cwd, env=env(**extra_env))
 
 
 def records(run_dir: Path) -> list[dict]:
