@@ -85,8 +85,8 @@ class Ev:
     SETUP_FAILED = "setup_failed"          # {node, line, exit_code}: a node's first failing setup line
     PREFLIGHT_PASSED = "preflight_passed"  # {nodes}: every node passed the in-job gate
     PREFLIGHT_FAILED = "preflight_failed"  # {nodes}: these did not; left out (spares) or requeued without them
-    NODES_LOST = "nodes_lost"              # {nodes, spares, left}: left out of the job start; spares in their place
-    RELAUNCHED = "relaunched"              # {attempt, exit_code, last_progress?}: the launch started again in the job
+    NODES_LOST = "nodes_lost"              # {nodes, spares, left, cause?, seen_as?}: left out of the job start; spares in their place
+    RELAUNCHED = "relaunched"              # {attempt, exit_code, last_progress?, why?, cause?, seen_as?}: the launch started again in the job
     FIRST_STEP = "first_step"              # {step, at}: a launch's first heartbeat (at: its own time)
     STRAGGLER = "straggler"                # {node, compute_ms, others_ms, pct}: a node computes slower
     HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout
@@ -133,6 +133,11 @@ HANG = "hang"          # the supervisor ended a hung launch and had no in-job re
 REQUEUED = "requeued"  # someone's `scontrol requeue` (an administrator's), no node down
 RUNNING = "running"    # no end yet: queued, running, or requeued and waiting
 UNKNOWN = "unknown"    # Slurm says it ended but the run's events do not say how
+
+# What ended a launch that the supervisor started again in the job (or, for a lost node
+# with no spare, requeued): the ``cause`` its supervisor's events carry (decide.launch_fault).
+CRASH = "crash"          # a rank failed by itself
+NODE_LOST = "node lost"  # the node probe found a node dead (HANG: no rank reported progress)
 
 KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
          WATCHDOG, STOPPED_UNSAVED, HANG, REQUEUED, RUNNING, UNKNOWN)
@@ -306,7 +311,8 @@ def _stop_cause(start: Start) -> tuple[str, str]:
     if (e := start.last(Ev.REQUEUED_BY_SLURM)) is not None:
         return _requeued_by(e)
     if (lost := start.last(Ev.NODES_LOST)) is not None and start.last(Ev.REQUEUE) is not None:
-        return NODE_FAILURE, f"node(s) {lost.get('nodes')} were lost and no spare was left"
+        seen = " (seen first as a hang)" if lost.get("seen_as") == HANG else ""
+        return NODE_FAILURE, f"node(s) {lost.get('nodes')} were lost{seen} and no spare was left"
     if (gate := start.last(Ev.PREFLIGHT_FAILED)) is not None and start.last(Ev.REQUEUE) is not None:
         return NODE_FAILURE, f"node(s) {gate.get('nodes')} failed the preflight gate"
     if start.last(Ev.PREEMPTED) is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .. import eventlog
+
 # Why a SIGTERM reached the supervisor (Slurm's preemption with a GraceTime signals the
 # tasks only, and the stop signal is its own):
 REQUEUED = "requeued"      # the job was requeued from outside the script: its restart count went up
@@ -60,6 +62,18 @@ class Verdict:
 
 
 STOPPED_EXIT = 75  # the stop contract's "stopped after a checkpoint"
+
+
+def launch_fault(hung: bool, dead: list[str]) -> dict[str, str]:
+    """What ended a launch that failed by itself, once the node probe has answered: the
+    ``cause`` (and ``seen_as``) fields of the events that say what follows (``relaunched``,
+    ``nodes_lost``, ``requeue``), which goodput and ``status`` read. A node that died stalls
+    its peers' collectives, so with a hang timeout shorter than the probe's wait its loss is
+    seen first as a hang: the probe's answer is the cause, the hang only how it showed. A
+    node left out for failing or hanging twice is alive: the fault is that hang or crash."""
+    if dead:
+        return {"cause": eventlog.NODE_LOST, **({"seen_as": eventlog.HANG} if hung else {})}
+    return {"cause": eventlog.HANG if hung else eventlog.CRASH}
 
 
 def ends_uncompleted(v: Verdict) -> bool:

@@ -77,11 +77,11 @@ class NodeFaults:
         self.clear_marks()
         return True
 
-    def lost_nodes(self, blame: bool) -> list[str]:
-        """After a launch failed by itself: its nodes that are dead, or that this job start
-        has now named twice (the first to fail, the last to report before a hang; not when
-        ``blame`` is off: the same training error at the same step is the program's, and
-        which node raised it first is chance); each goes to the bad-node ledger."""
+    def lost_nodes(self, blame: bool) -> tuple[list[str], list[str]]:
+        """After a launch failed by itself: (its nodes that are dead, those alive that this
+        job start has now named twice: the first to fail, the last to report before a hang;
+        not when ``blame`` is off: the same training error at the same step is the program's,
+        and which node raised it first is chance); each goes to the bad-node ledger."""
         active = self.pool.active
         gone = self.dead_seen or nodes_mod.dead(self.slurm, active)
         named = self.hang_nodes if self.hung else [n for n in [self.first_failure(self.log_mark)] if n]
@@ -95,7 +95,7 @@ class NodeFaults:
             what = "hung" if self.hung else "failed first"
             self.ledger_add(node, "in_job", f"its ranks {what} in {nodes_mod.BLAME_LIMIT} launches of job "
                             f"{self.job.ref}")
-        return sorted(set(gone) | set(twice))
+        return sorted(gone), sorted(set(twice))
 
     def first_failure(self, since: int) -> str | None:
         """The node of srun's first task error in the batch log after byte ``since``."""
@@ -120,15 +120,17 @@ class NodeFaults:
         except OSError:
             return []
 
-    def go_on_without(self, lost: list[str], relaunches: int) -> None:
+    def go_on_without(self, lost: list[str], relaunches: int, cause: dict[str, str]) -> None:
         """Leave ``lost`` out; the spares take their place. Without enough spares, or with no
-        in-job restart left, requeue the job without them (End)."""
+        in-job restart left, requeue the job without them (End). ``cause``: what ended the
+        launch (decide.launch_fault), on the events."""
         names = " ".join(lost)
+        seen = " (seen first as a hang)" if cause.get("seen_as") else ""
         if self.pool.can_run_without(lost) and relaunches < self.cfg.restarts_in_job:
             spares = self.pool.leave_out(lost)
-            self.say(f"slurmtrain: node(s) {names} lost; going on in this allocation on "
+            self.say(f"slurmtrain: node(s) {names} lost{seen}; going on in this allocation on "
                      f"{' '.join(self.pool.active)}" + (f" (spare {' '.join(spares)} in their place)" if spares else ""))
-            self.event("nodes_lost", nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle))
+            self.event("nodes_lost", nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle), **cause)
             return
-        self.event("nodes_lost", nodes=names, spares="none", left=len(self.pool.idle))
-        self.requeue_without(lost, f"node(s) {names} lost", "node")
+        self.event("nodes_lost", nodes=names, spares="none", left=len(self.pool.idle), **cause)
+        self.requeue_without(lost, f"node(s) {names} lost{seen}", "node", cause)

@@ -210,9 +210,10 @@ class Supervisor(NodeFaults):
                     return facts
                 continue
             repeated = self.repeated_error(mine)
-            lost = self.lost_nodes(blame=not repeated) if decide.failed_by_itself(facts) else []
+            dead, twice = self.lost_nodes(blame=not repeated) if decide.failed_by_itself(facts) else ([], [])
+            lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(self.hung, dead)
             if lost:
-                self.go_on_without(lost, relaunches)  # or End: requeued without them
+                self.go_on_without(lost, relaunches, cause)  # or End: requeued without them
             elif not decide.relaunch(facts, progressed, repeated, relaunches, self.cfg.restarts_in_job):
                 return facts
             relaunches += 1
@@ -221,7 +222,7 @@ class Supervisor(NodeFaults):
                      f"this allocation on {' '.join(self.pool.active)} ({relaunches} of {self.cfg.restarts_in_job})")
             last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
             self.event("relaunched", attempt=relaunches, exit_code=facts.status, **last,
-                       **({"why": "nodes lost"} if lost else {}))
+                       **({"why": "nodes lost"} if lost else {}), **cause)
             self.clear_marks()
 
     def repeated_error(self, mine: list[dict]) -> bool:
@@ -505,13 +506,14 @@ class Supervisor(NodeFaults):
             return
         self.requeue_without(bad, f"preflight failed on {names}", "preflight")
 
-    def requeue_without(self, bad: list[str], what: str, reason: str) -> NoReturn:
-        """Requeue this job with ``bad`` excluded (End), unless the requeue limit is reached."""
+    def requeue_without(self, bad: list[str], what: str, reason: str, cause: dict[str, str] | None = None) -> NoReturn:
+        """Requeue this job with ``bad`` excluded (End), unless the requeue limit is reached;
+        ``cause``: what ended the launch, when one did (decide.launch_fault)."""
         names = " ".join(bad)
         if self.job.restarts >= self.cfg.max_requeues:
-            self.event("requeue_limit", max_requeues=self.cfg.max_requeues)
+            self.event("requeue_limit", max_requeues=self.cfg.max_requeues, **(cause or {}))
             raise End(f"{what}; requeue limit reached", 3)
-        self.event("requeue", reason=reason, exclude=names)
+        self.event("requeue", reason=reason, exclude=names, **(cause or {}))
         self.summary(f"{what}; requeued without them", 0)
         ok, why = self.requeue_excluding(bad)
         if not ok:

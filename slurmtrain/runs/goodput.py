@@ -219,23 +219,8 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
     ended it, if one did: a stop that saved, or the program's finish, is none."""
     names = {e.get("event") for e in evs}
     hang = next((e for e in evs if e.get("event") == Ev.HANG), None)
-    if nxt is not None:  # restarted in the job: a crash, or a hang
-        if hang is not None:
-            at = hang["time"] - float(hang.get("seconds", 0))
-            return at, _fault(out, "hang", hang["time"], f"no progress for {hang.get('seconds')} s; last to "
-                              f"report: rank(s) {hang.get('ranks')} on {hang.get('nodes')}", True)
-        at = float(nxt.get("last_progress") or nxt["time"])
-        lost = next((e for e in evs if e.get("event") == Ev.NODES_LOST), None)
-        stopped = next((e for e in evs if e.get("event") == Ev.STOPPED), None)
-        if lost is not None and lost.get("why") == "straggler":
-            at = stopped["time"] if stopped is not None else float(nxt.get("last_progress") or nxt["time"])
-            return at, _fault(out, "straggler", nxt["time"], f"{lost.get('nodes')} replaced by "
-                                           f"{lost.get('spares')} at a checkpoint", True)
-        if lost is not None:
-            return at, _fault(out, "node lost", nxt["time"], f"node(s) {lost.get('nodes')} lost; in their place: "
-                              f"{lost.get('spares')}", True)
-        return at, _fault(out, "crash", nxt["time"], f"the program failed (exit status {nxt.get('exit_code')})",
-                          True)
+    if nxt is not None:  # restarted in the job: a crash, a hang, a node lost or a straggler
+        return _in_job_fault(out, evs, nxt, hang)
     program_end = next((e for e in reversed(evs) if e.get("event") in (Ev.STOPPED,) or
                         eventlog.is_program_finished(e)), None)
     if program_end is not None:
@@ -243,6 +228,9 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
         fault = None if kind is None else _fault(out, kind, program_end["time"], "stopped after a checkpoint",
                                                  False, requeued=Ev.REQUEUE in names)
         return program_end["time"], fault
+    left_out = next((e for e in evs if e.get("event") in (Ev.REQUEUE, Ev.REQUEUE_LIMIT) and e.get("cause")), None)
+    if left_out is not None:  # nodes lost, no spare (or no in-job restart) left: requeued without them
+        return _requeued_without(out, evs, left_out, hang)
     ending = next((e for e in evs if e.get("event") in (Ev.REQUEUED_BY_SLURM, Ev.PREEMPTED, Ev.SIGNAL, Ev.FAILED,
                                                          Ev.STOP_UNSAVED, Ev.CANCELLED)), None)
     if ending is None:
@@ -251,6 +239,49 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
             Ev.FAILED: "failed", Ev.CANCELLED: "cancelled"}.get(ending["event"]) or _stop_kind(evs) or "stopped"
     return ending["time"], _fault(out, kind, ending["time"], "ended without a checkpoint of its last steps",
                                   False, requeued=Ev.REQUEUE in names or kind in ("node failure", "requeued"))
+
+
+def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None) -> tuple[float, int]:
+    """The last progress and the fault of a launch its supervisor started again (``nxt``:
+    the next launch's ``relaunched``, whose ``cause`` says what the evidence showed: a node
+    lost that was seen first as a hang is a node lost)."""
+    lost = next((e for e in evs if e.get("event") == Ev.NODES_LOST), None)
+    at = float(nxt.get("last_progress") or nxt["time"])
+    if hang is not None:
+        at = hang["time"] - float(hang.get("seconds", 0))
+    if lost is not None and lost.get("why") == "straggler":
+        stopped = next((e for e in evs if e.get("event") == Ev.STOPPED), None)
+        return (stopped["time"] if stopped is not None else float(nxt.get("last_progress") or nxt["time"])), _fault(
+            out, "straggler", nxt["time"], f"{lost.get('nodes')} replaced by {lost.get('spares')} at a checkpoint", True)
+    # Events written before the supervisor said the cause: a hang, else a node lost, else a crash.
+    cause = nxt.get("cause") or (eventlog.HANG if hang is not None else
+                                 eventlog.NODE_LOST if lost is not None else eventlog.CRASH)
+    hung = f"no progress for {hang.get('seconds')} s; last to report: rank(s) {hang.get('ranks')} on " \
+        f"{hang.get('nodes')}" if hang is not None else ""
+    if cause == eventlog.NODE_LOST:
+        seen = f"; seen first as a hang ({hung})" if hang is not None and nxt.get("seen_as") else ""
+        nodes, spares = (lost or {}).get("nodes", "?"), (lost or {}).get("spares", "?")
+        return at, _fault(out, eventlog.NODE_LOST, nxt["time"], f"node(s) {nodes} lost; in their place: {spares}{seen}",
+                          True)
+    if cause == eventlog.HANG and hang is not None:
+        return at, _fault(out, eventlog.HANG, hang["time"], hung, True)
+    return at, _fault(out, eventlog.CRASH, nxt["time"],
+                      f"the program failed (exit status {nxt.get('exit_code')})", True)
+
+
+def _requeued_without(out: Goodput, evs: list[Event], e: Event, hang: Event | None) -> tuple[float, int]:
+    """The last progress and the fault of a launch that lost nodes and ended the start
+    (``e``: the supervisor's ``requeue`` or ``requeue_limit``, with the ``cause``)."""
+    lost = next((x for x in evs if x.get("event") == Ev.NODES_LOST), None) or {}
+    at = hang["time"] - float(hang.get("seconds", 0)) if hang is not None else e["time"]
+    seen = (f"; seen first as a hang (no progress for {hang.get('seconds')} s)"
+            if hang is not None and e.get("seen_as") else "")
+    kind = str(e.get("cause"))
+    if kind == eventlog.HANG and hang is not None:
+        detail = f"no progress for {hang.get('seconds')} s; node(s) {lost.get('nodes', '?')} left out"
+    else:
+        detail = f"node(s) {lost.get('nodes', e.get('exclude', '?'))} lost, no spare left{seen}"
+    return at, _fault(out, kind, e["time"], detail, False, requeued=e.get("event") == Ev.REQUEUE)
 
 
 def _stop_kind(evs: list[Event]) -> str | None:

@@ -230,3 +230,12 @@ FAILED_AFTER_SAVING = replace(STOPPED, status=137, stop_requested=False)
 def test_relaunch(change, progressed, repeated, relaunches, expected):
     assert decide.relaunch(replace(FAILED_AFTER_SAVING, **change), progressed, repeated, relaunches, 3) is expected
 
+
+
+def test_a_launch_fault_is_what_the_node_probe_shows_not_the_first_verdict():
+    """A dead node's peers wait in a collective: the hang verdict comes first, the probe names
+    the node after; the cause is the node. A node named twice is alive: its hang is a hang."""
+    assert decide.launch_fault(hung=True, dead=["n2"]) == {"cause": "node lost", "seen_as": "hang"}
+    assert decide.launch_fault(hung=False, dead=["n2"]) == {"cause": "node lost"}
+    assert decide.launch_fault(hung=True, dead=[]) == {"cause": "hang"}
+    assert decide.launch_fault(hung=False, dead=[]) == {"cause": "crash"}

@@ -1391,3 +1391,71 @@ def test_a_preemption_during_the_straggler_stop_is_a_preemption(rig):
                                               (2, exits(75))]})]
     assert rig.run(straggler_pct=30, spare_nodes=1, restarts_in_job=3) == 0
     assert rig.names()[-1] == "requeue" and "nodes_lost" not in rig.names()
+
+
+# ---- one cause per fault: a node lost, seen first as a hang -------------------------------------
+
+# n2 dies at 3 s: rank 1 there beats no more, and rank 0 on n1 waits for it in a collective, so no
+# rank beats either: with a hang timeout of 20 s the hang verdict comes before anything else does.
+DIES_SEEN_AS_A_HANG = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200)), (3, dies("n2"))])
+
+
+@pytest.fixture
+def rig_on_wall(rig, monkeypatch) -> Rig:
+    """The rig, its events stamped with its fake wall clock (heartbeats are): goodput's
+    costs then follow the plan, not how fast this machine runs it; no py-spy."""
+    from types import SimpleNamespace
+    monkeypatch.setattr("slurmtrain.events.time", SimpleNamespace(time=rig.clock.wall))
+    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
+    return rig
+
+
+def faults_said(rig: Rig) -> tuple[list[tuple[str, str]], list[str]]:
+    """(kind, detail) of each fault in goodput, and the lines `status` prints for them."""
+    from slurmtrain.cli.runs import _goodput_rows
+    from slurmtrain.runs import goodput
+    report = goodput.of_events(events.read(rig.run_dir)).to_json()
+    lines = [text for _, text in _goodput_rows(report)[1:]]
+    return [(f["kind"], f["detail"]) for f in report["faults"]], lines
+
+
+def test_a_node_that_died_seen_first_as_a_hang_is_a_node_lost_in_the_events_status_and_goodput(rig_on_wall):
+    rig = rig_on_wall
+    on_three_nodes(rig)
+    rig.task = [DIES_SEEN_AS_A_HANG, FINISHES_ON_N1_N3]
+    assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
+    assert rig.names() == ["started", "first_step", "hang", "nodes_lost", "relaunched", "finished"]  # hang first
+    for name in ("nodes_lost", "relaunched"):
+        assert (rig.event(name)["cause"], rig.event(name)["seen_as"]) == ("node lost", "hang"), rig.event(name)
+    assert rig.ledger() == [("n2", "node_failure")]
+    assert "node(s) n2 lost (seen first as a hang); going on in this allocation on n1 n3" in rig.said()
+    kinds, lines = faults_said(rig)
+    assert [k for k, _ in kinds] == ["node lost"], kinds
+    assert kinds[0][1].startswith("node(s) n2 lost; in their place: n3; seen first as a hang (no progress for 2")
+    [line] = lines
+    assert " node lost (in the job): node(s) n2 lost; in their place: n3; seen first as a hang" in line, line
+
+
+def test_a_hang_whose_nodes_all_answer_is_still_a_hang(rig_on_wall):
+    """The other order's check: the same hang with n2 alive is the hang it looks like."""
+    rig = rig_on_wall
+    rig.task = [HANGS_ON_N2, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert rig.event("relaunched")["cause"] == "hang" and "seen_as" not in rig.event("relaunched")
+    kinds, lines = faults_said(rig)
+    assert [k for k, _ in kinds] == ["hang"] and " hang (in the job): no progress for " in lines[0], lines
+
+
+def test_a_node_that_died_seen_first_as_a_hang_with_no_spare_requeues_as_a_node_lost(rig_on_wall):
+    rig = rig_on_wall
+    rig.task = [DIES_SEEN_AS_A_HANG]
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert rig.names() == ["started", "first_step", "hang", "nodes_lost", "requeue"]
+    assert (rig.event("requeue")["cause"], rig.event("requeue")["seen_as"]) == ("node lost", "hang")
+    assert rig.summary() == "node(s) n2 lost (seen first as a hang); requeued without them, exit status 0"
+    from slurmtrain.runs import classify
+    outcome = classify.classify(rig.run_dir)
+    assert outcome.kind == classify.NODE_FAILURE and "seen first as a hang" in outcome.detail, outcome
+    kinds, lines = faults_said(rig)
+    assert [k for k, _ in kinds] == ["node lost"], kinds
+    assert " node lost (ended the start): node(s) n2 lost, no spare left; seen first as a hang (no progress for 2" in lines[0], lines
