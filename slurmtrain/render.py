@@ -57,7 +57,7 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     if not _JOB_NAME.fullmatch(job.job_name):
         raise UsageError(f"job name {job.job_name!r}: use 1-128 letters, digits, '_', '.' or '-'")
     # One task per node runs a launcher there; the srun launcher makes every process a task.
-    tasks = _procs_per_node(p) if p.launch.launcher == "srun" else 1
+    tasks = procs_per_node(p) if p.launch.launcher == "srun" else 1
     cpus = s.cpus_per_task if s.cpus_per_task is None else max(1, s.cpus_per_task // tasks)
     out = [f"--job-name={job.job_name}"]
     if job.array is not None:
@@ -167,7 +167,7 @@ def _env_exports(p: Profile) -> list[tuple[str, str]]:
     return sorted(env.items())
 
 
-def _procs_per_node(p: Profile) -> int:
+def procs_per_node(p: Profile) -> int:
     return p.launch.procs_per_node or p.slurm.gpus_per_node or 1
 
 
@@ -252,7 +252,7 @@ def _check_launcher_counts(p: Profile, prog: Program) -> None:
     if prog.launcher_in_command is None:
         return
     for asked, have, what, how in (
-            (prog.procs_per_node, _procs_per_node(p), "processes per node",
+            (prog.procs_per_node, procs_per_node(p), "processes per node",
              "--gpus-per-node or --set launch.procs_per_node=N"),
             (prog.nnodes, p.slurm.nodes, "nodes", "--nodes N")):
         if asked is not None and asked != have:
@@ -400,7 +400,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "tracking": tracking.template_context(p.tracking, job.job_name),
         "rdzv_port": p.launch.rdzv_port,
         "rdzv_port_spread": p.launch.rdzv_port_spread,
-        "procs_per_node": _procs_per_node(p),
+        "procs_per_node": procs_per_node(p),
         "setup_lines": _setup_lines(p),
         "task_exec": _task_exec(p, job),
         "srun_options": _srun_options(p, job),

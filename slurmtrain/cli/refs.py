@@ -43,13 +43,13 @@ def after_options(f):
 def chain_of(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], after_any: tuple[str, ...]):
     """The runs to wait for (UsageError, exit 2, naming the option and RUN when one cannot be
     waited for); notes for runs that already ended go to stderr."""
-    from ..runs import chain
+    from ..runs import chain, track
 
     pairs = ([("after", r) for r in after] + [("after_ok", r) for r in after_ok]
              + [("after_any", r) for r in after_any])
     if not pairs:
         return []
-    afters, notes = chain.resolve(pairs, runs_dir)
+    afters, notes = chain.resolve(pairs, runs_dir, lambda run: track.statuses([run], with_events=True)[0])
     for note in notes:
         click.echo(note, err=True)
     return afters

@@ -125,7 +125,8 @@ def _nodes(run_dir: Path) -> list[str]:
 def slurm_rows(loaded: LoadedProfile, job_id: str, config: str) -> list[Row]:
     """Partition facts from scontrol, the version and JobRequeue from ``config`` (the text of
     ``scontrol show config``), and whether sacct answers."""
-    from ..runs.slurmquery import parse_key_values, run_slurm
+    from ..runs.slurmquery import run_slurm
+    from ..slurmtext import parse_key_values
     part = loaded.profile.slurm.partition
     proc = run_slurm(["scontrol", "show", "partition", "-o"] + ([part] if part else []))
     parts = [parse_key_values(line) for line in proc.stdout.splitlines() if line.strip()]

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from . import decide
 from . import nodes as nodes_mod
-from .. import eventlog
-from .slurm import SRUN_NODE_FAILURE, SRUN_TASK_ERROR
+from ..slurmtext import SRUN_NODE_FAILURE, SRUN_TASK_ERROR
 
 STUCK_S = 15           # srun still runs this long after a task failed: probe the launch's nodes for a dead one
 

@@ -8,22 +8,14 @@ the supervisor decides what a failed answer means, and asks again where that is 
 
 from __future__ import annotations
 
-import re
 import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import slurmversion
-from ..runs.slurmquery import parse_key_values
+from ..slurmtext import parse_key_values
 
 TIMEOUT_S = 10.0
-
-# srun's own line for a task that failed, in the batch log: its node is the first failure's.
-# ... and its line for a node Slurm took for failed (the job is requeued, or ends NODE_FAIL).
-SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$", re.M)
-SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: (Exited with exit code \d+|Killed|Terminated)",
-                             re.M)
-
 
 @dataclass(frozen=True)
 class Answer:

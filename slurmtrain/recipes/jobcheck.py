@@ -43,9 +43,9 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
         if start is None:
             return  # a recipe file inside the container: only the job can read it
         ref = str(expand(ref, start, env))
-    from ..train.__main__ import recipe_sets
-    from ..render import _procs_per_node  # the one definition of the job's processes per node
-    procs = _procs_per_node(p)
+    from ..render import procs_per_node  # the one definition of the job's processes per node
+    from .trainer_args import recipe_sets
+    procs = procs_per_node(p)
     for point in job.sweep or (None,):  # every point of a sweep is a recipe of its own
         recipe, sources = load_recipe_sources(ref, recipe_sets(args) + _point_sets(point))
         check_pipeline(recipe, sources, p.slurm.nodes * procs,
@@ -79,7 +79,7 @@ def trainer_args(job: JobSpec) -> argparse.Namespace | None:
                      if words[i] in ("-m", "--module") and words[i + 1] == TRAINER), None)
     if argv is None:
         return None
-    from ..train.__main__ import build_parser
+    from .trainer_args import build_parser
     parser = build_parser()
 
     def refuse(message: str):  # argparse would print its usage and exit

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from .. import dependents
 from ..errors import UsageError
@@ -43,13 +43,14 @@ def option_name(kind_option: str) -> str:
     return "--" + kind_option.replace("_", "-")
 
 
-def resolve(wanted: Iterable[tuple[str, str]], runs_dir: str | os.PathLike) -> tuple[list[After], list[str]]:
+def resolve(wanted: Iterable[tuple[str, str]], runs_dir: str | os.PathLike,
+            status_of: Callable[[rundir.RunDir], Any]) -> tuple[list[After], list[str]]:
     """(what to wait for, notes) for ``(option, RUN)`` pairs (option: a key of :data:`OPTIONS`).
     A run that already ended well (or at all, for ``--after-any``) needs no waiting: a note
     says so. A run that can never complete (failed, cancelled), one never queued, or a name
-    that is no run: UsageError (exit 2), naming the option and the run, nothing queued."""
-    from .track import statuses
-
+    that is no run: UsageError (exit 2), naming the option and the run, nothing queued.
+    ``status_of``: a run's status with its events (track.py's; given by the caller, as
+    track.py reads this module for its waiting notes)."""
     afters, notes = [], []
     for option, ref in wanted:
         flag = f"{option_name(option)} {ref}"
@@ -57,7 +58,7 @@ def resolve(wanted: Iterable[tuple[str, str]], runs_dir: str | os.PathLike) -> t
             run = rundir.resolve(ref, runs_dir)
         except UsageError as err:
             raise UsageError(f"{flag}: {err}") from None
-        st = statuses([run], with_events=True)[0]
+        st = status_of(run)
         if st.job_id is None:
             raise UsageError(f"{flag}: run {run.name} has no job (it was never queued: {st.note or st.state.value})")
         kind = OPTIONS[option]

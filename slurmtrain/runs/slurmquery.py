@@ -28,6 +28,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..slurmtext import parse_duration, parse_key_values
+
 from ..errors import SlurmError
 from .states import JobState, aggregate, parse_state
 
@@ -86,34 +88,6 @@ def _fail(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
 
 
 # ---- parsing ---------------------------------------------------------------------------
-
-_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
-
-
-def parse_key_values(line: str) -> dict[str, str]:
-    """``Key=value Key2=value with spaces`` -> dict; a value runs up to the next `` Key=``."""
-    out: dict[str, str] = {}
-    matches = list(_KEY.finditer(line))
-    for m, nxt in zip(matches, matches[1:] + [None]):
-        end = nxt.start() if nxt else len(line)
-        out[m.group(1)] = line[m.end():end].strip()
-    return out
-
-
-def parse_duration(text: str | None) -> int | None:
-    """Slurm durations: ``MM:SS``, ``HH:MM:SS``, ``D-HH:MM:SS`` -> seconds."""
-    if not text or text in ("UNLIMITED", "INVALID", "Partition_Limit"):
-        return None
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-    parts = [int(p) for p in text.split(":")]
-    while len(parts) < 3:
-        parts.insert(0, 0)
-    h, m, s = parts[-3:]
-    return ((days * 24 + h) * 60 + m) * 60 + s
-
 
 def format_duration(seconds: int | None) -> str:
     if seconds is None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, TextIO
 
 from .. import eventlog
 from ..errors import UsageError
-from ..job.slurm import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
+from ..slurmtext import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
 from . import classify, goodput, slurmquery, sweeps
 from .rundir import RunDir, events_of, log_label
 from .states import JobState, aggregate

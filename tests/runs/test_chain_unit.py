@@ -29,10 +29,16 @@ def test_the_gen_line_of_a_chained_submit_leaves_the_chain_out():
     assert _without_runs_dir(argv) == ["-N", "2", "--", "python", "--after", "z"]
 
 
+def status_of(run):
+    """What the CLI gives chain.resolve: the run's status with its events."""
+    from slurmtrain.runs import track
+    return track.statuses([run], with_events=True)[0]
+
+
 def test_a_run_never_queued_or_unknown_cannot_be_waited_for(tmp_path):
     run = rundir.create(tmp_path, "draft")
     run.update_manifest(job_name="draft", state="created", job_ids=[])
     with pytest.raises(UsageError, match=rf"--after-any {run.name}: run {run.name} has no job \(it was never queued"):
-        chain.resolve([("after_any", run.name)], tmp_path)
+        chain.resolve([("after_any", run.name)], tmp_path, status_of)
     with pytest.raises(UsageError, match="--after nope: run 'nope': no such run directory"):
-        chain.resolve([("after", "nope")], tmp_path)
+        chain.resolve([("after", "nope")], tmp_path, status_of)

@@ -6,7 +6,8 @@ import pytest
 
 from slurmtrain.errors import SlurmError
 from slurmtrain.runs import slurmquery
-from slurmtrain.runs.slurmquery import format_duration, parse_duration, parse_key_values
+from slurmtrain.runs.slurmquery import format_duration
+from slurmtrain.slurmtext import parse_duration, parse_key_values
 from slurmtrain.runs.states import JobState
 
 from runs_fakes import RECORDED

@@ -133,7 +133,7 @@ def test_cli_exit_2_one_line(tmp_path):
 def test_fmengine_command_line_names(tmp_path, monkeypatch):
     """FMEngine's ``--deepspeed_config ./configs/llama.json --pipe_parallel_size 2
     --model_parallel_size 1`` (and the launcher's ``--local_rank``) are accepted."""
-    from slurmtrain.train.__main__ import parse_args, recipe_sets
+    from slurmtrain.recipes.trainer_args import parse_args, recipe_sets
     monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "llama.json").write_text('{"zero_optimization": {"stage": 1}}')

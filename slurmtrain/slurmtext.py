@@ -1,0 +1,42 @@
+"""Slurm's text forms, read by the job's supervisor (``job/``) and the login-node
+commands (``runs/``, ``doctor/``) alike: ``Key=value`` records, durations, and srun's own
+error lines in a batch log. A floor module (the standard library only), so that neither
+side imports the other for them.
+"""
+
+from __future__ import annotations
+
+import re
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+# srun's own line for a task that failed, in the batch log: its node is the first failure's.
+SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: (Exited with exit code \d+|Killed|Terminated)",
+                             re.M)
+# ... and its line for a node Slurm took for failed (the job is requeued, or ends NODE_FAIL).
+SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$", re.M)
+
+
+def parse_key_values(line: str) -> dict[str, str]:
+    """``Key=value Key2=value with spaces`` -> dict; a value runs up to the next `` Key=``."""
+    out: dict[str, str] = {}
+    matches = list(_KEY.finditer(line))
+    for m, nxt in zip(matches, matches[1:] + [None]):
+        end = nxt.start() if nxt else len(line)
+        out[m.group(1)] = line[m.end():end].strip()
+    return out
+
+
+def parse_duration(text: str | None) -> int | None:
+    """Slurm durations: ``MM:SS``, ``HH:MM:SS``, ``D-HH:MM:SS`` -> seconds."""
+    if not text or text in ("UNLIMITED", "INVALID", "Partition_Limit"):
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in text.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts[-3:]
+    return ((days * 24 + h) * 60 + m) * 60 + s
