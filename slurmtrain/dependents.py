@@ -14,7 +14,6 @@ from . import events
 from .eventlog import Ev
 
 FILE = "dependents.jsonl"
-NEVER = Ev.DEPENDENCY_NEVER_SATISFIED
 
 
 def add(upstream: str | os.PathLike, run_name: str, run_path: str, kind: str) -> None:
@@ -39,9 +38,9 @@ def waiting(upstream: str | os.PathLike) -> list[dict]:
 
 def record_never(run_path: str | os.PathLike, after: list[str], detail: str) -> bool:
     """The ``dependency_never_satisfied`` event in the waiting run ``run_path``, once."""
-    if any(e.get("event") == NEVER for e in events.read(run_path)):
+    if any(e.get("event") == Ev.DEPENDENCY_NEVER_SATISFIED for e in events.read(run_path)):
         return False
-    events.append(run_path, NEVER, after=after, detail=detail)
+    events.append(run_path, Ev.DEPENDENCY_NEVER_SATISFIED, after=after, detail=detail)
     return True
 
 

@@ -108,6 +108,8 @@ class Ev:
     CANCEL_REQUESTED = "cancel_requested"  # {job_id}
     RESUBMITTED = "resubmitted"            # {job_id, previous_job_id}
     DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"  # {after, detail}: a chain's run waited for failed
+    NODES_EXCLUDED = "nodes_excluded"      # {nodes, source}: submit/resubmit left the bad-node ledger's nodes out
+    DOCTOR = "doctor"                      # {passed}: `slurmtrain doctor` ran its checks in this run
 
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
@@ -115,7 +117,8 @@ SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev
                            Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.STRAGGLER, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.CHECKPOINT_INTERVAL, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
-CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED, Ev.DEPENDENCY_NEVER_SATISFIED})
+CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED, Ev.DEPENDENCY_NEVER_SATISFIED,
+                        Ev.NODES_EXCLUDED, Ev.DOCTOR})
 ALL_EVENTS = SCRIPT_EVENTS | PROGRAM_EVENTS | CLI_EVENTS
 
 # ---- outcome kinds -------------------------------------------------------------------

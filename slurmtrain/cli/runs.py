@@ -14,6 +14,7 @@ import click
 
 from .base import main
 from .refs import resolve_run, runs_dir_option
+from ..eventlog import Ev
 
 
 @main.command("runs")
@@ -335,7 +336,7 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
         jobs.job(run.path, run.job_id).cancel()
         # Only a cancel that happened is recorded: the event makes status report the run
         # as cancelled by the user.
-        events.append(run.path, "cancel_requested", job_id=run.job_id)
+        events.append(run.path, Ev.CANCEL_REQUESTED, job_id=run.job_id)
         tasks = f", every one of its {run.array_size} tasks" if run.array_size else ""
         click.echo(f"cancelled job {run.job_id} ({run.name}{tasks})")
 

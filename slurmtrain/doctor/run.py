@@ -22,6 +22,7 @@ from . import checks as checks_mod
 from .. import arrivals, ledger, slurmversion
 from . import report
 from .report import FAIL, PASS, SLURM_NODE, WARN, Row
+from ..eventlog import Ev
 
 # Profile settings the doctor job always runs with: one process per node (the checks
 # are per node), no requeue (a doctor that failed should say so, not start again).
@@ -96,7 +97,7 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
         if r.node not in (SLURM_NODE, "(job)"):
             ledger.add(runs_dir, r.node, f"doctor: {r.check}: {r.detail or r.figure}", run=run.name,
                        job_id=job_id, source="doctor")
-    events.append(run.path, "doctor", passed=not out.failed)
+    events.append(run.path, Ev.DOCTOR, passed=not out.failed)
     return out
 
 

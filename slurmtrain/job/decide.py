@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .. import eventlog
+from ..eventlog import Ev
 
 # Why a SIGTERM reached the supervisor (Slurm's preemption with a GraceTime signals the
 # tasks only, and the stop signal is its own):
@@ -104,14 +105,14 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
     if f.status == 0:
-        return Verdict("end", "finished", 0, [("finished", {"exit_code": 0})])
+        return Verdict("end", "finished", 0, [(Ev.FINISHED, {"exit_code": 0})])
     if f.program_finished:
         # The program said it is done; what the launchers did while tearing down after
         # it (a stop that came as it finished, an agent that lost the rendezvous store)
         # does not undo that.
         why = "as the stop request came" if f.stop_requested else "before its launcher exited"
         return Verdict("end", f"finished (the launch then exited with status {f.status})", 0,
-                       [("finished", {"exit_code": 0, "launch_exit": f.status})],
+                       [(Ev.FINISHED, {"exit_code": 0, "launch_exit": f.status})],
                        f"slurmtrain: the program finished {why} (launch exit status {f.status}); "
                        "the run is complete, not requeueing")
     if f.slurm_requeued and not f.down_nodes:
@@ -127,25 +128,25 @@ def after_launch(f: Facts) -> Verdict:
     events: list[tuple[str, dict]] = []
     stopped, say = f.stop_requested, ""
     if not stopped and f.preempted:
-        events.append(("preempted", {"exit_code": f.status}))
+        events.append((Ev.PREEMPTED, {"exit_code": f.status}))
         stopped, say = True, "slurmtrain: Slurm preempted the job (the tasks got SIGTERM)\n"
     if not stopped and f.hung:
-        return Verdict("end", "hung; no in-job restart left", f.status, [("failed", {"exit_code": f.status})],
+        return Verdict("end", "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                        "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
     if not stopped:
-        return Verdict("end", "failed", f.status, [("failed", {"exit_code": f.status})],
+        return Verdict("end", "failed", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                        f"slurmtrain: the command failed with exit status {f.status}; not requeueing "
                        "(a failure of the command itself)")
     if not f.requeue_always and f.status != STOPPED_EXIT and not f.saved:
         return Verdict("end", "stopped; the program saved nothing, not requeued", f.status,
-                       events + [("stop_unsaved", {"exit_code": f.status})],
+                       events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (resilience.requeue_when = \"always\" "
                        "requeues anyway; docs/survival.md)")
     if f.restarts >= f.max_requeues:
         return Verdict("end", "stopped; requeue limit reached", 3,
-                       events + [("requeue_limit", {"max_requeues": f.max_requeues})],
+                       events + [(Ev.REQUEUE_LIMIT, {"max_requeues": f.max_requeues})],
                        say + f"slurmtrain: stopped, but the requeue limit is reached (max_requeues={f.max_requeues})")
     return Verdict("requeue", "stopped after a checkpoint; requeued", f.status,
-                   events + [("requeue", {"exit_code": f.status})],
+                   events + [(Ev.REQUEUE, {"exit_code": f.status})],
                    say + f"slurmtrain: stopped after a checkpoint (exit {f.status}); requeueing the job")

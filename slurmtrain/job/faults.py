@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import decide
 from . import nodes as nodes_mod
 from ..slurmtext import SRUN_NODE_FAILURE, SRUN_TASK_ERROR
+from ..eventlog import Ev
 
 STUCK_S = 15           # srun still runs this long after a task failed: probe the launch's nodes for a dead one
 
@@ -44,7 +45,7 @@ class NodeFaults:
         for s in self.stragglers.check(self.hangs.beats, self.clock.wall()):
             self.say(f"slurmtrain: straggler: {s.node} computes {s.pct:.0f}% slower than the other nodes "
                      f"({s.compute_ms:.1f} ms against {s.others_ms:.1f} ms for the same work)")
-            self.event("straggler", node=s.node, compute_ms=round(s.compute_ms, 2), others_ms=round(s.others_ms, 2),
+            self.event(Ev.STRAGGLER, node=s.node, compute_ms=round(s.compute_ms, 2), others_ms=round(s.others_ms, 2),
                        pct=round(s.pct))
             self.ledger_add(s.node, "straggler", f"computed {s.pct:.0f}% slower than the other nodes of job "
                             f"{self.job.ref}")
@@ -65,9 +66,9 @@ class NodeFaults:
         if facts.program_finished or facts.cancelled or facts.slurm_requeued or self.slurm.preempted():
             return False
         spares = self.pool.leave_out([node])
-        self.event("nodes_lost", nodes=node, spares=" ".join(spares) or "none", left=len(self.pool.idle),
+        self.event(Ev.NODES_LOST, nodes=node, spares=" ".join(spares) or "none", left=len(self.pool.idle),
                    why="straggler")
-        self.event("relaunched", attempt=0, exit_code=facts.status, why="straggler",
+        self.event(Ev.RELAUNCHED, attempt=0, exit_code=facts.status, why="straggler",
                    **({"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}))
         self.say(f"slurmtrain: {node} left out (a straggler); starting again in this allocation on "
                  f"{' '.join(self.pool.active)}")
@@ -129,7 +130,7 @@ class NodeFaults:
             spares = self.pool.leave_out(lost)
             self.say(f"slurmtrain: node(s) {names} lost{seen}; going on in this allocation on "
                      f"{' '.join(self.pool.active)}" + (f" (spare {' '.join(spares)} in their place)" if spares else ""))
-            self.event("nodes_lost", nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle), **cause)
+            self.event(Ev.NODES_LOST, nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle), **cause)
             return
-        self.event("nodes_lost", nodes=names, spares="none", left=len(self.pool.idle), **cause)
+        self.event(Ev.NODES_LOST, nodes=names, spares="none", left=len(self.pool.idle), **cause)
         self.requeue_without(lost, f"node(s) {names} lost{seen}", "node", cause)

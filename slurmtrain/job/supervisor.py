@@ -25,6 +25,7 @@ from . import stragglers
 from .faults import NodeFaults
 from .slurm import Slurm
 from .step import Launch, Step
+from ..eventlog import Ev
 
 TERM_GRACE_S = 15      # after the SIGTERM that ends tasks still running past stop_timeout, SIGKILL
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
@@ -150,16 +151,16 @@ class Supervisor(NodeFaults):
         if j.restarts > c.max_requeues:
             self.say(f"slurmtrain: requeue limit reached ({j.restarts} requeues, max_requeues={c.max_requeues}); "
                      "not starting again")
-            self.event("requeue_limit", max_requeues=c.max_requeues)
+            self.event(Ev.REQUEUE_LIMIT, max_requeues=c.max_requeues)
             raise End("not started again: requeue limit reached", 3)
         self.nodes = self.retry(3, lambda: self.slurm.hostnames(j.nodelist)) or []
         if not self.nodes:
             raise End(f"failed: scontrol could not expand the node list {j.nodelist!r}", 1)
         self.pool = nodes_mod.Pool(list(self.nodes), c.spare_nodes)
-        self.event("started", nodes=" ".join(self.nodes), **({"array_tasks": j.array_tasks} if j.array_tasks else {}),
+        self.event(Ev.STARTED, nodes=" ".join(self.nodes), **({"array_tasks": j.array_tasks} if j.array_tasks else {}),
                    **({"spares": " ".join(self.pool.idle)} if self.pool.idle else {}))
         if j.restarts > 0:
-            self.event("restarted")
+            self.event(Ev.RESTARTED)
         self.stop_file.unlink(missing_ok=True)
         self.clear_marks()
         # Asked again if Slurm does not answer: without it every time-limit SIGTERM would read as a cancel.
@@ -221,7 +222,7 @@ class Supervisor(NodeFaults):
             self.say(f"slurmtrain: the program failed (exit status {facts.status}) {why}; starting it again in "
                      f"this allocation on {' '.join(self.pool.active)} ({relaunches} of {self.cfg.restarts_in_job})")
             last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
-            self.event("relaunched", attempt=relaunches, exit_code=facts.status, **last,
+            self.event(Ev.RELAUNCHED, attempt=relaunches, exit_code=facts.status, **last,
                        **({"why": "nodes lost"} if lost else {}), **cause)
             self.clear_marks()
 
@@ -325,7 +326,7 @@ class Supervisor(NodeFaults):
                 return
             if cause == decide.CANCEL:
                 self.cancelled = True
-                self.event("cancelled")
+                self.event(Ev.CANCELLED)
                 return
         elif self.stopping and self.replacing is None:
             return
@@ -366,14 +367,14 @@ class Supervisor(NodeFaults):
             return
         self.requeue_said = True
         by = eventlog.BY_NODE_FAILURE if self.down_nodes else eventlog.BY_ADMIN
-        self.event("requeued_by_slurm", by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes else {}))
+        self.event(Ev.REQUEUED_BY_SLURM, by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes else {}))
 
     def request_stop(self, name: str) -> None:
         """Every task is asked to checkpoint and stop; tasks still running after stop_timeout
         are ended (escalate)."""
         self.stopping, self.stop_at = True, self.clock.now()
         self.stop_file.touch()
-        self.event("signal", signal=name)
+        self.event(Ev.SIGNAL, signal=name)
         self.say(f"slurmtrain: received SIG{name}; asking every task to checkpoint and stop")
         if self.step is not None:
             self.step.send(self.cfg.stop_signal)  # srun passes it on to every process of its tasks
@@ -387,12 +388,12 @@ class Supervisor(NodeFaults):
         if self.term_at is None and now >= self.stop_at + self.cfg.stop_timeout:
             self.say(f"slurmtrain: tasks still running {self.cfg.stop_timeout} s after the stop request; "
                      "sending them SIGTERM")
-            self.event("stop_timeout", seconds=self.cfg.stop_timeout)
+            self.event(Ev.STOP_TIMEOUT, seconds=self.cfg.stop_timeout)
             self.term_at = now
             self.slurm.signal_steps("TERM")
         elif self.term_at is not None and now >= self.term_at + TERM_GRACE_S:
             self.say(f"slurmtrain: tasks still running {TERM_GRACE_S} s after SIGTERM; killing them")
-            self.event("stop_escalated", seconds=TERM_GRACE_S)
+            self.event(Ev.STOP_ESCALATED, seconds=TERM_GRACE_S)
             self.killed = True
             # Not scancel --signal=KILL: Slurm takes that as cancelling the whole job.
             self.step.send(signal.SIGTERM)
@@ -412,7 +413,7 @@ class Supervisor(NodeFaults):
         # `module load` past the deadline) is the watchdog's timeout, not the line's own failure.
         self.end_launch()
         for f in failed.values():
-            self.event("setup_failed", node=f.node, line=f.line, exit_code=f.status)
+            self.event(Ev.SETUP_FAILED, node=f.node, line=f.line, exit_code=f.status)
             self.ledger_add(f.node, "setup", f.describe())
         if failed:
             why = "; ".join(f"{f.node}: {f.describe()}" for f in failed.values())
@@ -422,7 +423,7 @@ class Supervisor(NodeFaults):
             self.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not join within "
                      f"{self.cfg.rendezvous_timeout} s (launch.setup, container start or file system on those "
                      "nodes); stopping the job")
-        self.event("watchdog_timeout", missing=" ".join(missing))
+        self.event(Ev.WATCHDOG_TIMEOUT, missing=" ".join(missing))
         for node in (n for n in missing if n not in failed):
             self.ledger_add(node, "watchdog", "start-up watchdog: did not join (its setup, container or launcher "
                             f"start failed, or {self.cfg.rendezvous_timeout} s passed)")
@@ -445,7 +446,7 @@ class Supervisor(NodeFaults):
         seen = self.hangs.first
         hang = self.hangs.check(self.clock.wall())
         if seen is None and self.hangs.first is not None:  # where start-up ends, for goodput
-            self.event("first_step", step=self.hangs.first.step, at=round(self.hangs.first.time, 3))
+            self.event(Ev.FIRST_STEP, step=self.hangs.first.step, at=round(self.hangs.first.time, 3))
         if hang is None:
             return False
         stacks = hangs.dump_stacks(self.slurm, hang.beats, self.run_dir / "stacks" /
@@ -453,7 +454,7 @@ class Supervisor(NodeFaults):
         self.say(f"slurmtrain: error: hang: no rank reported progress for {hang.quiet:.0f} s (hang timeout "
                  f"{hang.timeout:.0f} s); the last to report: rank(s) {hang.ranks} on {hang.nodes}; their stacks "
                  f"in {stacks}")
-        self.event("hang", seconds=round(hang.quiet), ranks=hang.ranks, nodes=hang.nodes, step=hang.step,
+        self.event(Ev.HANG, seconds=round(hang.quiet), ranks=hang.ranks, nodes=hang.nodes, step=hang.step,
                    stacks=str(stacks))
         self.hang_nodes = hang.nodes.split()
         self.hung = True
@@ -491,18 +492,18 @@ class Supervisor(NodeFaults):
         answers = {p.stem: p.read_text(errors="replace") for p in gate_dir.glob("*.ok")}
         bad = decide.gate_rejects(self.nodes, answers)
         if not bad:
-            self.event("preflight_passed", nodes=" ".join(self.nodes))
+            self.event(Ev.PREFLIGHT_PASSED, nodes=" ".join(self.nodes))
             return
         names = " ".join(bad)
         go_on = self.pool.can_run_without(bad)  # the spares take their place
         self.say(f"slurmtrain: error: preflight: node(s) {names} failed the checks (their logs in logs/, answers "
                  f"in {gate_dir}); " + ("going on without them" if go_on else "requeueing without them"))
-        self.event("preflight_failed", nodes=names)
+        self.event(Ev.PREFLIGHT_FAILED, nodes=names)
         for node in bad:
             self.ledger_add(node, "gate", f"preflight gate failed in job {self.job.ref}")
         if go_on:
             spares = self.pool.leave_out(bad)
-            self.event("nodes_lost", nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle))
+            self.event(Ev.NODES_LOST, nodes=names, spares=" ".join(spares) or "none", left=len(self.pool.idle))
             return
         self.requeue_without(bad, f"preflight failed on {names}", "preflight")
 
@@ -511,13 +512,13 @@ class Supervisor(NodeFaults):
         ``cause``: what ended the launch, when one did (decide.launch_fault)."""
         names = " ".join(bad)
         if self.job.restarts >= self.cfg.max_requeues:
-            self.event("requeue_limit", max_requeues=self.cfg.max_requeues, **(cause or {}))
+            self.event(Ev.REQUEUE_LIMIT, max_requeues=self.cfg.max_requeues, **(cause or {}))
             raise End(f"{what}; requeue limit reached", 3)
-        self.event("requeue", reason=reason, exclude=names, **(cause or {}))
+        self.event(Ev.REQUEUE, reason=reason, exclude=names, **(cause or {}))
         self.summary(f"{what}; requeued without them", 0)
         ok, why = self.requeue_excluding(bad)
         if not ok:
-            self.event("requeue_failed", message=why)
+            self.event(Ev.REQUEUE_FAILED, message=why)
             raise End(f"{what}; the requeue failed: {why}", 1)
         raise End(None, 0)
 
@@ -533,7 +534,7 @@ class Supervisor(NodeFaults):
                 return
             if self.requeuing:  # the hold went through, the release did not: requeued, but held
                 self.say(f"slurmtrain: error: {why}; release it with `scontrol release {self.job.ref}`")
-                self.event("requeue_failed", message=why)
+                self.event(Ev.REQUEUE_FAILED, message=why)
                 raise End("stopped after a checkpoint; requeued but held", 0)
             self.say(f"slurmtrain: scontrol requeuehold failed: {why}; requeueing with the job's node list as it is")
         self.requeuing = True
@@ -546,7 +547,7 @@ class Supervisor(NodeFaults):
             return
         self.say(f"slurmtrain: scontrol requeue failed: {answer.text}; continue the run with "
                  f"`slurmtrain resubmit {self.run_dir}`")
-        self.event("requeue_failed", message=answer.text)
+        self.event(Ev.REQUEUE_FAILED, message=answer.text)
         raise End("stopped after a checkpoint; the requeue failed", 0)
 
     def requeue_excluding(self, nodes: list[str]) -> tuple[bool, str]:
@@ -568,7 +569,7 @@ class Supervisor(NodeFaults):
         if not held.ok:
             if "pending execution" in held.text:  # Slurm requeued it already (a node failure)
                 pending = True
-                self.event("requeued_by_slurm")
+                self.event(Ev.REQUEUED_BY_SLURM)
             elif not self.went_through():
                 self.requeuing = False
                 return False, held.text

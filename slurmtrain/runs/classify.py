@@ -93,6 +93,8 @@ _PHRASES = {
     Ev.STRAGGLER: "straggler: {node} computes {pct}% slower than the other nodes ({compute_ms} ms against {others_ms} ms)",
     Ev.FIRST_STEP: "training under way: first progress of the launch (step {step})",
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
+    Ev.NODES_EXCLUDED: "left out of the job: node(s) {nodes} (from the {source})",
+    Ev.DOCTOR: "doctor ran its checks on the nodes",
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",
     Ev.STOP_ESCALATED: "the tasks were still running {seconds} s after SIGTERM: killed them (SIGKILL)",
@@ -134,6 +136,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
     if name == Ev.NODES_LOST and e.get("why") == "straggler":
         return f"{e.get('nodes')} left out of the job (a straggler); spare in its place: {e.get('spares')}"
+    if name == Ev.DOCTOR and isinstance(e.get("passed"), bool):
+        return "doctor ran its checks on the nodes: " + ("all passed" if e["passed"] else "some failed (its report)")
     if name == Ev.FAILED and requeued_by_slurm:
         return _SUPERSEDED_FAILURE.format_map(_Fields(e))
     if name in _PHRASES:

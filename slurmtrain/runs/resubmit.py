@@ -23,6 +23,7 @@ from . import classify, slurmquery
 from .rundir import RunDir
 from .states import JobState
 from .submit import Submitted, submit_run
+from ..eventlog import Ev
 
 # Outcomes after which the run should go on in a new job.
 RESUMABLE = frozenset({classify.PREEMPTED, classify.TIME_LIMIT, classify.NODE_FAILURE, classify.REQUEUED})
@@ -71,13 +72,13 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
     from .. import ledger
     bad = ledger.excluded(run.path.parent, ledger.hours_of_run(run.path))
     if bad:
-        events.append(run.path, "nodes_excluded", nodes=" ".join(bad), source="bad-node ledger")
+        events.append(run.path, Ev.NODES_EXCLUDED, nodes=" ".join(bad), source="bad-node ledger")
     # sbatch's --exclude replaces the script's #SBATCH --exclude: keep what the run excluded already.
     exclude = sorted(set(bad) | set(run.manifest().get("exclude") or []))
     if exclude:
         run.update_manifest(exclude=exclude)
     done = submit_run(run, (f"--exclude={','.join(exclude)}",) if exclude else ())
-    events.append(run.path, "resubmitted", job_id=done.job_id, previous_job_id=previous or "")
+    events.append(run.path, Ev.RESUBMITTED, job_id=done.job_id, previous_job_id=previous or "")
     return done
 
 

@@ -17,6 +17,7 @@ from ..profile import LoadedProfile
 from ..render import JobSpec, render
 from . import rundir
 from .rundir import POINTS, PROFILE, RunDir
+from ..eventlog import Ev
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +49,7 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     if job.sweep:
         _sweep_dirs(run, job)
     if job.exclude:
-        events.append(run.path, "nodes_excluded", nodes=" ".join(job.exclude), source="bad-node ledger")
+        events.append(run.path, Ev.NODES_EXCLUDED, nodes=" ".join(job.exclude), source="bad-node ledger")
     return run
 
 
@@ -90,7 +91,7 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
     except SlurmError as err:
         message = str(err)
         run.update_manifest(state="refused", refusal=message)
-        events.append(run.path, "submit_refused", message=message)
+        events.append(run.path, Ev.SUBMIT_REFUSED, message=message)
         raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_ledger_hint(run)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
     # The controller's version at each submission: a run outlives an upgrade of its cluster.
@@ -98,7 +99,7 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
     run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now,
                         **({"slurm_version": slurmversion.text(version)} if version else {}))
     size = run.array_size  # an array's tasks: eventlog follows each, waiting ones too
-    events.append(run.path, "submitted", job_id=tracked.job_id, **({"array_tasks": size} if size else {}))
+    events.append(run.path, Ev.SUBMITTED, job_id=tracked.job_id, **({"array_tasks": size} if size else {}))
     for point in (run.manifest().get("sweep") or {}).get("points", []):
         sub = RunDir(run.path / POINTS / point["label"])
         sub.update_manifest(state="submitted", submitted_at=now, job_ids=[f"{tracked.job_id}_{point['task']}"])

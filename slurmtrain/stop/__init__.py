@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from .. import events
+from ..eventlog import Ev
 
 STOP_EXIT_CODE = 75  # "stopped after a checkpoint; requeue me" (sysexits' EX_TEMPFAIL)
 FILE_CHECK_SECONDS = 1.0  # how often should_stop() looks at the stop file: a stat per second
@@ -198,12 +199,12 @@ def saved(step: int, path: str | os.PathLike | None = None) -> None:
     fields = {"step": int(step)}
     if path is not None:
         fields["path"] = str(Path(path).resolve())
-    _event("checkpoint_saved", **fields)
+    _event(Ev.CHECKPOINT_SAVED, **fields)
 
 
 def resumed(step: int) -> None:
     """Report that this start continues from the checkpoint of ``step`` (``resumed``)."""
-    _event("resumed", step=int(step))
+    _event(Ev.RESUMED, step=int(step))
 
 
 def heartbeat(step: int | None = None) -> None:
@@ -218,7 +219,7 @@ def heartbeat(step: int | None = None) -> None:
 def finished(step: int | None = None) -> None:
     """Report that the program did all its work (``finished``): a stop that lands as it
     ends then ends the run instead of requeueing it once more. Call it last."""
-    _event("finished", **({} if step is None else {"step": int(step)}))
+    _event(Ev.FINISHED, **({} if step is None else {"step": int(step)}))
 
 
 def stopped(step: int) -> None:
@@ -226,7 +227,7 @@ def stopped(step: int) -> None:
     after the checkpoint of ``step`` is written on every rank (a barrier) and reported
     with :func:`saved`. Raises ``SystemExit(75)``, so ``finally`` blocks (closing the
     process group) still run."""
-    _event("stopped", step=int(step))
+    _event(Ev.STOPPED, step=int(step))
     raise SystemExit(STOP_EXIT_CODE)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from .. import stop
+from ..eventlog import Ev
 from . import checkpoints
 
 log = logging.getLogger("slurmtrain.stop")
@@ -85,7 +86,7 @@ class StopCallback(TrainerCallback):
         stop.saved(state.global_step, folder)
         if self._stopping:
             self._saved_since_stop = True
-            stop._event("stopped", step=state.global_step)
+            stop._event(Ev.STOPPED, step=state.global_step)
             stop.barrier()  # the marker and events are written before any rank leaves
             stop.leave(stop.STOP_EXIT_CODE)
         return control

@@ -31,6 +31,7 @@ import logging
 from pathlib import Path
 
 from .. import stop
+from ..eventlog import Ev
 from . import checkpoints
 
 try:
@@ -140,7 +141,7 @@ def _callback_class(pl):
                     if old != path:  # superseded by this one
                         _remove(old)
             stop.saved(step, path)
-            stop._event("stopped", step=step)
+            stop._event(Ev.STOPPED, step=step)
             stop.barrier()  # the marker and events are written before any rank leaves
             stop.leave(stop.STOP_EXIT_CODE)
 

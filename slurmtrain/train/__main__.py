@@ -27,6 +27,7 @@ from pathlib import Path
 from .. import stop as early_stop
 from ..errors import SlurmtrainError
 from ..recipes.trainer_args import parse_args, recipe_sets
+from ..eventlog import Ev
 
 if __name__ == "__main__":
     # Before torch loads (seconds): a stop signal in that window sets a flag the training
@@ -85,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
             code = t.train()
         except Exception as err:
             if world.rank == 0:  # the traceback follows on stderr; the event says where
-                events.append(run_dir, "train_error", step=t.step + 1,
+                events.append(run_dir, Ev.TRAIN_ERROR, step=t.step + 1,
                               error=f"{type(err).__name__}: {err}")
             raise
         clean = True

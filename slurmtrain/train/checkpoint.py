@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader
 
 from .. import events
+from ..eventlog import Ev
 
 log = logging.getLogger("slurmtrain.train")
 
@@ -138,7 +139,7 @@ class Checkpointer:
             seconds = round(time.perf_counter() - start, 3)
             _atomic_write(path / MARKER, json.dumps({"step": step, "time": time.time(),
                                                      "world_size": dist.get_world_size()}))
-            events.append(self.run_dir, "checkpoint_saved", step=step, seconds=seconds)
+            events.append(self.run_dir, Ev.CHECKPOINT_SAVED, step=step, seconds=seconds)
             log.info("checkpoint saved: %s (%.2f s)", path, seconds)
             self._prune()
 
@@ -175,7 +176,7 @@ class Checkpointer:
         self.last_saved = step
         if self.rank == 0:
             log.info("resumed from %s (step %d)", path, step)
-            events.append(self.run_dir, "resumed", step=step)
+            events.append(self.run_dir, Ev.RESUMED, step=step)
         return step
 
 

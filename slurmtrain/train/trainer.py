@@ -34,6 +34,7 @@ from .distributed import World
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .probe import ComputeProbe
 from .tracking import open_trackers
+from ..eventlog import Ev
 
 log = logging.getLogger("slurmtrain.train")
 
@@ -100,7 +101,7 @@ class Trainer:
             self.ckpt.save(self.step)
         self.ckpt.wait()
         if self._rank0:
-            events.append(self.run_dir, "finished", step=self.step)
+            events.append(self.run_dir, Ev.FINISHED, step=self.step)
             log.info("finished at step %d", self.step)
         return 0
 
@@ -131,7 +132,7 @@ class Trainer:
             self.ckpt.save(step)
         self.ckpt.wait()
         if self._rank0:
-            events.append(self.run_dir, "stopped", step=step)
+            events.append(self.run_dir, Ev.STOPPED, step=step)
         # torchrun ends the other ranks as soon as one exits non-zero: nobody
         # leaves before rank 0 has written the marker and the event.
         dist.barrier()
@@ -171,7 +172,7 @@ class Trainer:
         if int(steps.item()) != cadence.every:
             cadence.every = int(steps.item())
             if self._rank0 and chosen is not None:
-                events.append(self.run_dir, "checkpoint_interval", **{**chosen.to_event(), "steps": cadence.every})
+                events.append(self.run_dir, Ev.CHECKPOINT_INTERVAL, **{**chosen.to_event(), "steps": cadence.every})
                 log.info("checkpoints: %s", cadence_mod.describe({**chosen.to_event(), "steps": cadence.every}))
 
     def _log(self, metrics: MetricsLog, loop: "_Loop", step: int, loss: torch.Tensor,
