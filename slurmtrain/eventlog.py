@@ -152,6 +152,18 @@ WORST_FIRST = (USER_ERROR, WATCHDOG, HANG, REQUEUE_LIMIT, STOPPED_UNSAVED, NODE_
 # not the program's fault.
 STOP_KINDS = frozenset({PREEMPTED, TIME_LIMIT, NODE_FAILURE, REQUEUED})
 
+# ---- exit statuses --------------------------------------------------------------------
+# The batch step's (its summary line's) and the stop contract's, one definition each: the
+# supervisor exits with them, the stop contract's programs with EXIT_STOPPED, and `status`
+# reads them back once Slurm has forgotten the job.
+
+EXIT_OK = 0             # finished; or requeued (the job comes back), or a requeue refused (`resubmit`)
+EXIT_FAILED = 1         # the supervisor could not go on: no node list, a requeue without bad nodes failed
+EXIT_REQUEUE_LIMIT = 3  # stopped, or nodes lost, at resilience.max_requeues
+EXIT_START_UP = 4       # the start-up watchdog: a node never joined, or a setup line failed
+EXIT_STOPPED = 75       # a program's "stopped after a checkpoint; requeue me" (sysexits' EX_TEMPFAIL)
+# (Any other status is the launch's own: the program's, or srun's 143 after a SIGTERM.)
+
 # `requeued_by_slurm`'s `by`: who requeued the job. Events written before it had no `by`:
 # they count as a node failure, as they said then.
 BY_NODE_FAILURE = "node failure"
@@ -320,12 +332,24 @@ def _stop_cause(start: Start) -> tuple[str, str]:
         return NODE_FAILURE, f"node(s) {gate.get('nodes')} failed the preflight gate"
     if start.last(Ev.PREEMPTED) is not None:
         return PREEMPTED, "Slurm preempted the job for a higher-priority one"
-    sig = start.last(Ev.SIGNAL)
-    if sig is not None and str(sig.get("signal")) not in ("TERM", "SIGTERM"):
-        return TIME_LIMIT, f"the warning signal SIG{sig.get('signal')} came before the time limit"
-    if sig is not None:
-        return PREEMPTED, "SIGTERM from Slurm (preemption, or the job was killed)"
+    if (sig := start.last(Ev.SIGNAL)) is not None:
+        return signal_cause(sig)
     return PREEMPTED, "the tasks stopped after a checkpoint"
+
+
+def signal_cause(e: Event) -> tuple[str, str]:
+    """Why the stop a ``signal`` event records came: (kind, words), for every reader. The
+    supervisor writes its ``cause``: the time limit, for the stop signal (Slurm's warning
+    before the limit, or its own when that never came) and for a SIGTERM at the job's planned
+    end (decide.term_cause). Events written before it carry none: the stop signal reads as
+    the time limit's warning, a SIGTERM as Slurm's (a preemption, or a kill)."""
+    name = str(e.get("signal"))
+    term = name in ("TERM", "SIGTERM")
+    if e.get("cause") == TIME_LIMIT and term:
+        return TIME_LIMIT, "SIGTERM at the job's planned end: the time limit"
+    if e.get("cause") == TIME_LIMIT or (e.get("cause") is None and not term):
+        return TIME_LIMIT, f"the warning signal SIG{name} came before the time limit"
+    return PREEMPTED, "SIGTERM from Slurm (preemption, or the job was killed)"
 
 
 def _requeued_by(e: Event) -> tuple[str, str]:

@@ -62,9 +62,6 @@ class Verdict:
     say: str = ""                 # a line for the batch log, before the summary
 
 
-STOPPED_EXIT = 75  # the stop contract's "stopped after a checkpoint"
-
-
 def launch_fault(hung: bool, dead: list[str]) -> dict[str, str]:
     """What ended a launch that failed by itself, once the node probe has answered: the
     ``cause`` (and ``seen_as``) fields of the events that say what follows (``relaunched``,
@@ -105,7 +102,7 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
     if f.status == 0:
-        return Verdict("end", "finished", 0, [(Ev.FINISHED, {"exit_code": 0})])
+        return Verdict("end", "finished", eventlog.EXIT_OK, [(Ev.FINISHED, {"exit_code": 0})])
     if f.program_finished:
         # The program said it is done; what the launchers did while tearing down after
         # it (a stop that came as it finished, an agent that lost the rendezvous store)
@@ -137,14 +134,14 @@ def after_launch(f: Facts) -> Verdict:
         return Verdict("end", "failed", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                        f"slurmtrain: the command failed with exit status {f.status}; not requeueing "
                        "(a failure of the command itself)")
-    if not f.requeue_always and f.status != STOPPED_EXIT and not f.saved:
+    if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
         return Verdict("end", "stopped; the program saved nothing, not requeued", f.status,
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (resilience.requeue_when = \"always\" "
                        "requeues anyway; docs/survival.md)")
     if f.restarts >= f.max_requeues:
-        return Verdict("end", "stopped; requeue limit reached", 3,
+        return Verdict("end", "stopped; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT,
                        events + [(Ev.REQUEUE_LIMIT, {"max_requeues": f.max_requeues})],
                        say + f"slurmtrain: stopped, but the requeue limit is reached (max_requeues={f.max_requeues})")
     return Verdict("requeue", "stopped after a checkpoint; requeued", f.status,

@@ -152,10 +152,10 @@ class Supervisor(NodeFaults):
             self.say(f"slurmtrain: requeue limit reached ({j.restarts} requeues, max_requeues={c.max_requeues}); "
                      "not starting again")
             self.event(Ev.REQUEUE_LIMIT, max_requeues=c.max_requeues)
-            raise End("not started again: requeue limit reached", 3)
+            raise End("not started again: requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
         self.nodes = self.retry(3, lambda: self.slurm.hostnames(j.nodelist)) or []
         if not self.nodes:
-            raise End(f"failed: scontrol could not expand the node list {j.nodelist!r}", 1)
+            raise End(f"failed: scontrol could not expand the node list {j.nodelist!r}", eventlog.EXIT_FAILED)
         self.pool = nodes_mod.Pool(list(self.nodes), c.spare_nodes)
         self.event(Ev.STARTED, nodes=" ".join(self.nodes), **({"array_tasks": j.array_tasks} if j.array_tasks else {}),
                    **({"spares": " ".join(self.pool.idle)} if self.pool.idle else {}))
@@ -273,7 +273,7 @@ class Supervisor(NodeFaults):
             self.leave_the_requeue_to_slurm()
         else:
             self.requeue()
-        raise End(None, 0)
+        raise End(None, eventlog.EXIT_OK)
 
     def tell_dependents(self, outcome: str) -> None:
         """Runs queued to start after this one completed (a chain) never will: say so in
@@ -374,7 +374,10 @@ class Supervisor(NodeFaults):
         are ended (escalate)."""
         self.stopping, self.stop_at = True, self.clock.now()
         self.stop_file.touch()
-        self.event(Ev.SIGNAL, signal=name)
+        # What a stop signal means is decided here, where it came: a SIGTERM reaches this
+        # point only at the planned end (handle_signal), the stop signal is the time limit's
+        # warning, Slurm's or the supervisor's own.
+        self.event(Ev.SIGNAL, signal=name, cause=eventlog.TIME_LIMIT)
         self.say(f"slurmtrain: received SIG{name}; asking every task to checkpoint and stop")
         if self.step is not None:
             self.step.send(self.cfg.stop_signal)  # srun passes it on to every process of its tasks
@@ -428,7 +431,7 @@ class Supervisor(NodeFaults):
             self.ledger_add(node, "watchdog", "start-up watchdog: did not join (its setup, container or launcher "
                             f"start failed, or {self.cfg.rendezvous_timeout} s passed)")
         what = f"setup failed on {' '.join(failed)}" if failed else f"node(s) {' '.join(missing)} did not join"
-        raise End(f"failed at start-up: {what}", 4)
+        raise End(f"failed at start-up: {what}", eventlog.EXIT_START_UP)
 
     def clear_marks(self) -> None:
         """No arrival mark or heartbeat from before: a requeued start keeps its job id, the
@@ -513,14 +516,14 @@ class Supervisor(NodeFaults):
         names = " ".join(bad)
         if self.job.restarts >= self.cfg.max_requeues:
             self.event(Ev.REQUEUE_LIMIT, max_requeues=self.cfg.max_requeues, **(cause or {}))
-            raise End(f"{what}; requeue limit reached", 3)
+            raise End(f"{what}; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
         self.event(Ev.REQUEUE, reason=reason, exclude=names, **(cause or {}))
         self.summary(f"{what}; requeued without them", 0)
         ok, why = self.requeue_excluding(bad)
         if not ok:
             self.event(Ev.REQUEUE_FAILED, message=why)
-            raise End(f"{what}; the requeue failed: {why}", 1)
-        raise End(None, 0)
+            raise End(f"{what}; the requeue failed: {why}", eventlog.EXIT_FAILED)
+        raise End(None, eventlog.EXIT_OK)
 
     # ---- requeue -----------------------------------------------------------------------
 
@@ -535,7 +538,7 @@ class Supervisor(NodeFaults):
             if self.requeuing:  # the hold went through, the release did not: requeued, but held
                 self.say(f"slurmtrain: error: {why}; release it with `scontrol release {self.job.ref}`")
                 self.event(Ev.REQUEUE_FAILED, message=why)
-                raise End("stopped after a checkpoint; requeued but held", 0)
+                raise End("stopped after a checkpoint; requeued but held", eventlog.EXIT_OK)
             self.say(f"slurmtrain: scontrol requeuehold failed: {why}; requeueing with the job's node list as it is")
         self.requeuing = True
         answer = self.slurm.requeue()
@@ -548,7 +551,7 @@ class Supervisor(NodeFaults):
         self.say(f"slurmtrain: scontrol requeue failed: {answer.text}; continue the run with "
                  f"`slurmtrain resubmit {self.run_dir}`")
         self.event(Ev.REQUEUE_FAILED, message=answer.text)
-        raise End("stopped after a checkpoint; the requeue failed", 0)
+        raise End("stopped after a checkpoint; the requeue failed", eventlog.EXIT_OK)
 
     def requeue_excluding(self, nodes: list[str]) -> tuple[bool, str]:
         """Requeue with ``nodes`` added to the job's ExcNodeList. Slurm changes the list only

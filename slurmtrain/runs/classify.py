@@ -25,8 +25,6 @@ _SLURM_KIND = {"NODE_FAIL": NODE_FAILURE, "BOOT_FAIL": NODE_FAILURE, "TIMEOUT": 
                "PREEMPTED": PREEMPTED, "CANCELLED": CANCELLED, "OUT_OF_MEMORY": USER_ERROR,
                "DEADLINE": TIME_LIMIT}
 
-_STOP_EXIT = 75  # the stop contract's "stopped after a checkpoint"
-
 
 def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int | None = None) -> Outcome:
     """How the run's latest job start ended (or that it has not ended yet).
@@ -47,7 +45,7 @@ def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int
         # No end event from the script: it was killed, or the job script is not ours.
         if word == "COMPLETED":
             return Outcome(COMPLETED, said, True, outcome.step)
-        if exit_code == _STOP_EXIT:
+        if exit_code == eventlog.EXIT_STOPPED:
             return Outcome(PREEMPTED, "the command stopped after a checkpoint (exit 75) but was not "
                                       "requeued", True, outcome.step)
         return Outcome(USER_ERROR if exit_code else UNKNOWN, said, True, outcome.step)

@@ -288,8 +288,8 @@ def _stop_kind(evs: list[Event]) -> str | None:
     names = {e.get("event") for e in evs}
     if Ev.PREEMPTED in names:
         return "preempted"
-    if Ev.SIGNAL in names:
-        return "time limit"
+    if (sig := next((e for e in reversed(evs) if e.get("event") == Ev.SIGNAL), None)) is not None:
+        return eventlog.signal_cause(sig)[0]  # the words eventlog's outcome says: one reading of a TERM
     return None
 
 

@@ -18,7 +18,8 @@ from .rundir import RunDir, events_of, log_label
 from .states import JobState, aggregate
 
 # The batch script's exit status after each of its ending events that does not record one.
-_EXIT_OF_EVENT = {"finished": 0, "requeue_limit": 3, "watchdog_timeout": 4, "requeue_failed": 0}
+_EXIT_OF_EVENT = {eventlog.Ev.FINISHED: eventlog.EXIT_OK, eventlog.Ev.REQUEUE_LIMIT: eventlog.EXIT_REQUEUE_LIMIT,
+                  eventlog.Ev.WATCHDOG_TIMEOUT: eventlog.EXIT_START_UP, eventlog.Ev.REQUEUE_FAILED: eventlog.EXIT_OK}
 # The state Slurm gave a job whose script ended that way (eventlog's kind of a final end).
 # A stop whose requeue was refused ends the script with exit 0: Slurm says COMPLETED,
 # though the run goes on only with `slurmtrain resubmit`.

@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 
 from .. import events
-from ..eventlog import Ev
+from ..eventlog import EXIT_STOPPED, Ev
 
-STOP_EXIT_CODE = 75  # "stopped after a checkpoint; requeue me" (sysexits' EX_TEMPFAIL)
+STOP_EXIT_CODE = EXIT_STOPPED  # "stopped after a checkpoint; requeue me" (sysexits' EX_TEMPFAIL)
 FILE_CHECK_SECONDS = 1.0  # how often should_stop() looks at the stop file: a stat per second
 
 log = logging.getLogger("slurmtrain.stop")

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from slurmtrain import eventlog
 from slurmtrain.job import decide
 
 END = "2026-11-24T20:00:00"
@@ -168,7 +169,7 @@ def test_a_stop_with_nothing_saved_is_not_requeued():
 
 
 def test_exit_75_is_a_checkpoint_even_without_a_saved_event():
-    v = decide.after_launch(replace(STOPPED, saved=False, status=decide.STOPPED_EXIT))
+    v = decide.after_launch(replace(STOPPED, saved=False, status=eventlog.EXIT_STOPPED))
     assert (v.action, v.code) == ("requeue", 75)
 
 

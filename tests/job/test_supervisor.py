@@ -653,6 +653,7 @@ def test_a_sigterm_with_the_end_unchanged_is_the_time_limit_stop(rig):
     requeued_cleanly(rig, rig.run())
     assert rig.names() == ["started", "signal", "requeue"]
     assert rig.event("signal")["signal"] == "TERM"
+    assert rig.event("signal")["cause"] == "time limit"  # decided where it came (eventlog.signal_cause reads it)
     assert rig.step.sent == [(10, STOP)]  # the stop signal, once, at once
     assert (rig.run_dir / f".stop-{JOB}").exists()
     assert rig.slurm.names() == ["hostnames", "squeue", "show job", "squeue", "requeue"]

@@ -218,3 +218,19 @@ def test_an_event_without_a_time_is_left_out_not_a_traceback():
     evs = [ev(0, "started", nodes="a", job_id="7", restart=0), {"event": "checkpoint_saved", "step": 3},
            {"event": "first_step", "time": "soon"}, ev(10, "finished", step=5), ev(10, "finished", exit_code=0)]
     assert goodput.of_events(evs).allocated == 10
+
+
+@pytest.mark.parametrize("fields, kind", [({"signal": "TERM", "cause": "time limit"}, "time limit"),
+                                          ({"signal": "USR2", "cause": "time limit"}, "time limit"),
+                                          ({"signal": "USR2"}, "time limit"),   # written before `cause`
+                                          ({"signal": "TERM"}, "preempted")])   # written before `cause`
+def test_a_stop_signal_reads_the_same_in_goodput_and_in_the_outcome(fields, kind):
+    """One reading of a `signal` event (eventlog.signal_cause): goodput named a TERM the time
+    limit while the outcome named it a preemption."""
+    from slurmtrain import eventlog
+    evs = [ev(0, "submitted", job_id="7"), ev(10, "started", nodes="a", job_id="7", restart=0),
+           ev(20, "first_step", step=1), ev(40, "signal", job_id="7", restart=0, **fields),
+           ev(45, "stopped", step=10), ev(46, "requeue", job_id="7", restart=0, exit_code=75)]
+    [fault] = goodput.of_events(evs, now=50).faults
+    [start] = [s for s in eventlog.split(evs) if s.started is not None]
+    assert fault.kind == eventlog.outcome(start).kind == kind

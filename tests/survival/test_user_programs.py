@@ -60,11 +60,11 @@ def test_hugging_face_trainer_survives_preemption_and_time_limit_with_torchrun_a
 
     for launcher, (run, job) in runs.items():
         kinds = [o.kind for o in classify.ends(run)]
-        assert kinds == [classify.PREEMPTED, classify.TIME_LIMIT, classify.COMPLETED], (launcher, describe(run))
+        assert kinds == [classify.PREEMPTED, classify.TIME_LIMIT, classify.COMPLETED], f"{launcher}: {describe(run)}"
         stopped, resumed = named(run, "stopped"), named(run, "resumed")
-        assert len(stopped) == len(resumed) == 2, (launcher, describe(run))
+        assert len(stopped) == len(resumed) == 2, f"{launcher}: {describe(run)}"
         # the Trainer's global step carries on from each stop's checkpoint
-        assert [e["step"] for e in resumed] == [e["step"] for e in stopped], (launcher, describe(run))
+        assert [e["step"] for e in resumed] == [e["step"] for e in stopped], f"{launcher}: {describe(run)}"
         # every step ran exactly once: nothing redone, nothing skipped
         counts = Counter(r["step"] for r in hf_steps(run))
         assert sorted(counts) == list(range(1, HF_STEPS + 1)) and set(counts.values()) == {1}, \
