@@ -68,7 +68,7 @@ class NodeFaults:
         spares = self.pool.leave_out([node])
         self.event(Ev.NODES_LOST, nodes=node, spares=" ".join(spares) or "none", left=len(self.pool.idle),
                    why="straggler")
-        self.event(Ev.RELAUNCHED, attempt=0, exit_code=facts.status, why="straggler",
+        self.event(Ev.RELAUNCHED, attempt=0, exit_code=facts.status, why="straggler", launch=self.launches + 1,
                    **({"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}))
         self.say(f"slurmtrain: {node} left out (a straggler); starting again in this allocation on "
                  f"{' '.join(self.pool.active)}")

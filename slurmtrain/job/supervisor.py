@@ -222,7 +222,7 @@ class Supervisor(NodeFaults):
             self.say(f"slurmtrain: the program failed (exit status {facts.status}) {why}; starting it again in "
                      f"this allocation on {' '.join(self.pool.active)} ({relaunches} of {self.cfg.restarts_in_job})")
             last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
-            self.event(Ev.RELAUNCHED, attempt=relaunches, exit_code=facts.status, **last,
+            self.event(Ev.RELAUNCHED, attempt=relaunches, exit_code=facts.status, **last, launch=self.launches + 1,
                        **({"why": "nodes lost"} if lost else {}), **cause)
             self.clear_marks()
 
@@ -614,10 +614,12 @@ class Supervisor(NodeFaults):
 
     def event(self, name: str, **fields) -> None:
         j = self.job
-        ident: dict = {"job_id": j.job_id, "restart": j.restarts}
+        # `launch`: which launch of this start it belongs to (0: before the first), the one way
+        # readers mark launches off; a `relaunched` opens the next and says that one's number.
+        ident: dict = {"job_id": j.job_id, "restart": j.restarts, "launch": self.launches}
         if j.array_task is not None:
             ident.update(array_job_id=j.array_job_id, array_task=j.array_task)
-        events.append(self.run_dir, name, **ident, **fields)
+        events.append(self.run_dir, name, **{**ident, **fields})
 
     def ledger_add(self, node: str, source: str, reason: str) -> None:
         ledger.add(self.run_dir.parent, node, reason, run=self.run_dir.name, job_id=self.job.job_id, source=source)
