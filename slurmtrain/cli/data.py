@@ -16,6 +16,28 @@ from .base import main
 from .refs import after_options, chain_of, runs_dir_option
 
 
+def _job_options(f):
+    """--profile and what goes with it (the same work as a Slurm job array), the runs
+    directory and a chain's --after: handed to the command as its ``**job``."""
+    decorators = [
+        click.option("--profile", "-p", default=None,
+                     help="Submit the work as a Slurm job array on this cluster profile instead of running "
+                          "it here: one task of one node per group of shards; tracked in a run directory."),
+        click.option("--nodes", "-N", type=click.IntRange(min=1),
+                     help="With --profile: tasks of the job array, one node each (default: the profile's "
+                          "slurm.nodes)."),
+        click.option("--time", "-t", "time_limit", help="With --profile: time limit (slurm.time)."),
+        click.option("--partition", help="With --profile: partition (slurm.partition)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="With --profile: override a profile key (repeatable)."),
+        click.option("--name", "job_name", default="tokenize", show_default=True, help="With --profile: job name."),
+        click.option("--dry-run", is_flag=True, help="With --profile: print the job script instead of submitting it."),
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return after_options(runs_dir_option(f))
+
+
 @main.command()
 @click.argument("inputs", metavar="INPUT...", nargs=-1, required=True,
                 type=click.Path(path_type=Path))
@@ -38,24 +60,10 @@ from .refs import after_options, chain_of, runs_dir_option
                    "SLURM_PROCID/NTASKS. The part that finds every shard done writes the index.")
 @click.option("--progress-every", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Seconds between progress lines.")
-@click.option("--profile", "-p", default=None,
-              help="Submit the work as a Slurm job array on this cluster profile instead of running "
-                   "it here: one task of one node per group of shards; tracked in a run directory.")
-@click.option("--nodes", "-N", type=click.IntRange(min=1),
-              help="With --profile: tasks of the job array, one node each (default: the profile's slurm.nodes).")
-@click.option("--time", "-t", "time_limit", help="With --profile: time limit (slurm.time).")
-@click.option("--partition", help="With --profile: partition (slurm.partition).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="With --profile: override a profile key (repeatable).")
-@click.option("--name", "job_name", default="tokenize", show_default=True, help="With --profile: job name.")
-@click.option("--dry-run", is_flag=True, help="With --profile: print the job script instead of submitting it.")
-@runs_dir_option
-@after_options
+@_job_options
 def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: str,
              processes: int | None, skip_bad: bool, shard_mb: float, part: str | None,
-             progress_every: float, profile: str | None, nodes: int | None, time_limit: str | None,
-             partition: str | None, sets: tuple[str, ...], job_name: str, dry_run: bool, runs_dir: str,
-             after: tuple[str, ...], after_ok: tuple[str, ...], after_any: tuple[str, ...]) -> None:
+             progress_every: float, **job) -> None:
     """Tokenize INPUT... (.jsonl, .txt, and .gz/.zst of them; folders are searched) into
     token shards that the trainer memory-maps.
 
@@ -74,25 +82,26 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
       slurmtrain tokenize corpus/ --tokenizer tokenizer.json --out data/tok
       slurmtrain tokenize corpus/ --tokenizer tokenizer.json --out data/tok -p mycluster -N 8
     """
-    if profile is not None:
+    if job["profile"] is not None:
         if part is not None:
             raise UsageError("--part is for one task of a job; with --profile slurmtrain chooses the parts")
-        _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
-                profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run,
-                (after, after_ok, after_any))
+        _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every, **job)
         return
-    if any(v is not None for v in (nodes, time_limit, partition)) or sets or dry_run or after or after_ok \
-            or after_any:
+    if any(job[k] is not None for k in ("nodes", "time_limit", "partition")) or job["sets"] or job["dry_run"] \
+            or job["after"] or job["after_ok"] or job["after_any"]:
         raise UsageError("--nodes, --time, --partition, --set, --dry-run and --after need --profile (a Slurm job)")
+    _tokenize_here(inputs, tokenizer, out, text_field=text_field, processes=processes, skip_bad=skip_bad,
+                   unit_bytes=max(1, int(shard_mb * 1e6)), progress_every=progress_every, part=_part(part))
+
+
+def _tokenize_here(inputs: tuple[Path, ...], tokenizer: str, out: Path, **how) -> None:
+    """The work on this machine, with its progress lines and its summary."""
     try:
         from ..data.pretokenize import tokenize_corpus
     except ModuleNotFoundError as err:
         raise UsageError(f"tokenize needs numpy and tokenizers ({err.name} is missing): "
                          "pip install 'slurmtrain[train]'") from None
-    index = tokenize_corpus(list(inputs), tokenizer, out, text_field=text_field,
-                            processes=processes, skip_bad=skip_bad,
-                            unit_bytes=max(1, int(shard_mb * 1e6)), progress_every=progress_every,
-                            part=_part(part), echo=click.echo)
+    index = tokenize_corpus(list(inputs), tokenizer, out, echo=click.echo, **how)
     if index is None:
         return
     click.echo(f"wrote {out}: {index['n_docs']:,} documents, {index['n_tokens']:,} tokens "
@@ -104,7 +113,8 @@ def tokenize(inputs: tuple[Path, ...], tokenizer: str, out: Path, text_field: st
 
 
 def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, progress_every,
-            profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run, chain) -> None:
+            profile, nodes, time_limit, partition, sets, job_name, runs_dir, dry_run, after, after_ok,
+            after_any) -> None:
     """Check what can be checked here (inputs exist), then render and submit the job."""
     import sys
 
@@ -125,7 +135,7 @@ def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, p
         from ..render import render
         click.echo(render(loaded, job), nl=False)
         return
-    afters = chain_of(runs_dir, *chain)
+    afters = chain_of(runs_dir, after, after_ok, after_any)
     done = submit_job(loaded, job, runs_dir, after=afters)
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
     click.echo(f"submitted array job {done.job_id}: {job.array} tasks of one node each, each starting "

@@ -84,9 +84,14 @@ def controller_host() -> str:
 
 def slurm_conf(settings: Settings, layout: Layout) -> str:
     """Text of slurm.conf for these settings."""
-    names = node_names(settings)
-    node_list = ",".join(names)
-    lines = [
+    lines = [*_daemons(layout), *_scheduling(layout), *_accounting(settings, layout), "",
+             *_nodes_and_partitions(settings, layout)]
+    return "\n".join(lines)
+
+
+def _daemons(layout: Layout) -> list[str]:
+    """Who the controller and the nodes are, where their state, pids and logs live."""
+    return [
         "# Written by `slurmtrain sandbox up`; rewritten on every start. Do not edit.",
         f"ClusterName={CLUSTER_NAME}",
         f"SlurmctldHost={controller_host()}(127.0.0.1)",
@@ -105,6 +110,12 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         f"SlurmdLogFile={layout.logs}/slurmd-%n.log",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
+    ]
+
+
+def _scheduling(layout: Layout) -> list[str]:
+    """How jobs are placed, tracked, requeued and preempted."""
+    return [
         # No systemd or cgroups in a container: track processes by parentage, bind nothing.
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
@@ -134,8 +145,12 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         "PreemptType=preempt/partition_prio",
         "PreemptMode=REQUEUE",
     ]
+
+
+def _accounting(settings: Settings, layout: Layout) -> list[str]:
+    """slurmdbd where the sandbox keeps accounting (sacct), else none."""
     if settings.accounting:
-        lines += [
+        return [
             "AccountingStorageType=accounting_storage/slurmdbd",
             "AccountingStorageHost=127.0.0.1",
             f"AccountingStoragePort={layout.port_base + DBD_PORT}",
@@ -144,12 +159,17 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
             "JobAcctGatherType=jobacct_gather/linux",
             "JobAcctGatherFrequency=30",
         ]
-    else:
-        lines += [
-            "AccountingStorageType=accounting_storage/none",
-            "JobAcctGatherType=jobacct_gather/none",
-        ]
-    lines.append("")
+    return [
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+    ]
+
+
+def _nodes_and_partitions(settings: Settings, layout: Layout) -> list[str]:
+    """Each node's address and port; the partitions: only `low` is preemptible."""
+    names = node_names(settings)
+    node_list = ",".join(names)
+    lines = []
     for i, name in enumerate(names, start=1):
         lines.append(
             f"NodeName={name} NodeHostname={name} NodeAddr={node_addr(i)} Port={node_port(layout, i)} "
@@ -165,7 +185,7 @@ def slurm_conf(settings: Settings, layout: Layout) -> str:
         "PriorityTier=10 PreemptMode=OFF",
         "",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 # Slurm 24.05 and later load a cgroup plugin in slurmd even with proctrack/linuxproc and

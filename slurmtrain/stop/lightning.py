@@ -54,98 +54,103 @@ def resume_from(root) -> str | None:
     return str(found) if found is not None else None
 
 
+class _StopHooks:
+    """Stop after a training batch on request, save, report and exit 75 (every rank).
+
+    ``dirpath``: where the stop checkpoint goes (default: ``ModelCheckpoint``'s folder,
+    else ``<default_root_dir>/checkpoints``). Installs the stop signal handlers when
+    constructed: build it early, so a stop that comes early is not fatal.
+    """
+
+    # The hooks only: a mixin, so that one body serves `lightning` and `pytorch_lightning`
+    # (whichever is installed gives the Callback base, _callback_class).
+    def __init__(self, dirpath=None):
+        self.dirpath = dirpath
+        self._saving = False  # our own save: not a periodic one to report
+        self._unreported = None  # step of a ModelCheckpoint save not reported yet
+        stop.install()
+
+    def setup(self, trainer, pl_module, stage):
+        env = getattr(trainer.strategy, "cluster_environment", None)
+        if getattr(env, "auto_requeue", False):
+            log.warning("Lightning's SLURM auto-requeue is on: it requeues the job by itself on its "
+                        "signal; pass plugins=[SLURMEnvironment(auto_requeue=False)]")
+
+    # Lightning installs its SIGTERM handler when fit starts, after on_fit_start; these
+    # are the first hooks after that. Its handler is put back when fit ends.
+    def on_sanity_check_start(self, trainer, pl_module):
+        stop.install()
+
+    def on_train_start(self, trainer, pl_module):
+        stop.install()
+        if trainer.global_step > 0:
+            stop.resumed(trainer.global_step)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        # Called while the checkpoint is being put together, before it is written: it
+        # is reported at the next hook, once save_checkpoint has returned.
+        if not self._saving:
+            self._unreported = trainer.global_step
+
+    def _report_periodic(self):
+        if self._unreported is not None:
+            stop.saved(self._unreported)
+            self._unreported = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._report_periodic()
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._report_periodic()
+
+    def on_validation_start(self, trainer, pl_module):
+        self._report_periodic()
+
+    def on_train_end(self, trainer, pl_module):
+        self._report_periodic()
+        # Training is done (a stop leaves in _stop and never gets here): what the
+        # launchers do while tearing down after it no longer makes the run fail.
+        stop.finished(trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        stop.heartbeat(trainer.global_step)  # progress, for the supervisor's hang detection
+        self._report_periodic()
+        # Every rank calls this after every batch: the all-reduce lines up.
+        if stop.agree(stop.should_stop()):
+            self._stop(trainer)
+
+    def _folder(self, trainer) -> Path:
+        if self.dirpath is not None:
+            return Path(self.dirpath)
+        cb = trainer.checkpoint_callback
+        if cb is not None and getattr(cb, "dirpath", None):
+            return Path(cb.dirpath)
+        return Path(trainer.default_root_dir) / "checkpoints"
+
+    def _stop(self, trainer):
+        step = trainer.global_step
+        path = self._folder(trainer) / f"{STOP_CHECKPOINT_PREFIX}{step}.ckpt"
+        log.warning("stop requested (%s): saving %s, then exit %d", stop.reason(), path,
+                    stop.STOP_EXIT_CODE)
+        self._saving = True
+        trainer.save_checkpoint(path)  # every rank: sharded strategies write from all
+        stop.barrier()  # every rank done writing
+        if trainer.is_global_zero:
+            if path.is_dir():
+                checkpoints.mark_complete(path)
+            for old in path.parent.glob(f"{STOP_CHECKPOINT_PREFIX}*.ckpt"):
+                if old != path:  # superseded by this one
+                    _remove(old)
+        stop.saved(step, path)
+        stop._event(Ev.STOPPED, step=step)
+        stop.barrier()  # the marker and events are written before any rank leaves
+        stop.leave(stop.STOP_EXIT_CODE)
+
+
 def _callback_class(pl):
-    class StopCallback(pl.Callback):
-        """Stop after a training batch on request, save, report and exit 75 (every rank).
-
-        ``dirpath``: where the stop checkpoint goes (default: ``ModelCheckpoint``'s folder,
-        else ``<default_root_dir>/checkpoints``). Installs the stop signal handlers when
-        constructed: build it early, so a stop that comes early is not fatal.
-        """
-
-        def __init__(self, dirpath=None):
-            self.dirpath = dirpath
-            self._saving = False  # our own save: not a periodic one to report
-            self._unreported = None  # step of a ModelCheckpoint save not reported yet
-            stop.install()
-
-        def setup(self, trainer, pl_module, stage):
-            env = getattr(trainer.strategy, "cluster_environment", None)
-            if getattr(env, "auto_requeue", False):
-                log.warning("Lightning's SLURM auto-requeue is on: it requeues the job by itself on its "
-                            "signal; pass plugins=[SLURMEnvironment(auto_requeue=False)]")
-
-        # Lightning installs its SIGTERM handler when fit starts, after on_fit_start; these
-        # are the first hooks after that. Its handler is put back when fit ends.
-        def on_sanity_check_start(self, trainer, pl_module):
-            stop.install()
-
-        def on_train_start(self, trainer, pl_module):
-            stop.install()
-            if trainer.global_step > 0:
-                stop.resumed(trainer.global_step)
-
-        def on_save_checkpoint(self, trainer, pl_module, checkpoint):
-            # Called while the checkpoint is being put together, before it is written: it
-            # is reported at the next hook, once save_checkpoint has returned.
-            if not self._saving:
-                self._unreported = trainer.global_step
-
-        def _report_periodic(self):
-            if self._unreported is not None:
-                stop.saved(self._unreported)
-                self._unreported = None
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self._report_periodic()
-
-        def on_train_epoch_start(self, trainer, pl_module):
-            self._report_periodic()
-
-        def on_validation_start(self, trainer, pl_module):
-            self._report_periodic()
-
-        def on_train_end(self, trainer, pl_module):
-            self._report_periodic()
-            # Training is done (a stop leaves in _stop and never gets here): what the
-            # launchers do while tearing down after it no longer makes the run fail.
-            stop.finished(trainer.global_step)
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            stop.heartbeat(trainer.global_step)  # progress, for the supervisor's hang detection
-            self._report_periodic()
-            # Every rank calls this after every batch: the all-reduce lines up.
-            if stop.agree(stop.should_stop()):
-                self._stop(trainer)
-
-        def _folder(self, trainer) -> Path:
-            if self.dirpath is not None:
-                return Path(self.dirpath)
-            cb = trainer.checkpoint_callback
-            if cb is not None and getattr(cb, "dirpath", None):
-                return Path(cb.dirpath)
-            return Path(trainer.default_root_dir) / "checkpoints"
-
-        def _stop(self, trainer):
-            step = trainer.global_step
-            path = self._folder(trainer) / f"{STOP_CHECKPOINT_PREFIX}{step}.ckpt"
-            log.warning("stop requested (%s): saving %s, then exit %d", stop.reason(), path,
-                        stop.STOP_EXIT_CODE)
-            self._saving = True
-            trainer.save_checkpoint(path)  # every rank: sharded strategies write from all
-            stop.barrier()  # every rank done writing
-            if trainer.is_global_zero:
-                if path.is_dir():
-                    checkpoints.mark_complete(path)
-                for old in path.parent.glob(f"{STOP_CHECKPOINT_PREFIX}*.ckpt"):
-                    if old != path:  # superseded by this one
-                        _remove(old)
-            stop.saved(step, path)
-            stop._event(Ev.STOPPED, step=step)
-            stop.barrier()  # the marker and events are written before any rank leaves
-            stop.leave(stop.STOP_EXIT_CODE)
-
-    return StopCallback
+    """The StopCallback of the Lightning package ``pl``: its Callback, with the hooks above."""
+    return type("StopCallback", (_StopHooks, pl.Callback), {"__doc__": _StopHooks.__doc__,
+                                                             "__module__": __name__})
 
 
 def _remove(path: Path) -> None:
