@@ -9,6 +9,8 @@ one on a floor above its own. A floor may import its own and those below.
 3  the login node's operations (runs, doctor) and the trainer
 4  the command line
 
+And every function fits on a screen (under 60 lines, its decorators counted).
+
 So the job's supervisor never imports ``runs/`` (the job runs on a compute node, the
 status commands on a login node; what both read lives on floor 0), and ``recipes/`` never
 imports ``train/`` (gen and submit check a recipe without the trainer).
@@ -16,9 +18,11 @@ imports ``train/`` (gen and submit check a recipe without the trainer).
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
-from import_graph import circles, graph
+from import_graph import PACKAGE, circles, graph
 
 FLOORS = {
     0: {"slurmtrain", "_toml", "errors", "resources", "schema", "events", "eventlog", "slurmtext", "slurmversion",
@@ -86,3 +90,29 @@ def test_the_checks_can_fail():
     assert sorted(map(tuple, circles(before, "slurmtrain"))) == [
         ("slurmtrain.recipes.jobcheck", "slurmtrain.train.__main__", "slurmtrain.recipes.jobcheck"),
         ("slurmtrain.runs.chain", "slurmtrain.runs.track", "slurmtrain.runs.chain")]
+
+
+MAX_LINES = 60
+
+
+def long_functions(root=PACKAGE) -> list[str]:
+    """``path:line name (N lines)`` of each function of MAX_LINES or more, decorators counted
+    (a click command's options are part of what a reader must take in)."""
+    long = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if node.end_lineno - start + 1 >= MAX_LINES:
+                    long.append(f"{path.relative_to(root)}:{start} {node.name} ({node.end_lineno - start + 1} lines)")
+    return long
+
+
+def test_no_function_is_longer_than_a_screen():
+    assert long_functions() == []
+
+
+def test_the_length_check_counts_decorators(tmp_path):
+    options = "".join(f"@click.option('--o{i}')\n" for i in range(50))
+    (tmp_path / "cmd.py").write_text(options + "def cmd(**kw):\n" + "    pass\n" * 9)
+    assert long_functions(tmp_path) == ["cmd.py:1 cmd (60 lines)"]

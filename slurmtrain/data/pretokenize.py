@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator
 
 import numpy as np
 
@@ -129,7 +129,7 @@ def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result,
     base: list[int] = []  # line number of the unit's first line, found lazily
     first = [unit.start]  # byte offset of the unit's first line
 
-    def bad(k: int, why: str) -> None:
+    def bad(k: int, why: str) -> None:  # the k-th line of the unit
         if not base:
             base.append(_lines_before(unit.path, first[0]) if first[0] else 0)
         where = f"{unit.path}:{base[0] + k}: {why}"
@@ -154,37 +154,7 @@ def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result,
                 text = data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
                 yield text
                 return
-            if unit.start:
-                fh.seek(unit.start - 1)
-                fh.readline()  # the rest of a line that began in the previous unit
-            pos, end = fh.tell(), unit.end if unit.end >= 0 else float("inf")
-            first[0] = pos
-            k, plain = 0, unit.path.endswith(".jsonl")
-            while pos < end:
-                line = fh.readline()
-                if not line:
-                    break
-                k += 1
-                pos += len(line)
-                if plain:  # a compressed file's position is in decompressed bytes
-                    seen[0] = pos - unit.start
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line.decode("utf-8", "replace"))
-                except json.JSONDecodeError as err:
-                    bad(k, f"not JSON ({err.msg})")
-                    continue
-                if not isinstance(obj, dict) or text_field not in obj:
-                    bad(k, f'no "{text_field}" field' + ("" if text_field != "text" else
-                                                         " (--field names another)"))
-                    continue
-                text = obj[text_field]
-                if not isinstance(text, str):
-                    bad(k, f'"{text_field}" is a {type(text).__name__}, not a string')
-                    continue
-                if text:
-                    yield text
+            yield from _jsonl_texts(fh, unit, text_field, bad, seen, first)
             res.bytes += (unit.end if unit.end >= 0 else os.path.getsize(unit.path)) - unit.start
     except (OSError, EOFError) as err:  # unreadable, or a broken .gz/.zst
         raise _BadLine(f"{unit.path}: cannot read: {err}") from None
@@ -192,6 +162,42 @@ def read_unit(unit: Unit, text_field: str, skip_bad: bool, res: Result,
         if type(err).__module__.startswith(("zstandard", "pyarrow")):
             raise _BadLine(f"{unit.path}: cannot read: {err}") from None
         raise
+
+
+def _jsonl_texts(fh: IO[bytes], unit: Unit, text_field: str, bad: Callable[[int, str], None],
+                 seen: list[int], first: list[int]) -> Iterator[str]:
+    """The documents of a .jsonl unit: the lines that begin in it (``first[0]``: the byte
+    offset of its first); ``bad(k, why)`` for the k-th line that is no document."""
+    if unit.start:
+        fh.seek(unit.start - 1)
+        fh.readline()  # the rest of a line that began in the previous unit
+    pos, end = fh.tell(), unit.end if unit.end >= 0 else float("inf")
+    first[0] = pos
+    k, plain = 0, unit.path.endswith(".jsonl")
+    while pos < end:
+        line = fh.readline()
+        if not line:
+            break
+        k += 1
+        pos += len(line)
+        if plain:  # a compressed file's position is in decompressed bytes
+            seen[0] = pos - unit.start
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8", "replace"))
+        except json.JSONDecodeError as err:
+            bad(k, f"not JSON ({err.msg})")
+            continue
+        if not isinstance(obj, dict) or text_field not in obj:
+            bad(k, f'no "{text_field}" field' + ("" if text_field != "text" else " (--field names another)"))
+            continue
+        text = obj[text_field]
+        if not isinstance(text, str):
+            bad(k, f'"{text_field}" is a {type(text).__name__}, not a string')
+            continue
+        if text:
+            yield text
 
 
 _TOK: dict[str, Any] = {}
@@ -369,7 +375,43 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
         tok = _tokenizer(tokenizer)
     except ConfigError as err:
         raise UsageError(f"{err.source}: {err.message}") from None
-    files = input_files(inputs)
+    files, unreadable = _readable(input_files(inputs), skip_bad)
+    dtype = shards.token_dtype(tok.vocab_size)
+    units = plan_units(files, unit_bytes)
+    plan = {"format": shards.FORMAT, "version": shards.VERSION, "dtype": dtype,
+            "tokenizer": shards.tokenizer_identity(tok), "field": text_field, "unit_bytes": unit_bytes,
+            "inputs": [{"path": str(f.resolve()), "size": f.stat().st_size,
+                        "mtime": f.stat().st_mtime} for f in files],
+            "units": [u.__dict__ for u in units]}
+    if _same_plan_done(out, plan):
+        echo(f"{out} is complete already")
+        return json.loads((out / shards.INDEX).read_text())
+
+    mine = units[part[0] * len(units) // part[1]:(part[0] + 1) * len(units) // part[1]] if part else units
+    sizes = [p["size"] for p in plan["inputs"]]
+    progress = Progress(len(mine), sum((u.end if u.end >= 0 else sizes[u.input]) - u.start for u in mine),
+                        progress_every)
+    results = _finished(out, mine, progress)
+    if results:
+        echo(f"resuming: {len(results)} of {len(mine)} shards done already")
+    todo = [(u, str(out), tokenizer, text_field, skip_bad, dtype) for u in mine if u.name not in results]
+    results.update(_tokenize_units(todo, processes, progress))
+    if part:
+        echo(f"part {part[0] + 1} of {part[1]}: shards {mine[0].name if mine else '-'} to "
+             f"{mine[-1].name if mine else '-'} done ({len(mine)} of {len(units)})")
+        # The last part to finish writes the index. Each part writes its shards' .json
+        # before it looks, so the last one sees them all (two that finish together both
+        # write the same index, atomically).
+        results.update(_finished(out, [u for u in units if u.name not in results]))
+        if any(u.name not in results for u in units):
+            return None
+        echo(f"part {part[0] + 1} of {part[1]}: every shard is done; writing the index")
+    return _write_index(out, plan, units, results, unreadable, inputs)
+
+
+def _readable(files: list[Path], skip_bad: bool) -> tuple[list[Path], list[str]]:
+    """(the files this process can read, a line for each it cannot: with ``skip_bad``;
+    without, the first stops the run)."""
     readable, unreadable = [], []
     for f in files:
         if os.access(f, os.R_OK):
@@ -378,46 +420,41 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
             unreadable.append(f"{f}: cannot read: permission denied")
         else:
             raise SlurmtrainError(f"{f}: cannot read: permission denied")
-    files = readable
-    ident = shards.tokenizer_identity(tok)
-    dtype = shards.token_dtype(tok.vocab_size)
-    units = plan_units(files, unit_bytes)
-    plan = {"format": shards.FORMAT, "version": shards.VERSION, "dtype": dtype, "tokenizer": ident,
-            "field": text_field, "unit_bytes": unit_bytes,
-            "inputs": [{"path": str(f.resolve()), "size": f.stat().st_size,
-                        "mtime": f.stat().st_mtime} for f in files],
-            "units": [u.__dict__ for u in units]}
+    return readable, unreadable
+
+
+def _same_plan_done(out: Path, plan: dict[str, Any]) -> bool:
+    """Write ``plan.json`` into a new ``out``; in one that has it, refuse another plan, and
+    say whether this one is complete (its index written)."""
     (out / "shards").mkdir(parents=True, exist_ok=True)
     plan_file = out / "plan.json"
-    if plan_file.exists():
-        if json.loads(plan_file.read_text()) != json.loads(json.dumps(plan)):
-            raise UsageError(f"{out} holds a tokenization of other inputs or with another tokenizer "
-                             "or options; remove it or choose another --out")
-        if (out / shards.INDEX).exists():
-            echo(f"{out} is complete already")
-            return json.loads((out / shards.INDEX).read_text())
-    else:
+    if not plan_file.exists():
         shards.write_json(plan_file, plan)
+        return False
+    if json.loads(plan_file.read_text()) != json.loads(json.dumps(plan)):
+        raise UsageError(f"{out} holds a tokenization of other inputs or with another tokenizer "
+                         "or options; remove it or choose another --out")
+    return (out / shards.INDEX).exists()
 
-    mine = units
-    if part:
-        mine = units[part[0] * len(units) // part[1]:(part[0] + 1) * len(units) // part[1]]
-    sizes = [p["size"] for p in plan["inputs"]]
-    progress = Progress(len(mine), sum((u.end if u.end >= 0 else sizes[u.input]) - u.start for u in mine),
-                        progress_every)
-    results: dict[str, Result] = {}
-    todo = []
-    for u in mine:
+
+def _finished(out: Path, units: list[Unit], progress: Progress | None = None) -> dict[str, Result]:
+    """The results of the units whose shard is written (by an earlier run, or another part)."""
+    results = {}
+    for u in units:
         done = out / "shards" / f"{u.name}.json"
         if done.exists():
             results[u.name] = Result(**json.loads(done.read_text()))
-            progress.add(results[u.name], resumed=True)
-        else:
-            todo.append((u, str(out), tokenizer, text_field, skip_bad, dtype))
-    if len(results):
-        echo(f"resuming: {len(results)} of {len(mine)} shards done already")
-    n_proc = max(1, min(processes or _cores(), len(todo) or 1))
+            if progress is not None:
+                progress.add(results[u.name], resumed=True)
+    return results
+
+
+def _tokenize_units(todo: list[tuple], processes: int | None, progress: Progress) -> dict[str, Result]:
+    """Each unit of ``todo`` tokenized, here or in a pool of worker processes, in order: the
+    first bad line reported is the first in the corpus, whichever unit finished first."""
     global _REPORT
+    results: dict[str, Result] = {}
+    n_proc = max(1, min(processes or _cores(), len(todo) or 1))
     if n_proc == 1:
         _REPORT = progress.partial
         try:
@@ -426,37 +463,28 @@ def tokenize_corpus(inputs: list[Path], tokenizer: str, out: Path, *, text_field
                 progress.add(r)
         finally:
             _REPORT = None
-    else:
-        ctx = multiprocessing.get_context(_start_method())
-        queue = ctx.Queue()
-        with ctx.Pool(n_proc, initializer=_init_worker, initargs=(queue,)) as pool, _term_as_exit():
-            # in order: the first bad line reported is the first in the corpus, whatever finished first
-            it = pool.imap(tokenize_unit, todo)
-            for _ in todo:
-                while True:
-                    while not queue.empty():
-                        progress.partial(queue.get())
-                    try:
-                        r = it.next(timeout=0.5)
-                        break
-                    except multiprocessing.TimeoutError:
-                        continue
-                results[r.name] = r
-                progress.add(r)
+        return results
+    ctx = multiprocessing.get_context(_start_method())
+    queue = ctx.Queue()
+    with ctx.Pool(n_proc, initializer=_init_worker, initargs=(queue,)) as pool, _term_as_exit():
+        it = pool.imap(tokenize_unit, todo)
+        for _ in todo:
+            while True:
+                while not queue.empty():
+                    progress.partial(queue.get())
+                try:
+                    r = it.next(timeout=0.5)
+                    break
+                except multiprocessing.TimeoutError:
+                    continue
+            results[r.name] = r
+            progress.add(r)
+    return results
 
-    if part:
-        echo(f"part {part[0] + 1} of {part[1]}: shards {mine[0].name if mine else '-'} to "
-             f"{mine[-1].name if mine else '-'} done ({len(mine)} of {len(units)})")
-        # The last part to finish writes the index. Each part writes its shards' .json
-        # before it looks, so the last one sees them all (two that finish together both
-        # write the same index, atomically).
-        for u in units:
-            if u.name not in results:
-                done = out / "shards" / f"{u.name}.json"
-                if not done.exists():
-                    return None
-                results[u.name] = Result(**json.loads(done.read_text()))
-        echo(f"part {part[0] + 1} of {part[1]}: every shard is done; writing the index")
+
+def _write_index(out: Path, plan: dict[str, Any], units: list[Unit], results: dict[str, Result],
+                 unreadable: list[str], inputs: list[Path]) -> dict[str, Any]:
+    """The index of every shard (what the trainer reads), written last."""
     ordered = [results[u.name] for u in units]
     n_docs = sum(r.docs for r in ordered)
     n_skipped = sum(r.n_skipped for r in ordered) + len(unreadable)
