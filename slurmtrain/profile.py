@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from . import resources
+from . import launchers, resources
 from .errors import ConfigError
 from .schema import (ENV_NAME, Sources, apply_set, build, field, matches, merge,
                      non_negative, parse_set, positive, to_toml)
@@ -88,9 +88,7 @@ class FabricSection:
 class LaunchSection:
     """How processes are started on the nodes."""
 
-    launcher: Literal["torchrun", "srun-loop", "deepspeed", "srun"] = field(
-        "torchrun: one srun, c10d rendezvous; srun-loop: one srun per node; deepspeed: DeepSpeed's launcher "
-        "on every node via srun; srun: one Slurm task per process, no agent (RANK etc. from Slurm)", "torchrun")
+    launcher: str = field(launchers.doc(), "torchrun", check=launchers.check)  # one of launchers.LAUNCHERS
     procs_per_node: int | None = field("processes per node (default: gpus_per_node, or 1)", None, check=positive)
     rdzv_port: int = field("rendezvous / master port on the first node", 29500,
                            check=lambda v: None if 1024 <= v <= 65535 else f"expected a port between 1024 and 65535, got {v}")
@@ -179,8 +177,8 @@ class Profile:
     env: EnvSection = field("environment", factory=EnvSection)
     resilience: ResilienceSection = field("requeue and signals", factory=ResilienceSection)
     tracking: TrackingSection = field("experiment tracking (W&B, TensorBoard)", factory=TrackingSection)
-    allowed_launchers: tuple[Literal["torchrun", "srun-loop", "deepspeed", "srun"], ...] = field(
-        "launchers that work on this cluster (default: all)", ("torchrun", "srun-loop", "deepspeed", "srun"))
+    allowed_launchers: tuple[str, ...] = field(
+        "launchers that work on this cluster (default: all)", check=launchers.check, factory=launchers.names)
 
 
 @dataclass(frozen=True)

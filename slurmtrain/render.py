@@ -17,7 +17,9 @@ from functools import lru_cache
 from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
+from . import launchers
 from . import sweep as sweep_mod
+from .shellwords import Raw, shell_words
 from .profile import LoadedProfile, Profile
 
 
@@ -38,14 +40,6 @@ class JobSpec:
     max_parallel: int | None = None    # an array's tasks running at once (%K)
 
 
-class Raw(str):
-    """A shell fragment written by slurmtrain itself, never quoted (e.g. "$MASTER_ADDR")."""
-
-
-def shell_words(words) -> str:
-    return " ".join(w if isinstance(w, Raw) else shlex.quote(str(w)) for w in words)
-
-
 # Values that end up on an #SBATCH line, which sbatch (not bash) reads: no quoting
 # exists there, so anything that would need it is refused.
 _SBATCH_SAFE = re.compile(r"[A-Za-z0-9_./%+:@,=\-\[\]&|]+")
@@ -56,8 +50,8 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     s, r = p.slurm, p.resilience
     if not _JOB_NAME.fullmatch(job.job_name):
         raise UsageError(f"job name {job.job_name!r}: use 1-128 letters, digits, '_', '.' or '-'")
-    # One task per node runs a launcher there; the srun launcher makes every process a task.
-    tasks = procs_per_node(p) if p.launch.launcher == "srun" else 1
+    # One task per node runs a launcher there; without an agent every process is a task.
+    tasks = launchers.get(p.launch.launcher).tasks_per_node(procs_per_node(p))
     cpus = s.cpus_per_task if s.cpus_per_task is None else max(1, s.cpus_per_task // tasks)
     out = [f"--job-name={job.job_name}"]
     if job.array is not None:
@@ -267,33 +261,12 @@ def _stop_signal_expr(sig: str) -> str:
 
 def _task_exec(p: Profile, job: JobSpec) -> str:
     python, prog = _program(p, job)
-    launcher = p.launch.launcher
+    spec = launchers.get(p.launch.launcher)
+    words = spec.words(launchers.Words(python, prog.kind, p.resilience.rendezvous_timeout, bool(job.command),
+                                       prog.launcher_in_command))
     argv = list(prog.argv)
-    if launcher == "srun":
-        # No agent: every Slurm task is one process of the program.
-        words: list[str] = []
-        argv = {"module": [python, "-m"], "script": [python], "exec": []}[prog.kind] + argv
-    elif launcher == "deepspeed":
-        words = [python, "-c", Raw('"$SLURMTRAIN_AGENT"'), "deepspeed.launcher.launch",
-                 Raw('--world_info="$WORLD_INFO"'), Raw('--node_rank="$node_rank"'),
-                 Raw('--master_addr="$MASTER_ADDR"'), Raw('--master_port="$MASTER_PORT"')]
-        words += {"module": ["--module"], "exec": ["--no_python"], "script": []}[prog.kind]
-        if not (job.command and prog.kind == "script" and prog.launcher_in_command in (None, "deepspeed")):
-            # DeepSpeed appends --local_rank=N to the program's arguments unless told not to:
-            # the built-in trainer, plain executables and scripts written for torchrun read
-            # LOCAL_RANK from the environment (and may refuse an unknown argument).
-            words.append("--no_local_rank")
-    else:
-        words = [python, "-c", Raw('"$SLURMTRAIN_AGENT"'), "torch.distributed.run",
-                 Raw('--nnodes="$SLURMTRAIN_NNODES"'), Raw('--nproc-per-node="$SLURMTRAIN_PROCS_PER_NODE"')]
-        if launcher == "torchrun":
-            words += [Raw("--rdzv-backend=c10d"), Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'),
-                      Raw('--rdzv-id="$SLURM_JOB_ID"'),
-                      Raw(f'--rdzv-conf="is_host=$(( node_rank == 0 )),join_timeout={p.resilience.rendezvous_timeout}"')]
-        else:  # srun-loop: a static rendezvous with the node rank given per node
-            words += [Raw('--node-rank="$node_rank"'), Raw('--master-addr="$MASTER_ADDR"'),
-                      Raw('--master-port="$MASTER_PORT"')]
-        words += {"module": ["-m"], "exec": ["--no-python"], "script": []}[prog.kind]
+    if not spec.agent:  # no launcher: its words are the program's own interpreter, on the program's line
+        words, argv = [], words + argv
     if job.sweep:  # a point's {key}: its value, from the variable the script exports for it
         argv = [Raw(sweep_mod.shell_word(w)) if isinstance(w, str) and sweep_mod.PLACEHOLDER.search(w) else w
                 for w in argv]
@@ -306,7 +279,7 @@ def _gate_exec(p: Profile, job: JobSpec) -> str:
     """The in-job gate's program on each node (resilience.preflight): in the container,
     under the launcher's interpreter, like the run."""
     words = [_program(p, job)[0], "-m", "slurmtrain.doctor.node", "--gate", Raw('"$SLURMTRAIN_GATE_DIR"'),
-             "--expect-gpus", str(p.slurm.gpus_per_node)] + (["--deepspeed"] if p.launch.launcher == "deepspeed" else [])
+             "--expect-gpus", str(p.slurm.gpus_per_node), *launchers.get(p.launch.launcher).gate_args]
     return " \\\n    ".join(shell_words(part) for part in (_container_prefix(p, job), words) if part)
 
 
@@ -409,15 +382,11 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,
+        "L": launchers.get(p.launch.launcher),  # its shape, for the templates (launchers/)
         "preflight": p.resilience.preflight,
         "bad_node_hours": f"{p.resilience.bad_node_hours:g}",
         "gate_exec": _gate_exec(p, job) if p.resilience.preflight else "",
     }
-
-
-# DeepSpeed's launcher kills its workers this long after it gets SIGTERM (hard-coded in
-# deepspeed.launcher.launch.terminate_process_tree).
-DEEPSPEED_TERM_WINDOW = 30
 
 
 def warnings(loaded: LoadedProfile) -> list[str]:
@@ -428,9 +397,10 @@ def warnings(loaded: LoadedProfile) -> list[str]:
         out.append(f"{loaded.source}: resilience.stop_timeout ({r.stop_timeout} s) is longer than "
                    f"resilience.signal_seconds ({r.signal_seconds} s): at the time limit Slurm ends the job "
                    "before the checkpoint window is over; raise signal_seconds or lower stop_timeout")
-    if p.launch.launcher == "deepspeed" and r.stop_timeout > DEEPSPEED_TERM_WINDOW:
-        out.append(f"{loaded.source}: launch.launcher = \"deepspeed\": at preemption (SIGTERM) DeepSpeed's launcher "
-                   f"kills its workers after {DEEPSPEED_TERM_WINDOW} s, less than resilience.stop_timeout "
+    window = launchers.get(p.launch.launcher).term_window
+    if window is not None and r.stop_timeout > window:
+        out.append(f"{loaded.source}: launch.launcher = \"{p.launch.launcher}\": at preemption (SIGTERM) its launcher "
+                   f"kills its workers after {window} s, less than resilience.stop_timeout "
                    f"({r.stop_timeout} s); a longer checkpoint is cut short there (the torchrun and srun "
                    "launchers honour stop_timeout)")
     return out

@@ -9,12 +9,21 @@ from typing import Callable
 
 import click
 
+from .. import launchers
 from ..errors import UsageError
 from ..profile import LoadedProfile, load_profile
 from ..render import JobSpec, default_job_name, warnings
 
-LAUNCHERS = ("torchrun", "srun-loop", "deepspeed", "srun")
 
+
+
+class _LauncherChoice(click.Choice):
+    """click.Choice over the launchers' registry as it stands when the command runs."""
+
+    choices = property(lambda self: launchers.names(), lambda self, value: None)
+
+    def __init__(self) -> None:
+        super().__init__(())
 
 def job_options(f: Callable) -> Callable:
     """--profile, resource overrides, --set, --recipe and the command after `--`."""
@@ -25,7 +34,7 @@ def job_options(f: Callable) -> Callable:
         click.option("--gpus-per-node", "-G", type=click.IntRange(min=0), help="GPUs per node (slurm.gpus_per_node)."),
         click.option("--time", "-t", "time_limit", help="Time limit, e.g. 2:00:00 (slurm.time)."),
         click.option("--partition", help="Partition (slurm.partition)."),
-        click.option("--launcher", type=click.Choice(LAUNCHERS), help="Launcher (launch.launcher)."),
+        click.option("--launcher", type=_LauncherChoice(), help="Launcher (launch.launcher)."),
         click.option("--max-requeues", type=click.IntRange(min=0), help="Requeue limit (resilience.max_requeues)."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Override any profile key, e.g. --set fabric.nccl_debug=INFO (repeatable)."),

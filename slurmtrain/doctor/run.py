@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..profile import LoadedProfile
 from ..render import JobSpec
 from . import checks as checks_mod
-from .. import arrivals, ledger, slurmversion
+from .. import arrivals, launchers, ledger, slurmversion
 from . import report
 from .report import FAIL, PASS, SLURM_NODE, WARN, Row
 from ..eventlog import Ev
@@ -58,8 +58,7 @@ def job_spec(loaded: LoadedProfile, chosen: tuple[str, ...], check_timeout: floa
            "--check-timeout", f"{check_timeout:g}", "--seconds", f"{seconds:g}",
            "--rdzv-port", str(loaded.profile.launch.rdzv_port),
            "--rdzv-port-spread", str(loaded.profile.launch.rdzv_port_spread)]
-    if loaded.profile.launch.launcher == "deepspeed":
-        cmd.append("--deepspeed")
+    cmd += launchers.get(loaded.profile.launch.launcher).gate_args  # what its nodes must have too
     return JobSpec(command=tuple(cmd), job_name="doctor", regen_command="slurmtrain doctor")
 
 

@@ -14,19 +14,16 @@ import signal
 import sys
 from pathlib import Path
 
-from .. import heartbeat
+from .. import heartbeat, launchers
 from .signals import Signals
 from .slurm import Slurm
 from .step import Launch
 from .supervisor import Config, Job, Supervisor
 
-LAUNCHERS = ("torchrun", "srun-loop", "srun", "deepspeed")
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m slurmtrain.job",
                                  description="Supervise a slurmtrain job from its batch step (docs/survival.md).")
-    ap.add_argument("--launcher", choices=LAUNCHERS, required=True)
+    ap.add_argument("--launcher", choices=launchers.names(), required=True)
     ap.add_argument("--procs-per-node", type=int, default=1)
     ap.add_argument("--stop-timeout", type=int, default=90, help="seconds for the checkpoint after a stop")
     ap.add_argument("--max-requeues", type=int, default=10)

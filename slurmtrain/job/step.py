@@ -8,12 +8,12 @@ srun itself makes it SIGKILL them ("forcing job termination").
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .. import launchers
 
 
 def exit_status(rc: int) -> int:
@@ -47,7 +47,7 @@ class Step:
 class Launch:
     """How to start the task: the launcher's shape, with the script's functions."""
 
-    launcher: str                  # torchrun | srun-loop | srun | deepspeed
+    launcher: str                  # a name in launchers.LAUNCHERS
     procs_per_node: int
     run_dir: Path
     srun_options: tuple[str, ...] = ()
@@ -64,8 +64,9 @@ class Launch:
                "SLURMTRAIN_NNODES": str(len(nodes)), "SLURMTRAIN_PROCS_PER_NODE": str(self.procs_per_node)}
         for name in ("SLURMTRAIN_TASK", "SLURMTRAIN_GATE"):
             env.pop(name, None)  # the task's own text: no program needs it
-        if self.launcher == "deepspeed":
-            env.update(deepspeed_world(nodes, self.procs_per_node, self.run_dir, os.environ.get("SLURM_JOB_ID", "")))
+        spec = launchers.get(self.launcher)
+        if spec.env is not None:
+            env.update(spec.env(nodes, self.procs_per_node, self.run_dir, os.environ.get("SLURM_JOB_ID", "")))
         return env
 
     def start_task(self, nodes: list[str], overlap: bool = False) -> Step:
@@ -74,11 +75,12 @@ class Launch:
         env = self.environment(nodes)
         n = str(len(nodes))
         extra = ["--overlap"] if overlap else []
-        if self.launcher == "srun-loop":  # one srun per node, for sites where one srun cannot start the containers
+        spec = launchers.get(self.launcher)
+        if spec.per_node_srun:  # one srun per node, for sites where one srun cannot start the containers
             argvs = [self._srun(["--nodes=1", "--ntasks=1", "-w", node, "--kill-on-bad-exit=1", *extra], self.task,
                                 "slurmtrain_task", str(i)) for i, node in enumerate(nodes)]
         else:
-            per_node = str(self.procs_per_node) if self.launcher == "srun" else "1"
+            per_node = str(spec.tasks_per_node(self.procs_per_node))
             # --ntasks too: srun takes the job's SLURM_NTASKS (spares included) from its environment.
             argvs = [self._srun([f"--nodes={n}", f"--ntasks={len(nodes) * int(per_node)}",
                                  f"--ntasks-per-node={per_node}", "-w", ",".join(nodes), "--kill-on-bad-exit=1",
@@ -92,12 +94,3 @@ class Launch:
                           "slurmtrain_gate")
         env = {**self.environment(nodes), "SLURMTRAIN_GATE_DIR": str(gate_dir)}
         return Step([subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL)])
-
-
-def deepspeed_world(nodes: list[str], procs: int, run_dir: Path, job_id: str) -> dict[str, str]:
-    """DeepSpeed's per-node launcher needs the world layout (``--world_info``, base64 JSON of
-    node -> slots); a hostfile is written too, for tools that want one. No pdsh, no ssh."""
-    hostfile = run_dir / f"hostfile-{job_id}"
-    hostfile.write_text("".join(f"{n} slots={procs}\n" for n in nodes))
-    world = json.dumps({n: list(range(procs)) for n in nodes})
-    return {"WORLD_INFO": base64.b64encode(world.encode()).decode(), "SLURMTRAIN_HOSTFILE": str(hostfile)}

@@ -1,0 +1,43 @@
+"""deepspeed: DeepSpeed's per-node launcher (deepspeed.launcher.launch) on every node
+through srun, its world layout built from the node list: no pdsh, no ssh, no hand-written
+hostfile."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from ..shellwords import Raw
+from .base import Launcher, Words
+
+# DeepSpeed's launcher kills its workers this long after it gets SIGTERM (hard-coded in
+# deepspeed.launcher.launch.terminate_process_tree).
+TERM_WINDOW = 30
+
+
+def words(w: Words) -> list[str]:
+    out = [w.python, "-c", Raw('"$SLURMTRAIN_AGENT"'), "deepspeed.launcher.launch",
+           Raw('--world_info="$WORLD_INFO"'), Raw('--node_rank="$node_rank"'),
+           Raw('--master_addr="$MASTER_ADDR"'), Raw('--master_port="$MASTER_PORT"')]
+    out += {"module": ["--module"], "exec": ["--no_python"], "script": []}[w.kind]
+    if not (w.own_argv and w.kind == "script" and w.launcher_in_command in (None, "deepspeed")):
+        # DeepSpeed appends --local_rank=N to the program's arguments unless told not to:
+        # the built-in trainer, plain executables and scripts written for torchrun read
+        # LOCAL_RANK from the environment (and may refuse an unknown argument).
+        out.append("--no_local_rank")
+    return out
+
+
+def world(nodes: list[str], procs: int, run_dir: Path, job_id: str) -> dict[str, str]:
+    """DeepSpeed's per-node launcher needs the world layout (``--world_info``, base64 JSON of
+    node -> slots); a hostfile is written too, for tools that want one. No pdsh, no ssh."""
+    hostfile = run_dir / f"hostfile-{job_id}"
+    hostfile.write_text("".join(f"{n} slots={procs}\n" for n in nodes))
+    layout = json.dumps({n: list(range(procs)) for n in nodes})
+    return {"WORLD_INFO": base64.b64encode(layout.encode()).decode(), "SLURMTRAIN_HOSTFILE": str(hostfile)}
+
+
+LAUNCHER = Launcher("deepspeed", "DeepSpeed's launcher on every node via srun", words, env=world,
+                    script_fragment="launcher-deepspeed.j2", gate_args=("--deepspeed",),
+                    term_window=TERM_WINDOW)

@@ -1,0 +1,16 @@
+"""srun-loop: one ``srun -w NODE`` per node, each a torchrun agent given its node rank
+(a static rendezvous), for sites where a single srun cannot start the containers."""
+
+from __future__ import annotations
+
+from ..shellwords import Raw
+from .base import Launcher, Words
+from .torchrun import AGENT, PROGRAM
+
+
+def words(w: Words) -> list[str]:
+    return [w.python, "-c", *AGENT, Raw('--node-rank="$node_rank"'), Raw('--master-addr="$MASTER_ADDR"'),
+            Raw('--master-port="$MASTER_PORT"'), *PROGRAM[w.kind]]
+
+
+LAUNCHER = Launcher("srun-loop", "one srun per node", words, per_node_srun=True, elastic=True)
