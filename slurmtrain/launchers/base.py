@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -33,6 +34,10 @@ class Launcher:
     script_fragment: str | None = None  # a template of the plain script's own lines (templates/)
     gate_args: tuple[str, ...] = ()    # doctor's node checks (the gate, `slurmtrain doctor`) for it
     term_window: int | None = None     # seconds it gives its workers after SIGTERM, whatever stop_timeout says
+    # Its report of a failed worker in a node log: group 1 the program's own exit status (the
+    # launcher's is 1 whatever the program's was), and its own exceptions, which are not the program's.
+    exit_status_in_log: re.Pattern | None = None
+    own_exceptions: tuple[str, ...] = ()
 
     def tasks_per_node(self, procs_per_node: int) -> int:
         """Slurm tasks on each node: one agent, or every process."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 
 from ..shellwords import Raw
@@ -14,6 +15,8 @@ from .base import Launcher, Words
 # DeepSpeed's launcher kills its workers this long after it gets SIGTERM (hard-coded in
 # deepspeed.launcher.launch.terminate_process_tree).
 TERM_WINDOW = 30
+# A failed worker: its launcher logs "... exits with return code = N".
+RETURN_CODE = re.compile(r"exits with return code = (-?\d+)")
 
 
 def words(w: Words) -> list[str]:
@@ -40,4 +43,4 @@ def world(nodes: list[str], procs: int, run_dir: Path, job_id: str) -> dict[str,
 
 LAUNCHER = Launcher("deepspeed", "DeepSpeed's launcher on every node via srun", words, env=world,
                     script_fragment="launcher-deepspeed.j2", gate_args=("--deepspeed",),
-                    term_window=TERM_WINDOW)
+                    term_window=TERM_WINDOW, exit_status_in_log=RETURN_CODE)

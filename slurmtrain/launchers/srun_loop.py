@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..shellwords import Raw
 from .base import Launcher, Words
-from .torchrun import AGENT, PROGRAM
+from .torchrun import AGENT, OWN_EXCEPTIONS, PROGRAM, ROOT_CAUSE
 
 
 def words(w: Words) -> list[str]:
@@ -13,4 +13,5 @@ def words(w: Words) -> list[str]:
             Raw('--master-port="$MASTER_PORT"'), *PROGRAM[w.kind]]
 
 
-LAUNCHER = Launcher("srun-loop", "one srun per node", words, per_node_srun=True, elastic=True)
+LAUNCHER = Launcher("srun-loop", "one srun per node", words, per_node_srun=True, elastic=True,
+                    exit_status_in_log=ROOT_CAUSE, own_exceptions=OWN_EXCEPTIONS)

@@ -3,6 +3,8 @@ first node with the job id as its id (a requeued start rendezvouses afresh)."""
 
 from __future__ import annotations
 
+import re
+
 from ..shellwords import Raw
 from .base import Launcher, Words
 
@@ -10,6 +12,10 @@ from .base import Launcher, Words
 AGENT = [Raw('"$SLURMTRAIN_AGENT"'), "torch.distributed.run", Raw('--nnodes="$SLURMTRAIN_NNODES"'),
          Raw('--nproc-per-node="$SLURMTRAIN_PROCS_PER_NODE"')]
 PROGRAM = {"module": ["-m"], "exec": ["--no-python"], "script": []}
+# A failed worker: torchrun exits 1 with its own traceback (ChildFailedError) and a summary
+# whose "Root Cause" gives the worker's exit status.
+ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?exitcode\s*:\s*(-?\d+)", re.S)
+OWN_EXCEPTIONS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",)
 
 
 def words(w: Words) -> list[str]:
@@ -20,4 +26,5 @@ def words(w: Words) -> list[str]:
             *PROGRAM[w.kind]]
 
 
-LAUNCHER = Launcher("torchrun", "one srun, c10d rendezvous", words, elastic=True)
+LAUNCHER = Launcher("torchrun", "one srun, c10d rendezvous", words, elastic=True, exit_status_in_log=ROOT_CAUSE,
+                    own_exceptions=OWN_EXCEPTIONS)

@@ -14,14 +14,15 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from .. import launchers
 from .rundir import RunDir
 from .track import failing_node_logs
 
 # What launchers put before each line of a task's output: torchrun's "[rank0]:" and
 # "[default0]:" (--tee), srun --label's "0: ".
 _PREFIX = re.compile(r"^(\[[A-Za-z]*\d+\]:|\d+: )\s?")
-# torchrun's own exception, which says only that a worker failed; the worker's is earlier.
-_LAUNCHER_EXCEPTIONS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",)
+# A launcher's own exception (torchrun's), which says only that a worker failed; the worker's is earlier.
+_LAUNCHER_EXCEPTIONS = tuple(e for spec in launchers.LAUNCHERS.values() for e in spec.own_exceptions)
 _SCAN_LINES = 5000  # of the last 64 KiB a log tail reads: the launcher's report is ~40 lines
 
 

@@ -4,13 +4,12 @@ events.jsonl. Many runs cost one query to Slurm (:func:`slurmquery.query`).
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
-from .. import eventlog
+from .. import eventlog, launchers
 from ..errors import UsageError
 from ..slurmtext import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
 from . import classify, goodput, slurmquery, sweeps
@@ -292,17 +291,13 @@ def _array_from_events(st: RunStatus, evs: list[dict[str, Any]], size: int) -> R
 
 # ---- logs ------------------------------------------------------------------------------
 
-# torchrun reports any failed worker as its own exit status 1; the program's status is in
-# its "Root Cause" summary. DeepSpeed's launcher logs "... exits with return code = N".
-_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?exitcode\s*:\s*(-?\d+)", re.S)
-_DEEPSPEED_RC = re.compile(r"exits with return code = (-?\d+)")
-
-
 def program_exit_code(run: RunDir, job_id: str | None = None) -> int | None:
-    """The exit status the program itself gave, where the launcher logged it."""
+    """The exit status the program itself gave, where its launcher logged it (a launcher's
+    own status says only that a worker failed: launchers/)."""
+    patterns = [spec.exit_status_in_log for spec in launchers.LAUNCHERS.values() if spec.exit_status_in_log]
     for lines in failing_node_logs(run, job_id, lines=200).values():
         text = "\n".join(lines)
-        m = _ROOT_CAUSE.search(text) or _DEEPSPEED_RC.search(text)
+        m = next((m for m in (p.search(text) for p in patterns) if m), None)
         if m:
             return int(m.group(1))
     return None
