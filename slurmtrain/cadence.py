@@ -16,8 +16,11 @@ import math
 import os
 from dataclasses import asdict, dataclass
 
+from . import eventlog
+
 ENV_MODE, ENV_MTBF = "SLURMTRAIN_CHECKPOINT_EVERY", "SLURMTRAIN_NODE_MTBF_HOURS"
-FAULT_KINDS = ("crash", "hang", "node lost", "node failure")  # goodput's kinds that are faults, not stops
+# goodput's kinds that are faults, not stops
+FAULT_KINDS = (eventlog.CRASH, eventlog.HANG, eventlog.NODE_LOST, eventlog.NODE_FAILURE)
 
 
 @dataclass(frozen=True)
