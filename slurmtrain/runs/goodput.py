@@ -263,10 +263,12 @@ def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None
         nodes, spares = (lost or {}).get("nodes", "?"), (lost or {}).get("spares", "?")
         return at, _fault(out, eventlog.NODE_LOST, nxt["time"], f"node(s) {nodes} lost; in their place: {spares}{seen}",
                           True)
+    # A node left out for failing or hanging twice is alive: the fault is what it did again.
+    left = f"; node(s) {lost.get('nodes')} left out, in their place: {lost.get('spares')}" if lost is not None else ""
     if cause == eventlog.HANG and hang is not None:
-        return at, _fault(out, eventlog.HANG, hang["time"], hung, True)
+        return at, _fault(out, eventlog.HANG, hang["time"], hung + left, True)
     return at, _fault(out, eventlog.CRASH, nxt["time"],
-                      f"the program failed (exit status {nxt.get('exit_code')})", True)
+                      f"the program failed (exit status {nxt.get('exit_code')}){left}", True)
 
 
 def _requeued_without(out: Goodput, evs: list[Event], e: Event, hang: Event | None) -> tuple[float, int]:

@@ -1448,6 +1448,19 @@ def test_a_hang_whose_nodes_all_answer_is_still_a_hang(rig_on_wall):
     assert [k for k, _ in kinds] == ["hang"] and " hang (in the job): no progress for " in lines[0], lines
 
 
+def test_a_node_left_out_for_hanging_twice_is_a_hang_that_names_it(rig_on_wall):
+    """Alive, named twice: the second fault is the hang it was; goodput says the node went."""
+    rig = rig_on_wall
+    on_three_nodes(rig)
+    rig.task = [HANGS_ON_N2, HANGS_ON_N2, FINISHES_ON_N1_N3]
+    assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
+    assert [e["cause"] for e in rig.events() if e["event"] == "relaunched"] == ["hang", "hang"]
+    assert "seen_as" not in rig.event("nodes_lost")
+    kinds, lines = faults_said(rig)
+    assert [k for k, _ in kinds] == ["hang", "hang"], kinds
+    assert kinds[1][1].endswith("; node(s) n2 left out, in their place: n3"), kinds
+
+
 def test_a_node_that_died_seen_first_as_a_hang_with_no_spare_requeues_as_a_node_lost(rig_on_wall):
     rig = rig_on_wall
     rig.task = [DIES_SEEN_AS_A_HANG]
