@@ -278,11 +278,12 @@ def _requeued_without(out: Goodput, evs: list[Event], e: Event, hang: Event | No
     at = hang["time"] - float(hang.get("seconds", 0)) if hang is not None else e["time"]
     seen = (f"; seen first as a hang (no progress for {hang.get('seconds')} s)"
             if hang is not None and e.get("seen_as") else "")
-    kind = str(e.get("cause"))
-    if kind == eventlog.HANG and hang is not None:
-        detail = f"no progress for {hang.get('seconds')} s; node(s) {lost.get('nodes', '?')} left out"
-    else:
-        detail = f"node(s) {lost.get('nodes', e.get('exclude', '?'))} lost, no spare left{seen}"
+    kind, nodes = str(e.get("cause")), lost.get("nodes", e.get("exclude", "?"))
+    if kind == eventlog.NODE_LOST:
+        detail = f"node(s) {nodes} lost, no spare left{seen}"
+    else:  # alive, named twice: the fault is what it did again
+        what = f"no progress for {hang.get('seconds')} s" if hang is not None else "the program failed"
+        detail = f"{what}; node(s) {nodes} left out, no spare left"
     return at, _fault(out, kind, e["time"], detail, False, requeued=e.get("event") == Ev.REQUEUE)
 
 

@@ -234,3 +234,16 @@ def test_a_stop_signal_reads_the_same_in_goodput_and_in_the_outcome(fields, kind
     [fault] = goodput.of_events(evs, now=50).faults
     [start] = [s for s in eventlog.split(evs) if s.started is not None]
     assert fault.kind == eventlog.outcome(start).kind == kind
+
+
+@pytest.mark.parametrize("cause, seen, detail", [
+    ("node lost", {"seen_as": "hang"}, "node(s) b lost, no spare left; seen first as a hang (no progress for 20 s)"),
+    ("hang", {}, "no progress for 20 s; node(s) b left out, no spare left"),
+])
+def test_nodes_left_out_with_no_spare_end_the_start_as_the_fault_the_supervisor_named(cause, seen, detail):
+    evs = [ev(0, "started", nodes="a b", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(50, "hang", seconds=20, ranks="1", nodes="b", step=9, stacks="s"),
+           ev(55, "nodes_lost", nodes="b", spares="none", left=0, cause=cause, **seen),
+           ev(56, "requeue", reason="node", exclude="b", cause=cause, **seen)]
+    [fault] = goodput.of_events(evs, now=60).faults
+    assert (fault.kind, fault.detail, fault.in_job) == (cause, detail + "; requeued", False)
