@@ -24,7 +24,10 @@ from survival_util import (HERE, describe, job_field, named, run_cli, slurm, sub
 
 pytestmark = pytest.mark.slurm
 
-HF_STEPS = 80
+# Room for the first run's lead: the test preempts both runs once both step, and the run that
+# started first steps on (0.3 s a step) while the other starts. With 80, a torchrun run 30 s
+# ahead had reached step 75 when preempted and finished its last 5 steps before the warning.
+HF_STEPS = 200
 
 
 def hf_steps(run) -> list[dict]:
