@@ -6,8 +6,13 @@ the run's events) and asks here; the unit tests ask the same questions directly.
 
 from __future__ import annotations
 
+import math
+import signal
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import Enum
+from typing import Union
 
 from .. import eventlog
 from ..eventlog import Ev
@@ -147,3 +152,473 @@ def after_launch(f: Facts) -> Verdict:
     return Verdict("requeue", "stopped after a checkpoint; requeued", f.status,
                    events + [(Ev.REQUEUE, {"exit_code": f.status})],
                    say + f"slurmtrain: stopped after a checkpoint (exit {f.status}); requeueing the job")
+
+
+# ---- the supervisor's state machine ----------------------------------------------------
+#
+# One start of the job is a walk through Phase (where the task's step is) while Stop (how far
+# the stop window has gone) moves beside it: a stop can come in any phase that takes signals.
+# ``step`` is the only place either changes; the supervisor observes, feeds, and does what it
+# is told (docs/supervisor.md draws both).
+
+TERM_GRACE_S = 15      # after a SIGTERM that should end a step: the grace before SIGKILL
+STUCK_S = 15           # srun still runs this long after a task failed: probe the launch's nodes for a dead one
+# How long after the moment Slurm's time-limit warning was due the supervisor stops the run
+# itself when none came (Slurm sends it on a 30-second tick, up to that much early).
+WARNING_LATE_S = 10
+
+
+class Phase(str, Enum):
+    STARTING = "starting"      # the requeue limit, the node list, `started`
+    GATE = "gate"              # the preflight gate's step runs
+    JOINING = "joining"        # the launch runs; not every node has run its setup lines yet
+    RUNNING = "running"        # every node joined: hangs, stuck sruns, stragglers, the warning watched
+    ENDING = "ending"          # the supervisor ends the launch: a hang, a dead node, a failed start-up
+    SETTLING = "settling"      # the launch is over: relaunch here, requeue, or end
+    REQUEUING = "requeuing"    # Slurm is asked to requeue the job; its SIGTERM for that is expected
+    DONE = "done"              # this start is over
+
+
+class Stop(str, Enum):
+    NONE = "none"
+    ASKED = "asked"            # the stop signal went to every task: checkpoint and stop
+    TERMED = "termed"          # stop_timeout later: SIGTERM to the tasks
+    KILLED = "killed"          # TERM_GRACE_S later: SIGTERM to srun, which SIGKILLs them
+
+
+EDGES: frozenset[tuple[str, str]] = frozenset({
+    (Phase.STARTING, Phase.GATE), (Phase.STARTING, Phase.JOINING), (Phase.STARTING, Phase.DONE),
+    (Phase.GATE, Phase.JOINING), (Phase.GATE, Phase.REQUEUING),
+    (Phase.JOINING, Phase.RUNNING), (Phase.JOINING, Phase.ENDING),
+    (Phase.RUNNING, Phase.ENDING), (Phase.RUNNING, Phase.SETTLING),
+    (Phase.ENDING, Phase.SETTLING), (Phase.ENDING, Phase.DONE),
+    (Phase.SETTLING, Phase.JOINING), (Phase.SETTLING, Phase.REQUEUING), (Phase.SETTLING, Phase.DONE),
+    (Phase.REQUEUING, Phase.DONE),
+    (Stop.NONE, Stop.ASKED), (Stop.ASKED, Stop.TERMED), (Stop.TERMED, Stop.KILLED),
+    (Stop.ASKED, Stop.NONE), (Stop.TERMED, Stop.NONE), (Stop.KILLED, Stop.NONE),
+})
+WATCHING = (Phase.GATE, Phase.JOINING, Phase.RUNNING, Phase.ENDING)  # the phases that take signals
+LAUNCHED = (Phase.JOINING, Phase.RUNNING, Phase.ENDING)              # ... with the task's step running
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What ``step`` needs of the job script's settings."""
+
+    stop_signal: str = "USR2"      # its name, without SIG
+    stop_timeout: float = 90
+    rendezvous_timeout: float = 60
+    warning_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything the supervisor's decisions read that changes during a start."""
+
+    knobs: Knobs = Knobs()
+    phase: Phase = Phase.STARTING
+    stop: Stop = Stop.NONE
+    now: float = 0.0               # the clock's (monotonic) seconds at the last Tick
+    wall: float = 0.0              # ... and wall-clock seconds (file times, the job's end)
+    deadline: float = math.inf     # GATE: its SIGTERM; JOINING: the start-up watchdog; ENDING: SIGKILL
+    stop_at: float | None = None
+    term_at: float | None = None
+    replacing: str | None = None   # the straggler the supervisor's own stop puts out of the launch
+    slurm_requeued: bool = False   # a SIGTERM came for a requeue from outside the script
+    cancelled: bool = False        # a SIGTERM came from scancel
+    hung: bool = False             # this launch hung: the supervisor ended it
+    failed_at: float | None = None # when srun reported this launch's first task error
+    probed: bool = False           # ... and the probe that follows it went out
+    dead: tuple[str, ...] = ()     # ... and the nodes it found dead
+    missing: tuple[str, ...] = ()  # the start-up watchdog ended this launch: the nodes that did not join
+    setup_failed: tuple[str, ...] = ()  # ... and those whose setup line failed, as seen before the end
+    planned_end: str = ""          # the end a time-limit warning is expected before ("": none, or said)
+    launch: int = 0                # this start's launches so far (0: before the first)
+    relaunches: int = 0            # ... of them in-job restarts after a failure (resilience.restarts_in_job)
+    code: int | None = None        # DONE: the batch step's exit status
+
+
+# What the supervisor observes and feeds to ``step``.
+@dataclass(frozen=True)
+class Tick:
+    now: float
+    wall: float
+
+
+@dataclass(frozen=True)
+class Began:
+    """The start is under way (``started`` written); ``gate``: resilience.preflight."""
+    gate: bool
+    planned_end: str
+
+
+@dataclass(frozen=True)
+class Sig:
+    name: str                      # without SIG: "TERM", "USR2", "CHLD"
+
+
+@dataclass(frozen=True)
+class TermCause:
+    """The answer to ``ask_term_cause``: why the SIGTERM came (REQUEUED, TIME_LIMIT, CANCEL)."""
+    cause: str
+
+
+@dataclass(frozen=True)
+class EndTime:
+    """The answer to ``ask_end_time``: the job's end as Slurm plans it now."""
+    text: str
+
+
+@dataclass(frozen=True)
+class GateAnswered:
+    bad: tuple[str, ...]           # the nodes the gate rejects (gate_rejects)
+    spares_cover: bool             # the pool's spares can take their place
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    missing: tuple[str, ...]       # the launch's nodes that have not run their setup lines
+    failed: tuple[str, ...]        # ... those whose setup line failed
+    exited: bool                   # the launch has ended
+
+
+@dataclass(frozen=True)
+class TaskFailed:
+    """srun wrote this launch's first task error."""
+
+
+@dataclass(frozen=True)
+class Hung:
+    """The heartbeats say the launch hangs (hangs.HangWatch)."""
+    hang: object
+
+
+@dataclass(frozen=True)
+class Probed:
+    dead: tuple[str, ...]          # the answer to ``probe``: the launch's nodes that do not answer
+
+
+@dataclass(frozen=True)
+class Lagging:
+    """A straggler named (stragglers.py); ``spare``: an idle spare could take its place."""
+    straggler: object
+    spare: bool
+
+
+@dataclass(frozen=True)
+class Beats:
+    """The heartbeats' verdict on a running launch: a hang (hangs.Hang), or None."""
+    hang: object = None
+
+
+@dataclass(frozen=True)
+class Due:
+    """The round's last look: deadlines, the stop window, the time-limit warning."""
+
+
+@dataclass(frozen=True)
+class Exited:
+    status: int                    # the step's exit status
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What follows the launch: ``"relaunch"`` here (``"replace"``: with a straggler put
+    out), ``"requeue"`` the job (``args``: the ``requeue`` action's)."""
+    next: str
+    args: tuple = ()
+
+
+@dataclass(frozen=True)
+class Over:
+    """This start is over: ``outcome`` for the summary line (None: printed already)."""
+    outcome: str | None
+    code: int
+
+
+@dataclass(frozen=True)
+class Do:
+    """An action for the supervisor: ``what`` names its method ``do_<what>``, ``args`` its arguments."""
+    what: str
+    args: tuple = ()
+
+
+Observation = Union[Tick, Began, Sig, TermCause, EndTime, GateAnswered, Arrivals, TaskFailed, Hung, Probed,
+                    Lagging, Beats, Due, Exited, Settled, Over]
+
+
+def step(s: State, o: Observation) -> tuple[State, list[Do]]:
+    """The next state and what to do, from the state and one observation."""
+    if isinstance(o, Tick):
+        return replace(s, now=o.now, wall=o.wall), []
+    if isinstance(o, (Sig, TermCause, EndTime)):
+        return _signal(s, o) if s.phase in WATCHING else (s, [])
+    if isinstance(o, Over):
+        return _go(s, Phase.DONE, code=o.code), [Do("end", (o.outcome, o.code))]
+    handler = _HANDLERS.get((s.phase, type(o)))
+    if handler is None:
+        raise ValueError(f"no transition from {s.phase.value} on {type(o).__name__}")
+    return handler(s, o)
+
+
+def _go(s: State, phase: Phase | None = None, stop: Stop | None = None, **fields) -> State:
+    """``s`` moved to ``phase``/``stop``: only along EDGES."""
+    for old, new in ((s.phase, phase), (s.stop, stop)):
+        if new is not None and new != old and (old, new) not in EDGES:
+            raise ValueError(f"no transition {old.value} -> {new.value}")
+    return replace(s, phase=phase or s.phase, stop=stop or s.stop, **fields)
+
+
+def _say(text: str) -> Do:
+    return Do("say", (text,))
+
+
+def _event(name: str, **fields) -> Do:
+    return Do("event", (name, fields))
+
+
+def _began(s: State, o: Began) -> tuple[State, list[Do]]:
+    s = replace(s, planned_end=o.planned_end)
+    if o.gate:
+        return _go(s, Phase.GATE, deadline=s.now + s.knobs.rendezvous_timeout), [Do("start_gate")]
+    return _launch(s)
+
+
+def _launch(s: State) -> tuple[State, list[Do]]:
+    """A launch starts: its watch afresh; a stop that came before it (in the gate) passed on."""
+    s = _go(s, Phase.JOINING, deadline=s.now + s.knobs.rendezvous_timeout, hung=False, failed_at=None,
+            probed=False, dead=(), missing=(), setup_failed=(), launch=s.launch + 1)
+    return s, [Do("start_launch")] + ([Do("send_stop")] if s.stop != Stop.NONE else [])
+
+
+def _gate_answered(s: State, o: GateAnswered) -> tuple[State, list[Do]]:
+    """resilience.preflight: the nodes it rejects are left out, by the spares here or by a requeue."""
+    if not o.bad:
+        s, acts = _launch(s)
+        return s, [Do("gate_passed")] + acts
+    if o.spares_cover:
+        s, acts = _launch(s)
+        return s, [Do("gate_failed", (o.bad, True))] + acts
+    names = " ".join(o.bad)
+    return _go(s, Phase.REQUEUING), [Do("gate_failed", (o.bad, False)),
+                                     Do("requeue_without", (o.bad, f"preflight failed on {names}", "preflight"))]
+
+
+def _arrivals(s: State, o: Arrivals) -> tuple[State, list[Do]]:
+    """The start-up watchdog: every node joined, or a setup line failed, the launch ended
+    with nodes missing, or rendezvous_timeout passed (ended: exit 4 once it is over)."""
+    if not o.missing:
+        return _go(s, Phase.RUNNING), []
+    if not o.failed and not o.exited and s.now < s.deadline:
+        return s, []
+    return _end_launch(s, missing=o.missing, setup_failed=o.failed)
+
+
+def _end_launch(s: State, **fields) -> tuple[State, list[Do]]:
+    """The supervisor ends the launch: SIGTERM to srun (it SIGKILLs its tasks), SIGKILL to an
+    srun that outlives TERM_GRACE_S."""
+    return _go(s, Phase.ENDING, deadline=s.now + TERM_GRACE_S, **fields), [Do("send_step", ("TERM",))]
+
+
+def _beats(s: State, o: Beats) -> tuple[State, list[Do]]:
+    """A hang ends the launch; else, STUCK_S after a task failed with srun still running, the
+    launch's nodes are probed once: srun waits for a dead node until Slurm marks it down."""
+    if s.stop != Stop.NONE:
+        return s, []
+    if o.hang is not None:
+        s, acts = _end_launch(s, hung=True)
+        return s, [Do("record_hang", (o.hang,))] + acts
+    if s.failed_at is not None and not s.probed and s.now >= s.failed_at + STUCK_S:
+        return replace(s, probed=True), [Do("probe")]
+    return s, []
+
+
+def _probed(s: State, o: Probed) -> tuple[State, list[Do]]:
+    if not o.dead:
+        return s, []
+    s, acts = _end_launch(s, dead=o.dead)
+    return s, [_say(f"slurmtrain: a task failed {STUCK_S} s ago and srun still waits: node(s) {' '.join(o.dead)} "
+                    "do not answer; ending the launch")] + acts
+
+
+def _lagging(s: State, o: Lagging) -> tuple[State, list[Do]]:
+    """A straggler is named; with a spare idle and no stop under way, the launch stops at a
+    checkpoint and starts again with the spare in its place."""
+    node = o.straggler.node
+    if not (o.spare and s.stop == Stop.NONE):
+        return s, [Do("report_straggler", (o.straggler, False))]
+    s = _go(s, stop=Stop.ASKED, stop_at=s.now, replacing=node)
+    return s, [Do("report_straggler", (o.straggler, True)), Do("touch_stop_file"), Do("send_stop")]
+
+
+def _exited(s: State, o: Exited) -> tuple[State, list[Do]]:
+    if s.missing:
+        return s, [Do("start_up_failed", (s.missing, s.setup_failed))]  # Over follows
+    return _go(s, Phase.SETTLING), [Do("settle", (o.status,))]
+
+
+def _settled(s: State, o: Settled) -> tuple[State, list[Do]]:
+    if o.next in ("relaunch", "replace"):
+        return _launch(_go(s, stop=Stop.NONE, stop_at=None, term_at=None, replacing=None,
+                           relaunches=s.relaunches + (o.next == "relaunch")))
+    return _go(s, Phase.REQUEUING), [Do(o.next, o.args)]
+
+
+def _due(s: State, o: Due) -> tuple[State, list[Do]]:
+    if s.phase in (Phase.GATE, Phase.ENDING):
+        if s.now < s.deadline:
+            return s, []
+        return replace(s, deadline=math.inf), [Do("send_step", ("TERM" if s.phase == Phase.GATE else "KILL",))]
+    s, acts = _escalate(s)
+    if s.stop == Stop.NONE and warning_due(s):
+        acts.append(Do("ask_end_time"))
+    return s, acts
+
+
+def _escalate(s: State) -> tuple[State, list[Do]]:
+    """stop_timeout after the stop: SIGTERM to the tasks (through Slurm: SIGTERM to srun
+    itself would SIGKILL them at once); TERM_GRACE_S later, SIGKILL (SIGTERM to srun)."""
+    k = s.knobs
+    if s.stop == Stop.ASKED and s.stop_at is not None and s.now >= s.stop_at + k.stop_timeout:
+        return _go(s, stop=Stop.TERMED, term_at=s.now), [
+            _say(f"slurmtrain: tasks still running {k.stop_timeout} s after the stop request; sending them SIGTERM"),
+            _event(Ev.STOP_TIMEOUT, seconds=k.stop_timeout), Do("signal_steps", ("TERM",))]
+    if s.stop == Stop.TERMED and s.term_at is not None and s.now >= s.term_at + TERM_GRACE_S:
+        # Not scancel --signal=KILL: Slurm takes that as cancelling the whole job.
+        return _go(s, stop=Stop.KILLED), [
+            _say(f"slurmtrain: tasks still running {TERM_GRACE_S} s after SIGTERM; killing them"),
+            _event(Ev.STOP_ESCALATED, seconds=TERM_GRACE_S), Do("send_step", ("TERM",))]
+    return s, []
+
+
+def warning_due(s: State) -> bool:
+    """Slurm's time-limit warning (``--signal=B:<stop>@warning_seconds``) is WARNING_LATE_S
+    overdue. Slurm 24.11 on the sandbox once sent none, and the job ran into its limit unwarned
+    and unsaved. Not past the end either: an end already behind is no time limit to warn of (a
+    clock off, a stand-in Slurm); Slurm's own TERM comes then."""
+    end = _epoch(s.planned_end)
+    if not s.knobs.warning_seconds or end is None:
+        return False
+    return end - s.knobs.warning_seconds + WARNING_LATE_S <= s.wall < end
+
+
+def _signal(s: State, o: Sig | TermCause | EndTime) -> tuple[State, list[Do]]:
+    """A signal, and the answers asked to tell what it means. A SIGTERM during our own requeue
+    never gets here (REQUEUING takes no signals)."""
+    if isinstance(o, EndTime):  # asked again before acting: a limit raised meanwhile moves the end
+        if o.text and o.text != s.planned_end:
+            return replace(s, planned_end=o.text), []
+        k = s.knobs
+        said = _say(f"slurmtrain: Slurm's time-limit warning (SIG{k.stop_signal} {k.warning_seconds} s before the "
+                    f"end at {o.text or s.planned_end}) has not come; stopping as if it had")
+        t, acts = _stop(replace(s, planned_end=""), k.stop_signal)  # once
+        return t, [said] + acts
+    if isinstance(o, Sig) and o.name == "CHLD":
+        return s, []  # a child ended (srun, or a Slurm command): it only woke the loop
+    if isinstance(o, Sig) and o.name == "TERM":
+        return s, ([] if s.slurm_requeued or s.cancelled else [Do("ask_term_cause")])
+    if isinstance(o, TermCause):
+        if o.cause == REQUEUED:
+            return replace(s, slurm_requeued=True), [Do("note_requeue", (False,))]
+        if o.cause == CANCEL:
+            return replace(s, cancelled=True), [_event(Ev.CANCELLED)]
+    if s.stop != Stop.NONE and s.replacing is None:
+        return s, []  # the stop goes on (the time limit came during the stop window)
+    # A stop of Slurm's during the supervisor's own (a straggler's replacement): Slurm's now.
+    return _stop(replace(s, replacing=None), "TERM" if isinstance(o, TermCause) else o.name)
+
+
+def _stop(s: State, name: str) -> tuple[State, list[Do]]:
+    """Every task is asked to checkpoint and stop. What a stop signal means is decided here,
+    where it came: a SIGTERM reaches this point only at the planned end, the stop signal is
+    the time limit's warning, Slurm's or the supervisor's own."""
+    s = _go(s, stop=Stop.ASKED if s.stop == Stop.NONE else None, stop_at=s.now)
+    acts = [Do("touch_stop_file"), _event(Ev.SIGNAL, signal=name, cause=eventlog.TIME_LIMIT),
+            _say(f"slurmtrain: received SIG{name}; asking every task to checkpoint and stop")]
+    return s, acts + ([Do("send_stop")] if s.phase in LAUNCHED else [])
+
+
+def _epoch(end: str) -> float | None:
+    """Seconds since the epoch of squeue's end time ("2026-11-25T02:10:21", local), else None."""
+    try:
+        return datetime.fromisoformat(end).timestamp()
+    except ValueError:
+        return None  # "", "N/A", "Unknown": no limit to warn of
+
+
+_HANDLERS = {
+    (Phase.STARTING, Began): _began,
+    (Phase.GATE, GateAnswered): _gate_answered,
+    (Phase.GATE, Due): _due,
+    (Phase.JOINING, Arrivals): _arrivals,
+    (Phase.JOINING, Due): _due,
+    (Phase.RUNNING, TaskFailed): lambda s, o: (replace(s, failed_at=s.now) if s.failed_at is None else s, []),
+    (Phase.RUNNING, Beats): _beats,
+    (Phase.RUNNING, Probed): _probed,
+    (Phase.RUNNING, Lagging): _lagging,
+    (Phase.RUNNING, Exited): _exited,
+    (Phase.RUNNING, Due): _due,
+    (Phase.ENDING, Exited): _exited,
+    (Phase.ENDING, Due): _due,
+    (Phase.SETTLING, Settled): _settled,
+}
+
+
+# ---- after the launch: decisions the supervisor takes once it has asked ------------------
+
+def whose_requeue(action: str, preempted: bool, slurm_requeues_preempted: bool) -> str | None:
+    """Who requeues the job after this end: "slurm" (it requeues a preempted job itself when
+    the script ends, Slurm 24.05+: ours as well would start the job once more), "ours", or
+    None; "forbid": the job ends here, and Slurm must be told not to requeue it."""
+    if preempted and slurm_requeues_preempted:
+        return "slurm" if action == "requeue" else "forbid"
+    return "ours" if action == "requeue" else None
+
+
+def after_requeue_excluding(ok: bool, held: bool) -> str:
+    """The requeue that leaves the ledger's nodes out ended: "done"; "held" (the hold went
+    through, the release did not: requeued but held, say how to release it); or "plain": ask
+    again with the job's node list as it is."""
+    return "done" if ok else "held" if held else "plain"
+
+
+def after_requeue(ok: bool, went_through: bool, text: str) -> str:
+    """A plain requeue ended: "done" (its answer, or Slurm's restart count, says so), "already"
+    (pending already: Slurm after a node failure, or someone), or "failed"."""
+    if ok or went_through:
+        return "done"
+    return "already" if "pending execution" in text else "failed"
+
+
+def blamed(named: list[str], active: list[str], blame: bool) -> list[str]:
+    """The nodes a failed launch counts against: those named (the first to fail, the last to
+    report before a hang) among the launch's; none when ``blame`` is off (the same training
+    error at the same step is the program's), nor when a hang names every node (ranks in
+    lockstep beat within the same second: it says nothing of one)."""
+    if not blame or set(active) <= set(named):
+        return []
+    return [n for n in named if n in active]
+
+
+def repeated_error(mine: list[dict], this_start: list[dict]) -> bool:
+    """This launch's training error (among its events, ``mine``) is one an earlier launch of
+    this start had, at the same step (``this_start``: the start's events, these included)."""
+    errors = [e for e in mine if e.get("event") == Ev.TRAIN_ERROR]
+    if not errors:
+        return False
+    key = (errors[-1].get("step"), errors[-1].get("error"))
+    return sum(1 for e in this_start if e.get("event") == Ev.TRAIN_ERROR
+               and (e.get("step"), e.get("error")) == key) > 1
+
+
+def go_on_here(spares_cover: bool, relaunches: int, budget: int) -> bool:
+    """Nodes were lost: go on in this allocation (spares in their place, an in-job restart
+    left), else requeue without them."""
+    return spares_cover and relaunches < budget
+
+
+def replacement_goes_on(f: Facts, preempted: bool) -> bool:
+    """After the supervisor's stop to replace a straggler: the spare takes its place, unless
+    the program finished or Slurm ended the job meanwhile (a cancel, a requeue, a preemption,
+    whose SIGTERM reached only the tasks): then decide as after any launch."""
+    return not (f.program_finished or f.cancelled or f.slurm_requeued or preempted)

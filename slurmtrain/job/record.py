@@ -1,0 +1,84 @@
+"""What the supervisor leaves behind: events, the bad-node ledger, the batch log's lines,
+and what it reads back of srun's own lines there."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .. import dependents, events, ledger
+from ..slurmtext import SRUN_NODE_FAILURE, SRUN_TASK_ERROR
+from .config import Job
+
+
+class Record:
+    def __init__(self, run_dir: Path, job: Job, launch: Callable[[], int], out: Callable[[str], None] | None = None,
+                 batch_log: Path | None = None):
+        self.run_dir, self.job, self._launch = run_dir, job, launch
+        self._out = out or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.batch_log = batch_log
+        self.log_start = self.log_size()
+
+    def event(self, name: str, **fields) -> None:
+        j = self.job
+        # `launch`: which launch of this start it belongs to (0: before the first), the one way
+        # readers mark launches off; a `relaunched` opens the next and says that one's number.
+        ident: dict = {"job_id": j.job_id, "restart": j.restarts, "launch": self._launch()}
+        if j.array_task is not None:
+            ident.update(array_job_id=j.array_job_id, array_task=j.array_task)
+        events.append(self.run_dir, name, **{**ident, **fields})
+
+    def ledger_add(self, node: str, source: str, reason: str) -> None:
+        ledger.add(self.run_dir.parent, node, reason, run=self.run_dir.name, job_id=self.job.job_id, source=source)
+
+    def say(self, text: str) -> None:
+        self._out(text)
+
+    def summary(self, outcome: str, code: int) -> None:
+        """The batch log's last line: how this start ended, and the node of the first
+        failure (srun's own error line in this start's part of the batch log)."""
+        first = self.first_failure(self.log_start)
+        node = f", first failure on node {first}" if first else ""
+        print(f"slurmtrain: job {self.job.ref}: {outcome}, exit status {code}{node}; run directory {self.run_dir}",
+              flush=True)
+
+    def log_size(self) -> int:
+        try:
+            return os.stat(self.batch_log).st_size if self.batch_log is not None else 0
+        except OSError:
+            return 0
+
+    def _log_since(self, since: int) -> str:
+        if self.batch_log is None:
+            return ""
+        try:
+            with open(self.batch_log, "rb") as f:
+                f.seek(since)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def first_failure(self, since: int) -> str | None:
+        """The node of srun's first task error in the batch log after byte ``since``."""
+        found = SRUN_TASK_ERROR.search(self._log_since(since))
+        return found["node"] if found else None
+
+    def srun_node_failures(self, since: int) -> list[str]:
+        """The nodes srun said failed ("srun: error: Node failure on <node>") after byte ``since``."""
+        return sorted(set(SRUN_NODE_FAILURE.findall(self._log_since(since))))
+
+    def tell_dependents(self, outcome: str) -> None:
+        """Runs queued to start after this one completed (a chain) never will: say so in
+        each (Slurm cancels their jobs itself). A sweep's point answers for its sweep."""
+        upstream = self.run_dir
+        try:
+            upstream = Path(json.loads((self.run_dir / "manifest.json").read_text()).get("sweep_dir") or self.run_dir)
+        except (OSError, ValueError):
+            pass
+        told = dependents.never(upstream, self.job.ref, outcome)
+        if told:
+            self.say(f"slurmtrain: {', '.join(told)} waited for this run to complete; "
+                     "Slurm cancels them (dependency never satisfied)")

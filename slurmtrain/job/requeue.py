@@ -1,0 +1,129 @@
+"""Asking Slurm to requeue the job: plainly, or with nodes left out. The decisions between
+the steps are decide's (after_requeue_excluding, after_requeue); here are the commands."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .. import eventlog, ledger
+from ..eventlog import Ev
+from .config import Config, Job
+from . import decide
+from .decide import Over
+from .record import Record
+from .slurm import Slurm
+
+Retry = Callable[..., object]
+
+
+class Requeue:
+    def __init__(self, cfg: Config, job: Job, slurm: Slurm, record: Record, retry: Retry, log_mark: Callable[[], int]):
+        self.cfg, self.job, self.slurm, self.record, self.retry = cfg, job, slurm, record, retry
+        self.log_mark = log_mark         # where the launch's part of the batch log begins
+        self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
+        self.said = False                # ... and the `requeued_by_slurm` event is written
+
+    def by_slurm(self, final: bool = False) -> None:
+        """Who requeued the job: Slurm after a node failure (a node of the job is down, or srun
+        said "Node failure on <node>") or someone's `scontrol requeue` (an administrator, another
+        program): the event says. No node found at the SIGTERM is asked again once the launch
+        has ended (``final``): Slurm may show the node down, and srun name it, only later."""
+        if self.said:
+            return
+        self.down_nodes = self.slurm.unhealthy(self.job.nodelist) or self.record.srun_node_failures(self.log_mark())
+        if not self.down_nodes and not final:
+            return
+        self.said = True
+        by = eventlog.BY_NODE_FAILURE if self.down_nodes else eventlog.BY_ADMIN
+        self.record.event(Ev.REQUEUED_BY_SLURM, by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes
+                                                           else {}))
+
+    def do_note_requeue(self, final: bool) -> None:
+        self.by_slurm(final)
+
+    def do_requeue(self, slurm_does_it: bool) -> Over:
+        """The job stopped after a checkpoint: requeue it, without the bad-node ledger's nodes
+        when it has any; or leave the requeue to Slurm, which requeues a preempted job itself."""
+        bad = ledger.excluded(self.cfg.run_dir.parent, self.cfg.bad_node_hours)
+        say = self.record.say
+        if slurm_does_it:
+            left = (f"; the bad-node ledger's node(s) {','.join(bad)} cannot be left out of Slurm's own requeue "
+                    "(Slurm changes a job's node list only while it waits)") if bad else ""
+            say(f"slurmtrain: Slurm requeues a preempted job itself when its script ends: leaving the requeue of "
+                f"job {self.job.ref} to it{left}")
+            return Over(None, eventlog.EXIT_OK)
+        if bad:
+            say(f"slurmtrain: requeueing without the bad-node ledger's node(s) {','.join(bad)}")
+            ok, held, why = self.excluding(bad)
+            then = decide.after_requeue_excluding(ok, held)
+            if then == "done":
+                return Over(None, eventlog.EXIT_OK)
+            if then == "held":
+                say(f"slurmtrain: error: {why}; release it with `scontrol release {self.job.ref}`")
+                self.record.event(Ev.REQUEUE_FAILED, message=why)
+                return Over("stopped after a checkpoint; requeued but held", eventlog.EXIT_OK)
+            say(f"slurmtrain: scontrol requeuehold failed: {why}; requeueing with the job's node list as it is")
+        return self.plain()
+
+    def plain(self) -> Over:
+        answer = self.slurm.requeue()
+        then = decide.after_requeue(answer.ok, answer.ok or self.went_through(), answer.text)
+        if then == "done":
+            return Over(None, eventlog.EXIT_OK)
+        if then == "already":
+            self.record.say(f"slurmtrain: job {self.job.ref} was requeued already (by Slurm or someone's "
+                            "`scontrol requeue`)")
+            self.by_slurm(final=True)
+            return Over(None, eventlog.EXIT_OK)
+        self.record.say(f"slurmtrain: scontrol requeue failed: {answer.text}; continue the run with "
+                        f"`slurmtrain resubmit {self.cfg.run_dir}`")
+        self.record.event(Ev.REQUEUE_FAILED, message=answer.text)
+        return Over("stopped after a checkpoint; the requeue failed", eventlog.EXIT_OK)
+
+    def do_requeue_without(self, bad: tuple[str, ...], what: str, reason: str, cause: dict[str, str] | None = None) -> Over:
+        """Requeue with ``bad`` excluded, unless the requeue limit is reached; ``cause``: what
+        ended the launch, when one did (decide.launch_fault)."""
+        if self.job.restarts >= self.cfg.max_requeues:
+            self.record.event(Ev.REQUEUE_LIMIT, max_requeues=self.cfg.max_requeues, **(cause or {}))
+            return Over(f"{what}; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
+        self.record.event(Ev.REQUEUE, reason=reason, exclude=" ".join(bad), **(cause or {}))
+        self.record.summary(f"{what}; requeued without them", 0)
+        ok, _, why = self.excluding(list(bad))
+        if not ok:
+            self.record.event(Ev.REQUEUE_FAILED, message=why)
+            return Over(f"{what}; the requeue failed: {why}", eventlog.EXIT_FAILED)
+        return Over(None, eventlog.EXIT_OK)
+
+    def excluding(self, nodes: list[str]) -> tuple[bool, bool, str]:
+        """Requeue with ``nodes`` added to the job's ExcNodeList: (done, held, why not). Slurm
+        changes the list only while the job is pending: hold the requeue (pending at once,
+        restart count up), set the list, release. Setting and releasing are retried: both are
+        harmless twice, and Slurm's SIGTERM for this very requeue may kill any scontrol then."""
+        def ask():
+            found = self.slurm.excluded()
+            return None if found is None else (found,)
+        asked = self.retry(3, ask)  # a busy controller: without the job's own list, the update would drop it
+        if not asked:
+            self.record.say("slurmtrain: warning: Slurm did not show the job's ExcNodeList; setting it to "
+                            f"{','.join(nodes)} (exclusions it had may be lost)")
+        excluded = sorted(set(asked[0] if asked else []) | set(nodes))
+        held = self.slurm.requeue_hold()
+        pending = False
+        if not held.ok:
+            if "pending execution" in held.text:  # Slurm requeued it already (a node failure)
+                pending = True
+                self.record.event(Ev.REQUEUED_BY_SLURM)
+            elif not self.went_through():
+                return False, False, held.text
+        if not self.retry(20, lambda: self.slurm.set_excluded(excluded).ok):
+            self.record.say(f"slurmtrain: warning: Slurm refused ExcNodeList={','.join(excluded)} for 20 s; the "
+                            f"job may start on {','.join(nodes)} again")
+        if pending or self.retry(20, lambda: self.slurm.release().ok):
+            return True, True, ""
+        return False, True, f"the job is requeued but held: scontrol release {self.job.ref} failed for 20 s"
+
+    def went_through(self) -> bool:
+        """Slurm's restart count went up since this start: a requeue happened even though
+        the command that asked for it died (Slurm's SIGTERM) or was not answered. A busy
+        controller shows it a moment late: asked for up to 5 s."""
+        return bool(self.retry(5, lambda: (self.slurm.restarts() or 0) > self.job.restarts))
