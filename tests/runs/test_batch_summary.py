@@ -7,18 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from slurmtrain.job.slurm import Slurm
-from slurmtrain.job.supervisor import Config, Job, Supervisor
+from slurmtrain.job.config import Job
+from slurmtrain.job.record import Record
 
 EARLIER = "srun: error: stnode9: task 0: Exited with exit code 1\n"  # a previous start's
 
 
-def supervisor(run_dir: Path, log: Path) -> Supervisor:
-    cfg = Config(run_dir=run_dir, stop_signal=12, stop_timeout=10, max_requeues=3, restarts_in_job=0, hang_timeout=0, rendezvous_timeout=10,
-                 requeue_always=False, bad_node_hours=24, preflight=False)
-    job = Job("7", "7", "7", 0, "stnode[1-2]")
-    return Supervisor(cfg, job, Slurm("7", run=lambda argv, timeout: None), clock=None, launch=None,
-                      batch_log=log)
+def record(run_dir: Path, log: Path) -> Record:
+    """What the supervisor writes through (its summary line among it), as it makes it."""
+    return Record(run_dir, Job("7", "7", "7", 0, "stnode[1-2]"), lambda: 0, batch_log=log)
 
 
 @pytest.mark.parametrize("line,node", [
@@ -30,10 +27,10 @@ def supervisor(run_dir: Path, log: Path) -> Supervisor:
 def test_summary_names_the_first_failing_node_of_this_start(tmp_path, capsys, line, node):
     log = tmp_path / "job-7.out"
     log.write_text(EARLIER)
-    sup = supervisor(tmp_path, log)  # this start's part of the log begins here
+    rec = record(tmp_path, log)  # this start's part of the log begins here
     with open(log, "a") as f:
         f.write(line)
-    sup.summary("failed", 3)
+    rec.summary("failed", 3)
     out = capsys.readouterr().out.strip()
     assert out.startswith("slurmtrain: job 7: failed, exit status 3")
     assert (f", first failure on node {node};" in out) if node else "first failure" not in out, out

@@ -63,10 +63,12 @@ def test_every_event_written_is_registered_and_named_through_ev():
     assert unknown == []
     never = {k for k in vars(Ev) if k.isupper()} - {n[3:] for _, n in found if n.startswith("Ev.")}
     assert never == set(), "registered, but nothing writes it"
-    # A name passed along: the two writers themselves (the supervisor's `event`, the stop
-    # contract's `_event`) and the supervisor's writing of decide's verdict events, read above.
+    # A name passed along: the two writers themselves (the supervisor's Record, the stop
+    # contract's `_event`) and the supervisor's writing of decide's events (its verdicts, the
+    # state machine's `event` actions), read above.
     passed = {w.split(":")[0] for w, n in found if n == "<variable>"}
-    assert passed == {"slurmtrain/job/supervisor.py", "slurmtrain/stop/__init__.py"}, passed
+    assert passed == {"slurmtrain/job/supervisor.py", "slurmtrain/job/record.py", "slurmtrain/stop/__init__.py"}, \
+        passed
 
 
 def test_every_registered_event_has_one_writer_class_and_a_value_of_its_own():
