@@ -164,6 +164,35 @@ EXIT_START_UP = 4       # the start-up watchdog: a node never joined, or a setup
 EXIT_STOPPED = 75       # a program's "stopped after a checkpoint; requeue me" (sysexits' EX_TEMPFAIL)
 # (Any other status is the launch's own: the program's, or srun's 143 after a SIGTERM.)
 
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What an end kind is to Slurm and to ``status``: the kind's own words are what ``status``
+    prints (``outcome: <kind>: <detail>``)."""
+
+    state: str                # the state Slurm gives a job whose batch script ended this way
+    exit_code: int | None     # the batch step's exit status; None: the launch's own, on the event that says it
+
+
+# The one map from how a start ended to Slurm's state and the exit status: the supervisor's
+# verdicts (decide.after_launch) carry the kind, `status` reads a forgotten job's state and
+# exit status back from it. A stop whose requeue went through (or was refused: `resubmit`)
+# ends the script with exit 0, so Slurm says COMPLETED.
+ENDINGS: dict[str, Ending] = {
+    COMPLETED: Ending("COMPLETED", EXIT_OK),
+    USER_ERROR: Ending("FAILED", None),
+    HANG: Ending("FAILED", None),
+    STOPPED_UNSAVED: Ending("FAILED", None),
+    WATCHDOG: Ending("FAILED", EXIT_START_UP),
+    REQUEUE_LIMIT: Ending("FAILED", EXIT_REQUEUE_LIMIT),
+    CANCELLED: Ending("CANCELLED", None),
+    PREEMPTED: Ending("COMPLETED", EXIT_OK),
+    TIME_LIMIT: Ending("COMPLETED", EXIT_OK),
+    NODE_FAILURE: Ending("COMPLETED", None),  # Slurm requeued the job: the script's end is no end
+    REQUEUED: Ending("COMPLETED", None),
+}
+
 # `requeued_by_slurm`'s `by`: who requeued the job. Events written before it had no `by`:
 # they count as a node failure, as they said then.
 BY_NODE_FAILURE = "node failure"
@@ -433,14 +462,19 @@ def outcome(start: Start, later: bool = False) -> Outcome:
     return Outcome(RUNNING, _with_step("no end recorded yet", step), False, step)
 
 
+def by_launch(evs: list[Event]) -> list[list[Event]]:
+    """A start's events, launch by launch: the one way readers (the outcome, goodput) mark
+    launches off. Each ``relaunched`` opens the next launch (and says its number in ``launch``,
+    which every supervisor event carries); the program's events carry none, so the cut is
+    where the supervisor's ``relaunched`` stands among them. Always one launch at least."""
+    cuts = [i for i, e in enumerate(evs) if e.get("event") == Ev.RELAUNCHED]
+    bounds = [0, *cuts, len(evs)]
+    return [list(evs[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
 def _last_launch_hang(start: Start) -> Event | None:
-    """The ``hang`` that ended the start's last launch (after its last ``relaunched``), if one did."""
-    for e in reversed(start.events):
-        if e.get("event") == Ev.RELAUNCHED:
-            return None
-        if e.get("event") == Ev.HANG:
-            return e
-    return None
+    """The ``hang`` that ended the start's last launch, if one did."""
+    return next((e for e in reversed(by_launch(start.events)[-1]) if e.get("event") == Ev.HANG), None)
 
 
 def _failure(start: Start, e: Event) -> str:

@@ -61,6 +61,7 @@ class Facts:
 @dataclass(frozen=True)
 class Verdict:
     action: str                   # "end" | "requeue" | "node_failure"
+    kind: str                     # how the start ended: an eventlog.ENDINGS kind
     outcome: str                  # the summary line's words
     code: int                     # the batch step's exit status
     events: list[tuple[str, dict]] = field(default_factory=list)
@@ -81,7 +82,7 @@ def launch_fault(hung: bool, dead: list[str]) -> dict[str, str]:
 
 def ends_uncompleted(v: Verdict) -> bool:
     """The job ends for good and not as COMPLETED: a run queued ``--after`` it never starts."""
-    return v.action == "end" and not v.outcome.startswith("finished") and v.outcome != "requeued from outside the job"
+    return v.action == "end" and eventlog.ENDINGS[v.kind].state != "COMPLETED"
 
 
 def failed_by_itself(f: Facts) -> bool:
@@ -107,49 +108,50 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
     if f.status == 0:
-        return Verdict("end", "finished", eventlog.EXIT_OK, [(Ev.FINISHED, {"exit_code": 0})])
+        return Verdict("end", eventlog.COMPLETED, "finished", eventlog.EXIT_OK, [(Ev.FINISHED, {"exit_code": 0})])
     if f.program_finished:
         # The program said it is done; what the launchers did while tearing down after
         # it (a stop that came as it finished, an agent that lost the rendezvous store)
         # does not undo that.
         why = "as the stop request came" if f.stop_requested else "before its launcher exited"
-        return Verdict("end", f"finished (the launch then exited with status {f.status})", 0,
+        return Verdict("end", eventlog.COMPLETED, f"finished (the launch then exited with status {f.status})", 0,
                        [(Ev.FINISHED, {"exit_code": 0, "launch_exit": f.status})],
                        f"slurmtrain: the program finished {why} (launch exit status {f.status}); "
                        "the run is complete, not requeueing")
     if f.slurm_requeued and not f.down_nodes:
-        return Verdict("end", "requeued from outside the job", f.status, [],
+        return Verdict("end", eventlog.REQUEUED, "requeued from outside the job", f.status, [],
                        "slurmtrain: the job was requeued from outside it (`scontrol requeue` by an administrator or "
                        "another program; no node of the job is down); it resumes from its last checkpoint")
     if f.slurm_requeued:
-        return Verdict("node_failure", "requeued by Slurm after a node failure", f.status, [],
+        return Verdict("node_failure", eventlog.NODE_FAILURE, "requeued by Slurm after a node failure", f.status, [],
                        "slurmtrain: a node of the job failed; Slurm has requeued the job, it resumes from its "
                        "last checkpoint")
     if f.cancelled:
-        return Verdict("end", "cancelled", f.status, [], "slurmtrain: the job was cancelled; not requeueing")
+        return Verdict("end", eventlog.CANCELLED, "cancelled", f.status, [], "slurmtrain: the job was cancelled; not requeueing")
     events: list[tuple[str, dict]] = []
     stopped, say = f.stop_requested, ""
     if not stopped and f.preempted:
         events.append((Ev.PREEMPTED, {"exit_code": f.status}))
         stopped, say = True, "slurmtrain: Slurm preempted the job (the tasks got SIGTERM)\n"
     if not stopped and f.hung:
-        return Verdict("end", "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
+        return Verdict("end", eventlog.HANG, "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                        "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
     if not stopped:
-        return Verdict("end", "failed", f.status, [(Ev.FAILED, {"exit_code": f.status})],
+        return Verdict("end", eventlog.USER_ERROR, "failed", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                        f"slurmtrain: the command failed with exit status {f.status}; not requeueing "
                        "(a failure of the command itself)")
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
-        return Verdict("end", "stopped; the program saved nothing, not requeued", f.status,
+        return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued", f.status,
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (resilience.requeue_when = \"always\" "
                        "requeues anyway; docs/survival.md)")
     if f.restarts >= f.max_requeues:
-        return Verdict("end", "stopped; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT,
+        return Verdict("end", eventlog.REQUEUE_LIMIT, "stopped; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT,
                        events + [(Ev.REQUEUE_LIMIT, {"max_requeues": f.max_requeues})],
                        say + f"slurmtrain: stopped, but the requeue limit is reached (max_requeues={f.max_requeues})")
-    return Verdict("requeue", "stopped after a checkpoint; requeued", f.status,
+    return Verdict("requeue", eventlog.PREEMPTED if f.preempted else eventlog.TIME_LIMIT,
+                   "stopped after a checkpoint; requeued", f.status,
                    events + [(Ev.REQUEUE, {"exit_code": f.status})],
                    say + f"slurmtrain: stopped after a checkpoint (exit {f.status}); requeueing the job")
 

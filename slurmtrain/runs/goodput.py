@@ -201,17 +201,10 @@ def _spares(start: eventlog.Start, spares: list[str], end: float) -> list[Span]:
 
 
 def _launches(start: eventlog.Start, last: float) -> list[tuple[float, list[Event], float]]:
-    """(begin, events, end) of each launch: the start's events cut at each ``relaunched``
-    (which opens the next launch); the last ends at ``last``."""
-    cuts = [i for i, e in enumerate(start.events) if e.get("event") == Ev.RELAUNCHED]
-    bounds = [0, *cuts, len(start.events)]
-    out = []
-    for a, b in zip(bounds, bounds[1:]):
-        evs = list(start.events[a:b])
-        begin = start.started["time"] if a == 0 else evs[0]["time"]
-        until = start.events[b]["time"] if b < len(start.events) else last
-        out.append((begin, evs, until))
-    return out
+    """(begin, events, end) of each launch (eventlog.by_launch); the last ends at ``last``."""
+    chunks = eventlog.by_launch(start.events)
+    return [(start.started["time"] if n == 0 else evs[0]["time"], evs,
+             chunks[n + 1][0]["time"] if n + 1 < len(chunks) else last) for n, evs in enumerate(chunks)]
 
 
 def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float) -> tuple[float, int | None]:

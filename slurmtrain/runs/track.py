@@ -16,19 +16,6 @@ from . import classify, goodput, slurmquery, sweeps
 from .rundir import RunDir, events_of, log_label
 from .states import JobState, aggregate
 
-# The batch script's exit status after each of its ending events that does not record one.
-_EXIT_OF_EVENT = {eventlog.Ev.FINISHED: eventlog.EXIT_OK, eventlog.Ev.REQUEUE_LIMIT: eventlog.EXIT_REQUEUE_LIMIT,
-                  eventlog.Ev.WATCHDOG_TIMEOUT: eventlog.EXIT_START_UP, eventlog.Ev.REQUEUE_FAILED: eventlog.EXIT_OK}
-# The state Slurm gave a job whose script ended that way (eventlog's kind of a final end).
-# A stop whose requeue was refused ends the script with exit 0: Slurm says COMPLETED,
-# though the run goes on only with `slurmtrain resubmit`.
-_STATE_OF_KIND = {
-    eventlog.COMPLETED: JobState.COMPLETED, eventlog.USER_ERROR: JobState.FAILED,
-    eventlog.WATCHDOG: JobState.FAILED, eventlog.REQUEUE_LIMIT: JobState.FAILED,
-    eventlog.STOPPED_UNSAVED: JobState.FAILED, eventlog.HANG: JobState.FAILED, eventlog.CANCELLED: JobState.CANCELLED,
-    eventlog.PREEMPTED: JobState.COMPLETED, eventlog.TIME_LIMIT: JobState.COMPLETED,
-    eventlog.NODE_FAILURE: JobState.COMPLETED, eventlog.REQUEUED: JobState.COMPLETED,
-}
 
 
 @dataclass
@@ -202,7 +189,7 @@ def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
         st.nodelist = started[-1].get("nodes")
         st.restarts = max(int(e.get("restart", 0)) for e in mine if str(e.get("restart", 0)).isdigit())
     end = eventlog.outcome(starts[-1]) if starts else None
-    if end is None or not end.final or end.event is None or end.kind not in _STATE_OF_KIND:
+    if end is None or not end.final or end.event is None or end.kind not in eventlog.ENDINGS:
         requeued = next((e for e in reversed(starts[-1].events) if e.get("event") in
                          (eventlog.Ev.REQUEUE, eventlog.Ev.REQUEUED_BY_SLURM)), None) if starts else None
         if requeued is not None:
@@ -213,8 +200,9 @@ def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
                        "it was cancelled, killed, or never started")
         return st
     last_final = end.event
-    st.state = _STATE_OF_KIND[end.kind]
-    st.exit_code = last_final.get("exit_code", _EXIT_OF_EVENT.get(last_final["event"]))
+    ending = eventlog.ENDINGS[end.kind]
+    st.state = JobState(ending.state)
+    st.exit_code = last_final.get("exit_code", ending.exit_code)
     if started:
         st.elapsed_s = int(float(last_final["time"]) - float(started[-1]["time"]))
     st.note = f"Slurm no longer knows job {st.job_id}; state from events.jsonl ({last_final['event']})"

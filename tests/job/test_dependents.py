@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-from slurmtrain import dependents, events
+from slurmtrain import dependents, eventlog, events
 from slurmtrain.job import decide
 
 
 def test_only_an_end_that_is_no_completion_leaves_afterok_unsatisfied():
-    end = lambda outcome, action="end": decide.Verdict(action, outcome, 0)  # noqa: E731
-    assert decide.ends_uncompleted(end("failed")) and decide.ends_uncompleted(end("cancelled"))
-    assert decide.ends_uncompleted(end("stopped; requeue limit reached"))
-    assert not decide.ends_uncompleted(end("finished"))
-    assert not decide.ends_uncompleted(end("finished (the launch then exited with status 1)"))
-    assert not decide.ends_uncompleted(end("requeued from outside the job"))
-    assert not decide.ends_uncompleted(end("stopped after a checkpoint; requeued", "requeue"))
+    end = lambda kind, action="end": decide.Verdict(action, kind, "words", 0)  # noqa: E731
+    for kind in (eventlog.USER_ERROR, eventlog.CANCELLED, eventlog.REQUEUE_LIMIT, eventlog.HANG,
+                 eventlog.STOPPED_UNSAVED, eventlog.WATCHDOG):
+        assert decide.ends_uncompleted(end(kind)), kind
+    assert not decide.ends_uncompleted(end(eventlog.COMPLETED))
+    assert not decide.ends_uncompleted(end(eventlog.REQUEUED))  # from outside: the job comes back
+    assert not decide.ends_uncompleted(end(eventlog.TIME_LIMIT, "requeue"))
 
 
 def test_each_run_waiting_to_start_after_a_completion_is_told_once(tmp_path):

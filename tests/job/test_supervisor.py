@@ -1427,6 +1427,10 @@ def test_a_node_that_died_seen_first_as_a_hang_is_a_node_lost_in_the_events_stat
     assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
     assert rig.names() == ["started", "first_step", "hang", "nodes_lost", "relaunched", "finished"]  # hang first
     assert [e["launch"] for e in rig.events()] == [0, 1, 1, 1, 2, 2]  # `relaunched` opens the next launch
+    # ... and the readers' cut (the outcome's, goodput's) is the supervisor's numbering
+    from slurmtrain import eventlog
+    chunks = eventlog.by_launch(events.read(rig.run_dir))
+    assert [sorted({e["launch"] for e in chunk if "launch" in e} - {0}) for chunk in chunks] == [[1], [2]]
     for name in ("nodes_lost", "relaunched"):
         assert (rig.event(name)["cause"], rig.event(name)["seen_as"]) == ("node lost", "hang"), rig.event(name)
     assert rig.ledger() == [("n2", "node_failure")]

@@ -87,3 +87,46 @@ def test_the_scan_finds_a_literal_name(tmp_path):
     (pkg / "w.py").write_text("from . import events\n\ndef f(run):\n    events.append(run, 'nodes_gone', x=1)\n"
                               "    self.event(Ev.STARTED)\n")
     assert written_names(pkg) == [("slurmtrain/w.py:4", "'nodes_gone'"), ("slurmtrain/w.py:5", "Ev.STARTED")]
+
+
+def _verdicts() -> list:
+    """decide.after_launch over every combination of the facts that steer it."""
+    from itertools import product
+
+    from slurmtrain.job import decide
+    out = []
+    for status, finished, stop, requeued, down, cancelled, preempted, hung, saved, limit in product(
+            (0, 1, 75), *[(False, True)] * 9):
+        out.append(decide.after_launch(decide.Facts(
+            status=status, stop_requested=stop, program_finished=finished, saved=saved, slurm_requeued=requeued,
+            cancelled=cancelled, preempted=preempted, restarts=3 if limit else 0, max_requeues=3,
+            requeue_always=False, hung=hung, down_nodes=("n1",) if down else ())))
+    return out
+
+
+def test_every_end_kind_has_one_state_one_exit_status_and_its_words():
+    ends = set(eventlog.KINDS) - {eventlog.RUNNING, eventlog.UNKNOWN}
+    assert set(eventlog.ENDINGS) == ends
+    assert {e.state for e in eventlog.ENDINGS.values()} <= {"COMPLETED", "FAILED", "CANCELLED"}
+    codes = {eventlog.EXIT_OK, eventlog.EXIT_FAILED, eventlog.EXIT_REQUEUE_LIMIT, eventlog.EXIT_START_UP, None}
+    assert {e.exit_code for e in eventlog.ENDINGS.values()} <= codes
+    assert len(set(eventlog.KINDS)) == len(eventlog.KINDS)  # the words `status` prints tell every kind apart
+    # A failed end is never exit 0 to Slurm, a completed one never a failure status of ours.
+    for kind, e in eventlog.ENDINGS.items():
+        assert (e.state == "COMPLETED") == (e.exit_code in (eventlog.EXIT_OK, None) and kind in eventlog.STOP_KINDS
+                                             | {eventlog.COMPLETED}), kind
+
+
+def test_the_supervisors_verdicts_say_their_kind_and_agree_with_it():
+    verdicts = _verdicts()
+    kinds = {v.kind for v in verdicts}
+    assert kinds <= set(eventlog.ENDINGS)
+    assert kinds >= {eventlog.COMPLETED, eventlog.USER_ERROR, eventlog.HANG, eventlog.CANCELLED, eventlog.REQUEUED,
+                     eventlog.NODE_FAILURE, eventlog.STOPPED_UNSAVED, eventlog.REQUEUE_LIMIT, eventlog.PREEMPTED,
+                     eventlog.TIME_LIMIT}  # every verdict reached (WATCHDOG is the start-up watchdog's)
+    for v in verdicts:
+        fixed = eventlog.ENDINGS[v.kind].exit_code
+        if v.action == "end" and fixed is not None:
+            assert v.code == fixed, v
+        if v.action == "requeue":
+            assert v.kind in eventlog.STOP_KINDS, v
