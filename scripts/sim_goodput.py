@@ -237,7 +237,7 @@ def costs_from_args(argv: list[str] | None) -> tuple[Costs, argparse.Namespace]:
     ap.add_argument("--costs-json", metavar="FILE", help="a JSON object overriding Costs fields")
     for f in fields(Costs):
         ap.add_argument("--" + f.name.replace("_", "-"), type=int if f.type == "int" else float,
-                        default=None, help=f.metadata["help"])
+                        default=None, help=f.metadata["help"].replace("%", "%%"))  # argparse formats help with %
     args = ap.parse_args(argv)
     costs = Costs(node_mtbf_h=MTBF_SOURCES[args.mtbf_source][0])
     if args.costs_json:

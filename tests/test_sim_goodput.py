@@ -162,3 +162,9 @@ def test_costs_json_overrides_and_flags_override_it(tmp_path, capsys):
     assert {"job_mtbf_h", "checkpoint_interval_min", "goodput_in_job", "goodput_requeue_only",
             "faults_in_job", "faults_requeue_only"} <= set(out["rows"][0])
     assert any("restart_s = 45.5" in line for line in out["assumptions"])
+
+
+def test_help_lists_every_cost_with_its_percent_signs():
+    out = run("--help")
+    assert out.returncode == 0, out.stderr
+    assert "78%" in out.stdout and "--hardware-share" in out.stdout

@@ -18,7 +18,8 @@ from .. import heartbeat, launchers
 from .signals import Signals
 from .slurm import Slurm
 from .step import Launch
-from .supervisor import Config, Job, Supervisor
+from .config import Config, Job
+from .supervisor import Supervisor
 
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m slurmtrain.job",

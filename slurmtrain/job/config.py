@@ -58,11 +58,3 @@ class Job:
             return cls(job_id, ref, ref, int(env.get("SLURM_RESTART_COUNT") or 0), env.get("SLURM_JOB_NODELIST", ""),
                        array, int(task), int(env.get("SLURM_ARRAY_TASK_COUNT") or 0) or None)
         return cls(job_id, job_id, job_id, int(env.get("SLURM_RESTART_COUNT") or 0), env.get("SLURM_JOB_NODELIST", ""))
-
-
-class End(Exception):
-    """This start is over: ``outcome`` for the summary line (None: already printed)."""
-
-    def __init__(self, outcome: str | None, code: int):
-        super().__init__(outcome)
-        self.outcome, self.code = outcome, code

@@ -7,7 +7,6 @@ the run's events) and asks here; the unit tests ask the same questions directly.
 from __future__ import annotations
 
 import math
-import signal
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime

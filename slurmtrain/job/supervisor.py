@@ -18,7 +18,7 @@ from ..eventlog import Ev
 from . import decide, hangs
 from . import nodes as nodes_mod
 from . import stragglers
-from .config import Clock, Config, End, Job  # noqa: F401  (End, Job: the supervisor's API)
+from .config import Clock, Config, Job
 from .decide import Phase, Stop
 from .faults import NodeFaults
 from .record import Record

@@ -31,7 +31,8 @@ import pytest
 from slurmtrain import events, ledger
 from slurmtrain.job.slurm import Answer, Slurm
 from slurmtrain.job.nodes import PROBE_S
-from slurmtrain.job.supervisor import TERM_GRACE_S, Config, Job, Supervisor
+from slurmtrain.job.config import Config, Job
+from slurmtrain.job.supervisor import TERM_GRACE_S, Supervisor
 
 JOB = "77"
 NODELIST = "n[1-2]"                    # the job's, as Slurm gives it; the fake expands it to FakeSlurm.nodes
