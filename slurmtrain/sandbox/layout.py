@@ -126,6 +126,8 @@ class Layout:
     def make_dirs(self) -> None:
         for d in (self.root, self.munge_dir, self.run_dir, self.logs, self.ctld_state, self.mysql_dir):
             d.mkdir(parents=True, exist_ok=True)
-        # munged refuses a key or socket directory that others may write to.
+        # munged refuses a key or socket directory that others may write to. Others may pass
+        # through it (not list it): every user's Slurm commands reach the socket there; the
+        # key in it stays root's (0600).
         self.root.chmod(0o755)
-        self.munge_dir.chmod(0o700)
+        self.munge_dir.chmod(0o711)
