@@ -43,6 +43,8 @@ if [ "$(cat "$TREE/.slurmtrain-stamp" 2>/dev/null)" != "$STAMP" ]; then
   rm -rf "$TREE" && mv "$TREE.new" "$TREE"
 fi
 cp /etc/resolv.conf "$TREE/etc/resolv.conf"
+# The container lane (scripts/container_lane.sh) builds on this tree: it asks for the tree only.
+if [ "${SLURMTRAIN_LANE_TREE_ONLY:-}" = 1 ]; then exit 0; fi
 mkdir -p "$TREE$REPO"
 # The CLI from this checkout, as an editable install would give it, without writing into the
 # checkout. Written on every run: the tree outlives the checkout it was built beside (CI clones

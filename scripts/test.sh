@@ -48,13 +48,25 @@ fi
 
 # The Slurm-version lane (scripts/slurm_lane.sh: Slurm 24.11 in a Debian 13 tree, the
 # torch-free end-to-end tests) runs beside the suite, on its own sandbox: its jobs mostly
-# wait, so it costs the suite little time. For the whole suite only (no pytest arguments),
-# as root; SLURMTRAIN_LANE=0 leaves it out, =1 runs it with arguments too.
+# wait, so it costs the suite little time. Then, in the same background job, the container
+# lane (scripts/container_lane.sh: apptainer in a copy of that tree, jobs in a SIF image
+# submitted by an ordinary user). For the whole suite only (no pytest arguments), as root;
+# SLURMTRAIN_LANE=0 leaves both out, =1 runs them with arguments too;
+# SLURMTRAIN_CONTAINER_LANE=0 leaves the container lane out.
 LANE_PID=""
 LANE_LOG=$(mktemp /tmp/slurmtrain-lane.XXXXXX)
+lanes() {
+  local st=0
+  bash scripts/slurm_lane.sh || st=1
+  if [ "${SLURMTRAIN_CONTAINER_LANE:-}" != 0 ]; then
+    printf '\n==> container lane (%s s into the lanes)\n' "$SECONDS"
+    bash scripts/container_lane.sh || st=1
+  fi
+  return "$st"
+}
 if [ "$(id -u)" = 0 ] && { [ "${SLURMTRAIN_LANE:-}" = 1 ] || { [ $# = 0 ] && [ "${SLURMTRAIN_LANE:-}" != 0 ]; }; }; then
-  step "Slurm-version lane in the background (log: $LANE_LOG)"
-  bash scripts/slurm_lane.sh >"$LANE_LOG" 2>&1 &
+  step "Slurm-version and container lanes in the background (log: $LANE_LOG)"
+  lanes >"$LANE_LOG" 2>&1 &
   LANE_PID=$!
 fi
 
@@ -76,7 +88,7 @@ echo "pytest: ${SECONDS} s"
 if [ -n "$LANE_PID" ]; then
   lane=0
   wait "$LANE_PID" || lane=$?
-  step "Slurm-version lane (exit status $lane; waited ${SECONDS} s in all)"
+  step "Slurm-version and container lanes (exit status $lane; waited ${SECONDS} s in all)"
   cat "$LANE_LOG"
   [ "$lane" = 0 ] || status=1
 fi

@@ -1,0 +1,58 @@
+"""The container lane's profile (tests/containers/)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+IMAGE = os.environ.get("SLURMTRAIN_CONTAINER_IMAGE", "")
+PYTHON_TREE = os.environ.get("SLURMTRAIN_CONTAINER_PYTHON", "")
+
+
+def profile_text(binds: list[str], launcher: str = "srun-loop") -> str:
+    """A profile for the container sandbox extending the built-in `hpc-apptainer`: its image,
+    the suite's Python bound at its own path (the image has none of its own), this checkout,
+    and ``binds``; CPU only (no --nv), gloo over loopback, the sandbox's partition. The
+    rendezvous port follows the job id, as the `local` profile's: sandboxes side by side
+    hand out job ids 500 apart (sandbox.layout.first_job_id)."""
+    repo = str(Path(__file__).resolve().parents[2])
+    all_binds = [PYTHON_TREE, repo, *binds]
+    return f'''extends = "hpc-apptainer"
+description = "the container sandbox: apptainer 1.4, CPU only, gloo over loopback"
+
+[slurm]
+partition = "low"
+nodes = 2
+gpus_per_node = 0
+cpus_per_task = 2
+time = "00:30:00"
+
+[container]
+image = "{IMAGE}"
+home = ""
+workdir = ""
+binds = {all_binds!r}
+env = {{ OMP_NUM_THREADS = "1" }}
+
+[fabric]
+kind = "socket"
+socket_ifname = "lo"
+nccl_debug = ""
+env = {{}}
+
+[launch]
+launcher = "{launcher}"
+procs_per_node = 2
+rdzv_port = 29500
+rdzv_port_spread = 2000
+setup = []
+
+[env]
+secrets = []
+
+[resilience]
+signal_seconds = 60
+stop_timeout = 45
+rendezvous_timeout = 180
+straggler_pct = 0
+'''
