@@ -22,7 +22,7 @@ ROOTFS=${SLURMTRAIN_IMAGE_ROOTFS:-/var/cache/slurmtrain/image-rootfs}
 MIRROR=${SLURMTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 USER_NAME=stuser USER_ID=2001
 IMAGE=/opt/images/train.sif                      # inside the tree
-STATE=/var/lib/slurmtrain-sandbox-apptainer      # the lane's sandbox, inside the tree
+STATE=/var/lib/slurmtrain-sandbox-containers      # the lane's sandbox, inside the tree
 IMAGE_LIBS="libffi8 libssl3t64 libsqlite3-0 libreadline8t64 libncursesw6 libbz2-1.0 liblzma5 zlib1g libgomp1 libuuid1 libgdbm6t64 libexpat1 libnsl2 libtirpc3t64 procps"
 PY=${PYTHON:-python3}
 PREFIX=$("$PY" -c 'import sys; print(sys.base_prefix)')  # the Python bound into the tree and the image

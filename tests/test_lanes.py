@@ -24,3 +24,20 @@ def test_the_second_lane_has_its_own_state_directory():
     assert second.port_base != first.port_base
     # the local profile's rendezvous port is 29500 + job id % 2000: a suite submits ~100 jobs
     assert abs(second.first_job_id % 2000 - first.first_job_id % 2000) >= 500
+
+
+def test_every_sandbox_the_suite_and_its_lanes_bring_up_has_ports_of_its_own():
+    """The sandboxes run side by side (the lanes, the three-node sandbox, the Slurm-version
+    and container lanes): each state directory named in tests/ or scripts/ gets its own
+    block of ports (sandbox.layout derives it from the path), else a daemon finds its port
+    taken. Found when the container lane's first name shared the three-node sandbox's."""
+    import re
+
+    from slurmtrain.sandbox.layout import Layout
+
+    named = set()
+    for path in [*(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.sh")]:
+        named |= set(re.findall(r"/var/lib/slurmtrain-sandbox[\w-]*", path.read_text()))
+    assert len(named) >= 5, named  # the default, lane2, three nodes, Slurm 24.11, containers
+    blocks = {d: Layout(Path(d)).port_base for d in named}
+    assert len(set(blocks.values())) == len(blocks), blocks

@@ -13,8 +13,9 @@ def profile_text(binds: list[str], launcher: str = "srun-loop") -> str:
     """A profile for the container sandbox extending the built-in `hpc-apptainer`: its image,
     the suite's Python bound at its own path (the image has none of its own), this checkout,
     and ``binds``; CPU only (no --nv), gloo over loopback, the sandbox's partition. The
-    rendezvous port follows the job id, as the `local` profile's: sandboxes side by side
-    hand out job ids 500 apart (sandbox.layout.first_job_id)."""
+    rendezvous port follows the job id, as the `local` profile's, in a range of its own
+    (10000 + job id % 2000): the lane's sandbox hands out the same job ids as the suite's
+    three-node sandbox, which may run at the same time."""
     repo = str(Path(__file__).resolve().parents[2])
     all_binds = [PYTHON_TREE, repo, *binds]
     return f'''extends = "hpc-apptainer"
@@ -43,7 +44,7 @@ env = {{}}
 [launch]
 launcher = "{launcher}"
 procs_per_node = 2
-rdzv_port = 29500
+rdzv_port = 10000
 rdzv_port_spread = 2000
 setup = []
 
