@@ -11,7 +11,8 @@
 # user-namespace mode, as most sites run it. The image is built from local files only: a
 # Debian 13 minbase tree with the libraries CPython needs, and no Python of its own: the
 # suite's Python (torch and slurmtrain installed) is bound into it at its own path, as sites
-# bind a shared software tree. No FUSE for users here: apptainer unpacks the SIF into a
+# bind a shared software tree; slurmtrain is this checkout's (PYTHONPATH), whatever the
+# suite's Python has installed. No FUSE for users here: apptainer unpacks the SIF into a
 # temporary sandbox at each `exec` (a few seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,7 +93,7 @@ export SLURMTRAIN_SANDBOX_DIR=$STATE
 slurmtrain sandbox down >/dev/null 2>&1 || true
 slurmtrain sandbox up --nodes 2 >/dev/null || { echo "container lane: sandbox up failed" >&2; exit 1; }
 status=0
-su $USER_NAME -c "export PATH='$PREFIX/bin:/usr/bin:/bin' SLURM_CONF=$STATE/slurm.conf SLURMTRAIN_CONTAINER_LANE=1 \\
+su $USER_NAME -c "export PATH='$PREFIX/bin:/usr/bin:/bin' PYTHONPATH='$REPO' SLURM_CONF=$STATE/slurm.conf SLURMTRAIN_CONTAINER_LANE=1 \\
   SLURMTRAIN_CONTAINER_IMAGE=$IMAGE SLURMTRAIN_CONTAINER_PYTHON='$PREFIX' CI='${CI:-}' OMP_NUM_THREADS=1; \\
   cd '$REPO' && python3 -m pytest -q -rs -p no:cacheprovider --durations=10 --basetemp=/home/$USER_NAME/pytest \\
   tests/containers \$*" || status=\$?
@@ -111,5 +112,5 @@ exec unshare --mount --propagation private /bin/bash -c '
   mount --bind -o ro "$PREFIX" "$T$PREFIX"; mount --bind "$REPO" "$T$REPO"
   mount --bind -o ro "$ROOTFS" "$T/opt/image-rootfs-src"
   cd "$T"; mkdir -p .oldroot; pivot_root . .oldroot; umount -l /.oldroot
-  exec /usr/bin/env -i PATH="$PREFIX/bin:/usr/bin:/bin:/usr/sbin:/sbin" HOME=/root LANG=C.UTF-8 "$@"' \
+  exec /usr/bin/env -i PATH="$PREFIX/bin:/usr/bin:/bin:/usr/sbin:/sbin" HOME=/root LANG=C.UTF-8 PYTHONPATH="$REPO" "$@"' \
   lane "$TREE" "$PREFIX" "$REPO" "$ROOTFS" /usr/local/bin/slurmtrain-container-lane "$@"
