@@ -48,17 +48,18 @@ fi
 
 # The Slurm-version lane (scripts/slurm_lane.sh: Slurm 24.11 in a Debian 13 tree, the
 # torch-free end-to-end tests) runs beside the suite, on its own sandbox: its jobs mostly
-# wait, so it costs the suite little time. Then, in the same background job, the container
-# lane (scripts/container_lane.sh: apptainer in a copy of that tree, jobs in a SIF image
-# submitted by an ordinary user). For the whole suite only (no pytest arguments), as root;
-# SLURMTRAIN_LANE=0 leaves both out, =1 runs them with arguments too;
-# SLURMTRAIN_CONTAINER_LANE=0 leaves the container lane out.
+# wait, so it costs the suite little time. With SLURMTRAIN_CONTAINER_LANE=1, then, in the
+# same background job, the container lane (scripts/container_lane.sh: apptainer in a copy of
+# that tree, jobs in a SIF image submitted by an ordinary user). Not by default yet: beside
+# the suite on 2 cores it took 17 minutes (6 alone) and pushed .ci/run far past its budget.
+# For the whole suite only (no pytest arguments), as root; SLURMTRAIN_LANE=0 leaves the
+# lanes out, =1 runs them with arguments too.
 LANE_PID=""
 LANE_LOG=$(mktemp /tmp/slurmtrain-lane.XXXXXX)
 lanes() {
   local st=0
   bash scripts/slurm_lane.sh || st=1
-  if [ "${SLURMTRAIN_CONTAINER_LANE:-}" != 0 ]; then
+  if [ "${SLURMTRAIN_CONTAINER_LANE:-}" = 1 ]; then
     printf '\n==> container lane (%s s into the lanes)\n' "$SECONDS"
     bash scripts/container_lane.sh || st=1
   fi
