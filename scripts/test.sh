@@ -66,7 +66,7 @@ lanes() {
   return "$st"
 }
 if [ "$(id -u)" = 0 ] && { [ "${SLURMTRAIN_LANE:-}" = 1 ] || { [ $# = 0 ] && [ "${SLURMTRAIN_LANE:-}" != 0 ]; }; }; then
-  step "Slurm-version and container lanes in the background (log: $LANE_LOG)"
+  step "Slurm-version lane (and the container lane, with SLURMTRAIN_CONTAINER_LANE=1) in the background (log: $LANE_LOG)"
   lanes >"$LANE_LOG" 2>&1 &
   LANE_PID=$!
 fi
@@ -89,7 +89,7 @@ echo "pytest: ${SECONDS} s"
 if [ -n "$LANE_PID" ]; then
   lane=0
   wait "$LANE_PID" || lane=$?
-  step "Slurm-version and container lanes (exit status $lane; waited ${SECONDS} s in all)"
+  step "background lanes (exit status $lane; waited ${SECONDS} s in all)"
   cat "$LANE_LOG"
   [ "$lane" = 0 ] || status=1
 fi
