@@ -27,7 +27,6 @@ from .startup import StartUp
 from .slurm import Slurm
 from .step import Launch, Step
 
-TERM_GRACE_S = decide.TERM_GRACE_S
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
 
 

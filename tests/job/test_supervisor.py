@@ -32,7 +32,8 @@ from slurmtrain import events, ledger
 from slurmtrain.job.slurm import Answer, Slurm
 from slurmtrain.job.nodes import PROBE_S
 from slurmtrain.job.config import Config, Job
-from slurmtrain.job.supervisor import TERM_GRACE_S, Supervisor
+from slurmtrain.job.decide import TERM_GRACE_S
+from slurmtrain.job.supervisor import Supervisor
 
 JOB = "77"
 NODELIST = "n[1-2]"                    # the job's, as Slurm gives it; the fake expands it to FakeSlurm.nodes
