@@ -14,6 +14,11 @@ the parent of the run directory, i.e. the runs directory. Below ``runs/``, ``doc
 An entry counts for ``resilience.bad_node_hours`` (a profile key) after its time;
 ``submit`` and ``resubmit`` pass the nodes with a counting entry to sbatch as
 ``--exclude``. ``slurmtrain nodes`` lists them, ``slurmtrain nodes forget`` removes them.
+
+Each user's ledger is in their own runs directory. A site may keep one more, read-only for
+users, named by ``$SLURMTRAIN_SITE_LEDGER`` (set where the site sets its modules, so jobs
+inherit it): its entries exclude nodes as the user's do, and are never written or forgotten
+by slurmtrain (its admins keep it, e.g. from a health check's cron job).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 FILE = "bad-nodes.jsonl"
+SITE_VAR = "SLURMTRAIN_SITE_LEDGER"
 
 
 @dataclass(frozen=True)
@@ -51,11 +57,29 @@ def add(runs_dir: str | os.PathLike, node: str, reason: str, *, run: str = "", j
     return entry
 
 
+def site_path() -> Path | None:
+    """The site's read-only ledger, if ``$SLURMTRAIN_SITE_LEDGER`` names one."""
+    value = os.environ.get(SITE_VAR, "").strip()
+    return Path(value) if value else None
+
+
 def read(runs_dir: str | os.PathLike) -> list[Entry]:
-    """Every entry, oldest first; a line that is not an entry (a torn write) is skipped."""
+    """Every entry of the user's ledger, oldest first; a line that is not an entry (a torn
+    write) is skipped."""
+    return _read_file(path(runs_dir))
+
+
+def read_site() -> list[Entry]:
+    """Every entry of the site's ledger (none without one; an unreadable one counts as
+    empty: a site's file must not stop a user's submission)."""
+    site = site_path()
+    return _read_file(site) if site else []
+
+
+def _read_file(p: Path) -> list[Entry]:
     try:
-        lines = path(runs_dir).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
         return []
     out = []
     for line in lines:
@@ -82,8 +106,10 @@ RECORD_ONLY = frozenset({"straggler"})  # sources that name a node without exclu
 
 
 def excluded(runs_dir: str | os.PathLike, hours: float, now: float | None = None) -> list[str]:
-    """The nodes a new job under ``runs_dir`` should not get, sorted."""
-    return sorted(active([e for e in read(runs_dir) if e.source not in RECORD_ONLY], hours, now))
+    """The nodes a new job under ``runs_dir`` should not get, sorted: the user's ledger's and
+    the site's."""
+    entries = read_site() + read(runs_dir)
+    return sorted(active([e for e in entries if e.source not in RECORD_ONLY], hours, now))
 
 
 def forget(runs_dir: str | os.PathLike, nodes: list[str] | None) -> int:

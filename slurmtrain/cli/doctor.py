@@ -3,6 +3,7 @@ bad-node ledger). Light to import: torch runs only on the nodes, in the doctor j
 
 from __future__ import annotations
 
+import os
 import time
 
 import click
@@ -63,24 +64,27 @@ def doctor(profile, nodes, partition, time_limit, checks, check_timeout, seconds
 @runs_dir_option
 @click.pass_context
 def nodes(ctx, runs_dir) -> None:
-    """List the bad-node ledger (<runs-dir>/bad-nodes.jsonl).
+    """List the bad-node ledger (<runs-dir>/bad-nodes.jsonl), and the site's.
 
     Nodes are recorded by `doctor` failures, by the start-up watchdog naming a node
     and by the in-job gate (resilience.preflight); `submit` and `resubmit` exclude the
-    ones recorded less than resilience.bad_node_hours ago.
+    ones recorded less than resilience.bad_node_hours ago. A site's own ledger, named by
+    $SLURMTRAIN_SITE_LEDGER, is read too (its lines are marked "site"), never written.
     """
     ctx.ensure_object(dict)
     ctx.obj["runs_dir"] = runs_dir
     if ctx.invoked_subcommand is not None:
         return
     from .. import ledger
-    entries = ledger.read(runs_dir)
-    if not entries:
-        click.echo(f"no bad nodes recorded in {ledger.path(runs_dir)}")
-        return
-    for e in entries:
+    site = ledger.site_path()
+    rows = [(e, "") for e in ledger.read(runs_dir)] + [(e, "site") for e in ledger.read_site()]
+    if not rows:
+        click.echo(f"no bad nodes recorded in {ledger.path(runs_dir)}" + (f" or in {site}" if site else ""))
+    for e, where in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
-        click.echo(f"{e.node}\t{when}\t{e.source}\t{e.run or '-'}\t{e.reason}")
+        click.echo(f"{e.node}\t{when}\t{e.source}\t{e.run or '-'}\t{e.reason}" + (f"\t{where}" if where else ""))
+    if site and not os.access(site, os.R_OK):
+        click.echo(f"site ledger {site} ({ledger.SITE_VAR}) cannot be read: its nodes are not excluded", err=True)
 
 
 @nodes.command()
@@ -95,3 +99,7 @@ def forget(ctx, node_names, everything) -> None:
         raise UsageError("nodes forget: give node names or --all (not both)")
     n = ledger.forget(ctx.obj["runs_dir"], None if everything else list(node_names))
     click.echo(f"forgot {n} entr{'y' if n == 1 else 'ies'}")
+    site_nodes = {e.node for e in ledger.read_site()}
+    kept = sorted(site_nodes if everything else site_nodes & set(node_names))
+    if kept:
+        click.echo(f"still in the site's ledger {ledger.site_path()} (read-only; its admins keep it): {' '.join(kept)}")

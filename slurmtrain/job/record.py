@@ -32,7 +32,13 @@ class Record:
         events.append(self.run_dir, name, **{**ident, **fields})
 
     def ledger_add(self, node: str, source: str, reason: str) -> None:
-        ledger.add(self.run_dir.parent, node, reason, run=self.run_dir.name, job_id=self.job.job_id, source=source)
+        # A runs directory the job may write its run into but not the ledger beside it (a
+        # shared one, made read-only) must not end the supervisor: say it, the run goes on.
+        try:
+            ledger.add(self.run_dir.parent, node, reason, run=self.run_dir.name, job_id=self.job.job_id,
+                       source=source)
+        except OSError as e:
+            self.say(f"slurmtrain: could not record {node} in the bad-node ledger ({e}); it is not excluded later")
 
     def say(self, text: str) -> None:
         self._out(text)

@@ -10,7 +10,7 @@ import os
 
 OVERRIDES = {  # command-line option -> recipe key
     "data_path": "data.path", "train_steps": "train.steps", "save_steps": "train.save_steps",
-    "eval_steps": "train.eval_steps", "log_steps": "train.log_steps",
+    "eval_steps": "train.eval_steps", "log_steps": "train.log_steps", "max_seq_len": "data.max_seq_len",
 }
 
 
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-path", "--data_path", dest="data_path", help="sets data.path")
     p.add_argument("--init-ckpt", "--init_ckpt", dest="init_ckpt",
                    help="Hugging Face checkpoint folder to start from (ignored when resuming)")
-    for dest in ("train_steps", "save_steps", "eval_steps", "log_steps"):
+    for dest in ("train_steps", "save_steps", "eval_steps", "log_steps", "max_seq_len"):
         p.add_argument(f"--{dest.replace('_', '-')}", f"--{dest}", dest=dest, type=int,
                        metavar="N", help=f"sets {OVERRIDES[dest]}")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

@@ -151,6 +151,29 @@ def test_submit_excludes_ledger_nodes_and_nodes_forget_clears(fake_sbatch, tmp_p
     assert "--exclude" not in next(runs.glob("y-*/job.sbatch")).read_text()
 
 
+def test_the_sites_ledger_excludes_its_nodes_and_is_never_written(fake_sbatch, tmp_path, monkeypatch):
+    """A site's ledger ($SLURMTRAIN_SITE_LEDGER, read-only for users) excludes as the user's
+    does; `nodes` lists it marked "site"; `nodes forget` leaves it whole and says so."""
+    site = tmp_path / "site" / "bad-nodes.jsonl"
+    ledger.add(site.parent, "stnode1", "site health check: ECC errors", source="site")
+    site.chmod(0o444)
+    before = site.read_text()
+    monkeypatch.setenv(ledger.SITE_VAR, str(site))
+    runs = tmp_path / "runs"
+    ledger.add(runs, "stnode2", "watchdog", source="watchdog")
+    r = CliRunner().invoke(main, ["submit", "--runs-dir", str(runs), "--name", "x", "--", "python", "x.py"])
+    assert r.exit_code == 0, r.output
+    assert "#SBATCH --exclude=stnode1,stnode2\n" in next(runs.glob("x-*/job.sbatch")).read_text()
+    listed = CliRunner().invoke(main, ["nodes", "--runs-dir", str(runs)]).output.splitlines()
+    assert [line.split("\t")[0] for line in listed] == ["stnode2", "stnode1"] and listed[1].endswith("\tsite"), listed
+    r = CliRunner().invoke(main, ["nodes", "--runs-dir", str(runs), "forget", "--all"])
+    assert r.exit_code == 0 and "forgot 1 entry" in r.output, r.output
+    assert f"still in the site's ledger {site}" in r.output and r.output.rstrip().endswith("stnode1"), r.output
+    assert site.read_text() == before and ledger.excluded(runs, hours=24) == ["stnode1"]
+    monkeypatch.setenv(ledger.SITE_VAR, str(tmp_path / "missing.jsonl"))  # a site file that is not there: nothing
+    assert ledger.excluded(runs, hours=24) == []
+
+
 def test_resubmit_passes_exclude_to_sbatch(fake_sbatch, tmp_path, monkeypatch):
     from slurmtrain.runs import resubmit, rundir, submit
     from slurmtrain.profile import load_profile

@@ -131,9 +131,11 @@ def test_requeue_limit_counts_stops(tmp_path, version):
 
 
 def test_time_limit_stops_requeues_and_resumes(tmp_path, version):
-    # The warning comes 40 s before the 1-minute limit, on Slurm's 30-second tick: within
-    # 35 s of the start, before 300 steps of 0.25 s are done.
-    name = submit(tmp_path, *USER, "--time", "1", "--set", "resilience.signal_seconds=40", "--name", "timelimit",
+    # The warning comes 90 s before the 2-minute limit, on Slurm's 30-second tick: 30 to 60 s
+    # after the start, before 300 steps of 0.25 s are done, and after the program's first
+    # save even on a busy machine (with a 1-minute limit it once came before the program
+    # had started: stopped with nothing saved, rightly not requeued).
+    name = submit(tmp_path, *USER, "--time", "2", "--set", "resilience.signal_seconds=90", "--name", "timelimit",
                   *counter(300, 0.25, 10))
     wait_for_file(tmp_path, name, "the time-limit stop and requeue", lambda: named(tmp_path, name, "requeue"))
     job = json.loads((run_dir(tmp_path, name) / "manifest.json").read_text())["job_ids"][-1]
@@ -179,7 +181,9 @@ def test_doctor_slurm_checks_pass(tmp_path, version):
 
 
 def test_an_administrators_requeue_is_named_as_such_and_the_run_resumes(tmp_path, version):
-    name = submit(tmp_path, *USER, "--name", "adminrequeue", *counter(40, 0.25, 5))
+    # 24 s of counting: room for the requeue to land mid-run on a busy machine (with 10 s the
+    # program had once finished before it).
+    name = submit(tmp_path, *USER, "--name", "adminrequeue", *counter(120, 0.2, 5))
     wait_for_file(tmp_path, name, "a checkpoint", lambda: named(tmp_path, name, "checkpoint_saved"))
     job = json.loads((run_dir(tmp_path, name) / "manifest.json").read_text())["job_ids"][-1]
     subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True, timeout=60)

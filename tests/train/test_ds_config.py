@@ -132,7 +132,7 @@ def test_cli_exit_2_one_line(tmp_path):
 
 def test_fmengine_command_line_names(tmp_path, monkeypatch):
     """FMEngine's ``--deepspeed_config ./configs/llama.json --pipe_parallel_size 2
-    --model_parallel_size 1`` (and the launcher's ``--local_rank``) are accepted."""
+    --model_parallel_size 1 --max_seq_len 64`` (and the launcher's ``--local_rank``) are accepted."""
     from slurmtrain.recipes.trainer_args import parse_args, recipe_sets
     monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").mkdir()
@@ -141,9 +141,9 @@ def test_fmengine_command_line_names(tmp_path, monkeypatch):
     (tmp_path / "plain.toml").write_text(path)
     args = parse_args(["--recipe", "plain.toml", "--local_rank=1", "--deepspeed_config",
                        "./configs/llama.json", "--pipe_parallel_size", "2",
-                       "--model_parallel_size", "1"])
+                       "--model_parallel_size", "1", "--max_seq_len", "64"])
     r, sources = load_recipe_sources(args.recipe, recipe_sets(args))
-    assert r.train.engine == "deepspeed" and r.pipeline.stages == 2
+    assert r.train.engine == "deepspeed" and r.pipeline.stages == 2 and r.data.max_seq_len == 64
     assert ds_config.load(r, sources).source == "configs/llama.json"
     bad = parse_args(["--recipe", "plain.toml", "--model_parallel_size", "2"])
     with pytest.raises(ConfigError, match="--model_parallel_size: 2: tensor"):
