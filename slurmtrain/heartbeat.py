@@ -10,18 +10,28 @@ rewritten at most once a second, by a rename, so a reader never sees half of one
 is the rank's own compute time for a fixed piece of work, in milliseconds: the supervisor
 compares nodes by it to find a straggler. Torch-free and cheap: one small write a second
 per rank.
+
+Beside it, ``<rank>.stack``: the rank's own stack dump (:func:`dump_stacks_on_signal`, which
+the stop contract installs), the supervisor's way to a hung rank's stacks where py-spy may
+not trace it (Yama's ``ptrace_scope`` 1, Ubuntu's default: only a process's ancestors, and
+the ranks are Slurm's step daemon's children, not the supervisor's).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ENV = "SLURMTRAIN_HEARTBEAT_DIR"
 EVERY_S = 1.0
+# Its default action is to ignore it: a rank that never installed the dump loses nothing.
+STACK_SIGNAL = signal.SIGURG
 _last = [0.0]
+_stack_file: list = []  # kept open: faulthandler writes to its descriptor from the signal
 
 
 def beat(step: int | None = None, compute_ms: float | None = None) -> None:
@@ -41,6 +51,27 @@ def beat(step: int | None = None, compute_ms: float | None = None) -> None:
         tmp.replace(path)
     except OSError:
         pass  # a heartbeat must never fail the program
+
+
+def stack_file(folder: Path, rank: int | str) -> Path:
+    return Path(folder) / f"{rank}.stack"
+
+
+def dump_stacks_on_signal() -> bool:
+    """On :data:`STACK_SIGNAL`, append every thread's Python stack to this rank's stack file.
+    faulthandler's handler is C: it answers while the main thread is blocked in a collective
+    (not while the process is stopped). Does nothing outside a slurmtrain job; True when
+    installed."""
+    folder = os.environ.get(ENV)
+    if not folder or _stack_file:
+        return bool(_stack_file)
+    try:
+        f = open(stack_file(Path(folder), os.environ.get("RANK", "0")), "a", encoding="utf-8")
+        faulthandler.register(STACK_SIGNAL, file=f, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError):
+        return False  # like a heartbeat, never a failure of the program
+    _stack_file.append(f)
+    return True
 
 
 def folder(run_dir: str | os.PathLike, job_id: str) -> Path:

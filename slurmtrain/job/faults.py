@@ -51,7 +51,7 @@ class NodeFaults:
     def hang(self, hang: hangs.Hang, folder: Path) -> list[str]:
         """The launch hangs (hangs.py): its stacks recorded, the ranks that reported last named
         (their nodes, returned)."""
-        stacks = hangs.dump_stacks(self.slurm, hang.beats, folder)
+        stacks = hangs.dump_stacks(self.slurm, hang.beats, folder, hang.folder)
         self.record.say(f"slurmtrain: error: hang: no rank reported progress for {hang.quiet:.0f} s (hang timeout "
                         f"{hang.timeout:.0f} s); the last to report: rank(s) {hang.ranks} on {hang.nodes}; their "
                         f"stacks in {stacks}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ class Hang:
     timeout: float
     beats: list[heartbeat.Beat]    # every rank's last
     behind: list[heartbeat.Beat]   # the ranks that reported last (longest ago)
+    folder: Path | None = None     # the heartbeat folder (the ranks' own stack dumps too)
 
     @property
     def ranks(self) -> str:
@@ -73,24 +75,62 @@ class HangWatch:
             return None
         oldest = min(b.time for b in beats)
         behind = [b for b in beats if b.time - oldest <= heartbeat.EVERY_S + 1]
-        return Hang(quiet, timeout, beats, behind)
+        return Hang(quiet, timeout, beats, behind, self.folder)
 
 
-def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path) -> Path:
+OWN_DUMP_WAIT_S = 3.0  # for the ranks' own dumps, after their stack signal
+
+
+def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbeats: Path | None = None) -> Path:
     """Every rank's Python stack, by py-spy (``--nonblocking``: a stopped process too), run on
-    the rank's node (``srun --overlap`` for the others): a file per rank, or one saying why
-    there is none."""
+    the rank's node (``srun --overlap`` for the others): a file per rank. Where py-spy is
+    missing or may not trace (Yama), the rank's own dump (the stop contract's, into
+    ``heartbeats``), else a file saying why there is none."""
     folder.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy")
     here = os.environ.get("SLURMD_NODENAME", "")
+    missed = []
     for b in beats:
         out = folder / f"rank{b.rank}-{b.node}.txt"
-        if spy is None:
-            out.write_text("py-spy is not installed where the supervisor runs (pip install py-spy)\n")
-            continue
-        argv = [spy, "dump", "--nonblocking", "--pid", str(b.pid)]
-        if b.node != here:
-            argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", b.node, *argv]
-        answer = slurm.call(*argv)
-        out.write_text(answer.out if answer.ok else f"no stack: {answer.text}\n")
+        why = "py-spy is not installed where the supervisor runs (pip install py-spy)"
+        if spy is not None:
+            answer = slurm.call(*_on_node(b.node, here, [spy, "dump", "--nonblocking", "--pid", str(b.pid)]))
+            if answer.ok:
+                out.write_text(answer.out)
+                continue
+            why = f"py-spy: {answer.text.strip()}"
+        missed.append((b, out, why))
+    if missed:
+        _own_dumps(slurm, missed, here, heartbeats)
     return folder
+
+
+def _on_node(node: str, here: str, argv: list[str]) -> list[str]:
+    return argv if node == here else ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", node, *argv]
+
+
+def _own_dumps(slurm: Slurm, missed: list, here: str, heartbeats: Path | None) -> None:
+    """Ask each rank py-spy missed for its own dump (heartbeat.STACK_SIGNAL, whose default
+    action is to ignore it) and take what it appends to its stack file."""
+    sizes: dict[int, int] = {}
+    for b, _, _ in missed:
+        f = heartbeat.stack_file(heartbeats, b.rank) if heartbeats else None
+        if f is not None and f.exists():  # the rank installed the dump
+            sizes[b.rank] = f.stat().st_size
+            slurm.call(*_on_node(b.node, here, ["kill", f"-{heartbeat.STACK_SIGNAL.name[3:]}", str(b.pid)]))
+
+    def appended(rank: int) -> str:
+        data = heartbeat.stack_file(heartbeats, rank).read_bytes()[sizes[rank]:] if rank in sizes else b""
+        return data.decode("utf-8", "replace")
+
+    deadline = time.monotonic() + OWN_DUMP_WAIT_S
+    while sizes and time.monotonic() < deadline and not all(appended(r) for r in sizes):
+        time.sleep(0.2)
+    for b, out, why in missed:
+        text = appended(b.rank)
+        if text.strip():
+            out.write_text(f"# the rank's own dump (faulthandler), since {why}\n{text}")
+        elif b.rank in sizes:
+            out.write_text(f"no stack: {why}; the rank did not answer its stack signal (a stopped process?)\n")
+        else:
+            out.write_text(f"no stack: {why}; the program does not install slurmtrain.stop's own dump\n")

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from .. import events
+from ..heartbeat import dump_stacks_on_signal
 from ..eventlog import EXIT_STOPPED, Ev
 
 STOP_EXIT_CODE = EXIT_STOPPED  # "stopped after a checkpoint; requeue me" (sysexits' EX_TEMPFAIL)
@@ -99,6 +100,7 @@ def install() -> list[signal.Signals]:
     sigs = stop_signals()
     for sig in sigs:
         signal.signal(sig, _on_signal)
+    dump_stacks_on_signal()  # the supervisor's stacks where py-spy may not trace
     _installed = True
     return sigs
 

@@ -1,0 +1,97 @@
+"""A hung rank's stacks where py-spy may not trace it (Yama's ptrace_scope=1, Ubuntu's
+default: the ranks are the step daemon's children, not the supervisor's): the supervisor
+asks the rank for its own dump (the stop contract's faulthandler on SIGURG). Real processes
+and signals; py-spy is a stand-in that answers as it does under Yama."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmtrain import heartbeat
+from slurmtrain.job import hangs
+from slurmtrain.job.slurm import Slurm
+
+RANK = '''import sys, threading
+from slurmtrain import heartbeat, stop
+if sys.argv[1] == "contract":
+    stop.install()
+heartbeat.beat(7)
+
+def blocked_in_a_collective():
+    print("ready", flush=True)
+    threading.Event().wait()  # the main thread blocked in C, as in an all-reduce
+
+blocked_in_a_collective()
+'''
+YAMA = "Error: Failed to suspend process: Operation not permitted (os error 1): ptrace_scope is 1\n"
+
+
+@pytest.fixture
+def no_ptrace(tmp_path, monkeypatch):
+    """A py-spy that fails as it does under Yama's ptrace_scope=1."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "py-spy").write_text(f"#!/bin/sh\nprintf '%s' '{YAMA.strip()}' >&2\nexit 1\n")
+    (bin_dir / "py-spy").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURMD_NODENAME", "stnode1")  # the ranks' node: no srun
+    return bin_dir
+
+
+def start_rank(tmp_path: Path, mode: str) -> subprocess.Popen:
+    hb = tmp_path / "hb"
+    hb.mkdir(exist_ok=True)
+    env = {**os.environ, heartbeat.ENV: str(hb), "RANK": "1", "SLURMD_NODENAME": "stnode1"}
+    proc = subprocess.Popen([sys.executable, "-c", RANK, mode], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def stacks_of(tmp_path: Path, proc: subprocess.Popen) -> str:
+    [beat] = heartbeat.read(tmp_path / "hb")
+    assert beat.pid == proc.pid
+    out = hangs.dump_stacks(Slurm("1"), [beat], tmp_path / "stacks", tmp_path / "hb")
+    return (out / "rank1-stnode1.txt").read_text()
+
+
+def test_a_rank_py_spy_may_not_trace_dumps_its_own_stack(tmp_path, no_ptrace):
+    proc = start_rank(tmp_path, "contract")
+    try:
+        text = stacks_of(tmp_path, proc)
+        alive = proc.poll() is None  # it answered and went on waiting: the signal did not end it
+    finally:
+        proc.kill()
+    assert text.startswith("# the rank's own dump (faulthandler), since py-spy: Error: Failed to suspend"), text
+    assert "Current thread" in text and "blocked_in_a_collective" in text, text
+    assert alive
+
+
+def test_a_rank_without_the_contract_is_left_alone_and_the_file_says_why(tmp_path, no_ptrace):
+    proc = start_rank(tmp_path, "plain")
+    try:
+        text = stacks_of(tmp_path, proc)
+        assert proc.poll() is None  # not signalled: nothing of it was touched
+    finally:
+        proc.kill()
+    assert text == f"no stack: py-spy: {YAMA.strip()}; the program does not install slurmtrain.stop's own dump\n"
+
+
+def test_a_stopped_rank_cannot_answer_and_the_file_says_so(tmp_path, no_ptrace):
+    proc = start_rank(tmp_path, "contract")
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        text = stacks_of(tmp_path, proc)
+    finally:
+        proc.kill()
+    assert "did not answer its stack signal (a stopped process?)" in text, text
+
+
+def test_the_stack_signal_does_nothing_to_a_program_that_never_asked_for_it():
+    assert signal.getsignal(heartbeat.STACK_SIGNAL) == signal.SIG_DFL  # this test process: default
+    os.kill(os.getpid(), heartbeat.STACK_SIGNAL)  # SIGURG's default action: ignore; we are still here
