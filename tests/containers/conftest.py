@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "survival"))  # survival_util, as the survival tests use it
+for _helpers in ("survival", "tracking"):  # survival_util and readback, as their own tests import them
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _helpers))
 
 from survival_util import run_cli  # noqa: E402
 

@@ -9,13 +9,18 @@ IMAGE = os.environ.get("SLURMTRAIN_CONTAINER_IMAGE", "")
 PYTHON_TREE = os.environ.get("SLURMTRAIN_CONTAINER_PYTHON", "")
 
 
-def profile_text(binds: list[str], launcher: str = "srun-loop") -> str:
+def profile_text(binds: list[str], launcher: str = "srun-loop", container: str = 'home = ""\nworkdir = ""',
+                 extra: str = "", pythonpath: str = "") -> str:
     """A profile for the container sandbox extending the built-in `hpc-apptainer`: its image,
     the suite's Python bound at its own path (the image has none of its own), this checkout,
     and ``binds``; CPU only (no --nv), gloo over loopback, the sandbox's partition. The
     rendezvous port follows the job id, as the `local` profile's, in a range of its own
     (10000 + job id % 2000): the lane's sandbox hands out the same job ids as the suite's
-    three-node sandbox, which may run at the same time."""
+    three-node sandbox, which may run at the same time. ``container``: the [container] keys
+    besides the image, binds and env (by default no home or working directory of the
+    parent's); ``extra``: more TOML sections. Inside the image PYTHONPATH is this checkout
+    (then ``pythonpath``), over the parent's /workspace: the ranks import the slurmtrain under
+    test, whatever the bound Python has installed."""
     repo = str(Path(__file__).resolve().parents[2])
     all_binds = [PYTHON_TREE, repo, *binds]
     return f'''extends = "hpc-apptainer"
@@ -30,10 +35,9 @@ time = "00:30:00"
 
 [container]
 image = "{IMAGE}"
-home = ""
-workdir = ""
+{container}
 binds = {all_binds!r}
-env = {{ OMP_NUM_THREADS = "1" }}
+env = {{ OMP_NUM_THREADS = "1", PYTHONPATH = "{':'.join(filter(None, [repo, pythonpath]))}" }}
 
 [fabric]
 kind = "socket"
@@ -56,4 +60,10 @@ signal_seconds = 60
 stop_timeout = 45
 rendezvous_timeout = 180
 straggler_pct = 0
-'''
+{extra}'''
+
+
+def owned_by_root(folder: Path) -> list[str]:
+    """Every file and folder under ``folder`` (itself too) that root owns: none may be, after
+    a job an ordinary user submitted."""
+    return [str(p) for p in [folder, *folder.rglob("*")] if p.lstat().st_uid == 0]

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from container_util import profile_text
+from container_util import owned_by_root, profile_text
+from slurmtrain.runs import classify
 from survival_util import (TRAIN, Reference, describe, job_field, named, rank_of, rank_pids, resumes_where_it_stopped,
-                           slurm, submit, wait_job_gone, wait_until)
+                           submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.container
 
@@ -21,10 +22,6 @@ path = f"/shared/{os.environ['SLURMD_NODENAME']}-rank{rank}"
 with open(path, "w") as f:  # through the profile's bind, as the user
     f.write(f"{os.getuid()} {os.path.exists('/.singularity.d') or os.path.exists('/.apptainer.d')}\\n")
 '''
-
-
-def owned_by_root(folder: Path) -> list[str]:
-    return [str(p) for p in [folder, *folder.rglob("*")] if p.lstat().st_uid == 0]
 
 
 def test_a_users_program_in_the_image_writes_through_each_bind(workdir: Path):
@@ -43,35 +40,56 @@ def test_a_users_program_in_the_image_writes_through_each_bind(workdir: Path):
     assert owned_by_root(run) == [] and owned_by_root(shared) == []
 
 
+# One uninterrupted reference for every trainer job of the module; room after the first
+# checkpoint for the other job of a pair to reach its own (the lane runs beside the suite:
+# a start takes 40-110 s there, a step up to a second).
+STEPS = 100
+TRAIN_100 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "10"]
+ONE_CPU = ["--set", "slurm.cpus_per_task=1"]  # two jobs at once on the sandbox's 4-CPU nodes
+
+
+@pytest.fixture(scope="module")
+def reference(workdir):
+    ref = Reference(workdir, TRAIN_100, "reference")
+    yield ref
+    if ref.proc.poll() is None:
+        ref.proc.kill()
+
+
+def submit_pair(workdir: Path, jobs: dict[str, tuple[str, list[str]]]) -> dict[str, tuple[Path, str]]:
+    """Submit the trainer jobs (name -> launcher, more options) at once and wait until each
+    has a checkpoint (and both its ranks running); name -> (run directory, job id)."""
+    out = {}
+    for name, (launcher, options) in jobs.items():
+        profile = workdir / f"{name}.toml"
+        profile.write_text(profile_text([], launcher))
+        out[name] = submit(workdir / f"runs-{name}", workdir, ["--profile", str(profile), *ONE_CPU, *options],
+                           TRAIN_100)
+    for name, (run, job) in out.items():
+        wait_until(run, f"{name}: a checkpoint, and both ranks running",
+                   lambda: named(run, "checkpoint_saved") and len(trainer_ranks(run)) == 2, 300, job)
+        assert named(run, "checkpoint_saved")[-1]["step"] < STEPS, f"{name} ended before the fault: {describe(run)}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def preempted(workdir):
+    """tiny-demo with each launcher, preempted together by a job of the high partition."""
+    jobs = submit_pair(workdir, {launcher: (launcher, []) for launcher in ("srun-loop", "torchrun")})
+    take_all_nodes(5)
+    return {name: (run, job, wait_job_gone(job, run, 400)) for name, (run, job) in jobs.items()}
+
+
 @pytest.mark.parametrize("launcher", ["srun-loop", "torchrun"])
-def test_tiny_demo_in_the_image_stops_on_the_warning_signal_resumes_and_ends_bitwise(workdir: Path, launcher):
-    steps = ["--train-steps", "120", "--save-steps", "20"]
-    reference = Reference(workdir, TRAIN + steps, f"reference-{launcher}")  # 2 ranks, as the job's 2 nodes x 1
-    profile = workdir / f"{launcher}.toml"
-    profile.write_text(profile_text([], launcher))
-    runs = workdir / f"runs-{launcher}"
-    run, job = submit(runs, workdir, ["--profile", str(profile)], TRAIN + steps)
-    wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved"), 240, job)
-    slurm("scancel", "--batch", f"--signal={signal.SIGUSR2.name.removeprefix('SIG')}", job)  # the time limit's warning
-    wait_until(run, "the requeue", lambda: named(run, "requeue"), 120, job)
-    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+def test_tiny_demo_in_the_image_is_preempted_requeued_and_resumes_bitwise(preempted, reference, launcher):
+    run, job, state = preempted[launcher]
+    assert state == "COMPLETED", describe(run)
+    assert [o.kind for o in classify.ends(run)] == [classify.PREEMPTED, classify.COMPLETED], describe(run)
     pairs = resumes_where_it_stopped(run)
     assert pairs and all(stopped == resumed for stopped, resumed in pairs), describe(run)
     assert named(run, "stopped"), describe(run)  # the program itself saved and stopped: the signal reached it
     reference.assert_same_weights(run)
     assert owned_by_root(run) == []
-
-
-STEPS = 60
-TRAIN_60 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "10"]
-
-
-@pytest.fixture(scope="module")
-def reference(workdir):
-    ref = Reference(workdir, TRAIN_60, "in-job-reference")
-    yield ref
-    if ref.proc.poll() is None:
-        ref.proc.kill()
 
 
 def trainer_ranks(run: Path) -> list[int]:
@@ -80,46 +98,52 @@ def trainer_ranks(run: Path) -> list[int]:
     return rank_pids(run, "slurmtrain.train")
 
 
-def test_a_killed_rank_in_the_image_is_restarted_in_the_job_and_ends_bitwise(workdir: Path, reference):
-    profile = workdir / "in-job.toml"
-    profile.write_text(profile_text([], "torchrun"))
-    run, job = submit(workdir / "runs-kill", workdir, ["--profile", str(profile)], TRAIN_60)
-    wait_until(run, "a checkpoint, and both ranks running",
-               lambda: named(run, "checkpoint_saved") and len(trainer_ranks(run)) == 2, 240, job)
-    os.kill(trainer_ranks(run)[-1], signal.SIGKILL)
-    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
-    assert job_field(job, "Restarts") == "0"  # never went back to the queue
-    assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
-    assert named(run, "finished")[0]["step"] == STEPS
-    reference.assert_same_weights(run)
-
-
-def test_a_stopped_rank_in_the_image_is_a_hang_named_with_every_stack(workdir: Path, reference):
-    """py-spy (the bound Python's) dumps the ranks inside the image from outside it, as the
-    user: no ptrace restriction on this machine (no Yama)."""
-    profile = workdir / "hang.toml"
-    profile.write_text(profile_text([], "srun-loop"))
-    run, job = submit(workdir / "runs-hang", workdir, ["--profile", str(profile), "--set",
-                                                       "resilience.hang_timeout=20"], TRAIN_60)
-    wait_until(run, "a checkpoint, and both ranks running",
-               lambda: named(run, "checkpoint_saved") and len(trainer_ranks(run)) == 2, 240, job)
-    victim = trainer_ranks(run)[-1]
+@pytest.fixture(scope="module")
+def faults(workdir):
+    """Two jobs at once: one rank SIGKILLed in a torchrun job; one rank SIGSTOPped in a
+    srun-loop job (a hang: its heartbeats stop)."""
+    jobs = submit_pair(workdir, {"kill": ("torchrun", []),
+                                 "hang": ("srun-loop", ["--set", "resilience.hang_timeout=20"])})
+    (kill_run, _), (hang_run, hang_job) = jobs["kill"], jobs["hang"]
+    os.kill(trainer_ranks(kill_run)[-1], signal.SIGKILL)
+    victim = trainer_ranks(hang_run)[-1]
     rank, node = rank_of(victim)
     os.kill(victim, signal.SIGSTOP)
     try:
-        wait_until(run, "the hang to be seen", lambda: named(run, "hang"), 60, job)
+        wait_until(hang_run, "the hang to be seen", lambda: named(hang_run, "hang"), 90, hang_job)
     finally:
         try:
             os.kill(victim, signal.SIGCONT)
         except ProcessLookupError:
             pass
+    states = {name: wait_job_gone(job, run, 400) for name, (run, job) in jobs.items()}
+    return jobs, states, (rank, node)
+
+
+def test_a_killed_rank_in_the_image_is_restarted_in_the_job_and_ends_bitwise(faults, reference):
+    jobs, states, _ = faults
+    run, job = jobs["kill"]
+    assert states["kill"] == "COMPLETED", describe(run)
+    assert job_field(job, "Restarts") == "0"  # never went back to the queue
+    assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
+    assert named(run, "finished")[0]["step"] == STEPS
+    reference.assert_same_weights(run)
+    assert owned_by_root(run) == []
+
+
+def test_a_stopped_rank_in_the_image_is_a_hang_named_with_every_stack(faults, reference):
+    """py-spy (the bound Python's) dumps the ranks inside the image from outside it, as the
+    user: no ptrace restriction on this machine (no Yama; docs/containers.md says what
+    changes with one)."""
+    jobs, states, (rank, node) = faults
+    run, _ = jobs["hang"]
     [hang] = named(run, "hang")
     assert rank in hang["ranks"].split() and node in hang["nodes"].split(), (hang, rank, node)
     stacks = sorted(Path(hang["stacks"]).iterdir())
     assert [p.name.split("-")[0] for p in stacks] == ["rank0", "rank1"], stacks
     for p in stacks:
         assert "Thread" in p.read_text(), f"{p.name}: {p.read_text()}"
-    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+    assert states["hang"] == "COMPLETED", describe(run)
     assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
     reference.assert_same_weights(run)
     assert owned_by_root(run) == []

@@ -239,6 +239,12 @@ def rank_of(pid: int) -> tuple[str, str]:
     return env[b"RANK"].decode(), env[b"SLURMD_NODENAME"].decode()
 
 
+def hf_steps(run: Path) -> list[dict]:
+    """The optimizer steps hf_clm.py's rank 0 finished, in order ({"step", "job_restart"})."""
+    path = run / "hf_steps.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def assert_nothing_lost(run) -> None:
     for reached, resumed in resumes_where_it_stopped(run):
         # The step in flight when the stop came is finished and saved: nothing is lost.

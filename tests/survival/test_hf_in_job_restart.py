@@ -1,11 +1,12 @@
 """Restarts inside the job (resilience.restarts_in_job) for a user's Hugging Face Trainer
 script (hf_clm.py: slurmtrain's StopCallback and resume line, nothing else) on the
-sandbox, as test_in_job_restart.py shows them for the built-in trainer. The callback
-reports the Trainer's periodic saves (``checkpoint_saved``) and beats at every step; a rank
-SIGKILLed after a save, or SIGSTOPped (a hang: its peer waits in the next all-reduce for
-ever), makes the supervisor launch again in the same allocation, ``resume_from`` picks the
-newest complete checkpoint, and the run ends with the weights and logged losses of an
-uninterrupted run of the same script (one reference run, started once beside the jobs)."""
+sandbox, as test_four_faults_e2e.py and the container lane show them for the built-in
+trainer. The callback reports the Trainer's periodic saves (``checkpoint_saved``) and beats
+at every step; a rank SIGKILLed after a save, then one SIGSTOPped (a hang: its peer waits in
+the next all-reduce for ever), each make the supervisor launch again in the same
+allocation, ``resume_from`` picks the newest complete checkpoint, and the run ends with the
+weights and logged losses of an uninterrupted run of the same script (started beside it).
+One run meets both faults: an HF start costs more than the faults' checks."""
 
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ from survival_util import (HERE, describe, events, job_field, named, rank_of, ra
 pytestmark = pytest.mark.slurm
 
 SCRIPT = str(HERE / "hf_clm.py")
-STEPS, SAVE_STEPS = 30, 10
+STEPS, SAVE_STEPS = 40, 10
 # Logged every save: a logged loss averages the steps since the last log, and a resumed
 # Trainer starts that count at its checkpoint, so only then do the logs compare.
 ARGS = ["--max-steps", str(STEPS), "--save-steps", str(SAVE_STEPS), "--logging-steps", str(SAVE_STEPS)]
-STEP_SECONDS = "0.5"  # ~10 s from the first save to the end: time to hit a rank mid-run
+STEP_SECONDS = "0.5"  # 5 s between saves, 10 s after the relaunch's first: time to hit a rank mid-run
 
 
 def hf_command(out: Path) -> list[str]:
@@ -92,51 +93,50 @@ def steps_run(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def assert_resumed_from_the_newest_save(run: Path) -> int:
-    """The one relaunch resumed from the last checkpoint reported before it (the newest
-    complete one), in the same job start, and ran every step after it once."""
+def assert_each_relaunch_resumed_from_the_newest_save(run: Path) -> list[int]:
+    """Each relaunch resumed from the last checkpoint reported before it (the newest complete
+    one), in the same job start, and the last ran every step after it once; the steps
+    resumed from."""
     evs = events(run)
-    at = next(i for i, e in enumerate(evs) if e["event"] == "relaunched")
-    saved = [e["step"] for e in evs[:at] if e["event"] == "checkpoint_saved"]
-    resumed = [e["step"] for e in evs[at:] if e["event"] == "resumed"]
-    assert saved and resumed == [saved[-1]], describe(run)
+    at = [i for i, e in enumerate(evs) if e["event"] == "relaunched"] + [len(evs)]
+    resumed_at = []
+    for i, j in zip(at, at[1:]):
+        saved = [e["step"] for e in evs[:i] if e["event"] == "checkpoint_saved"]
+        resumed = [e["step"] for e in evs[i:j] if e["event"] == "resumed"]
+        assert saved and resumed == [saved[-1]], describe(run)
+        resumed_at.append(resumed[0])
     steps = steps_run(run)
     assert {s["job_restart"] for s in steps} == {"0"}, steps  # never requeued
-    after = [s["step"] for s in steps][-(STEPS - resumed[0]):]
-    assert after == list(range(resumed[0] + 1, STEPS + 1)), steps
-    return resumed[0]
+    after = [s["step"] for s in steps][-(STEPS - resumed_at[-1]):]
+    assert after == list(range(resumed_at[-1] + 1, STEPS + 1)), steps
+    return resumed_at
 
 
-def test_hf_trainer_killed_rank_is_restarted_in_the_job_from_its_newest_save_and_ends_bitwise(
+def saved_since_relaunch(run: Path, k: int) -> bool:
+    """A periodic save after the k-th relaunch (the run trains again after that fault)."""
+    evs = [e["event"] for e in events(run)]
+    marks = [i for i, e in enumerate(evs) if e == "relaunched"]
+    return len(marks) >= k and "checkpoint_saved" in evs[marks[k - 1] + 1:]
+
+
+def test_hf_trainer_killed_then_stopped_rank_each_restarted_in_the_job_from_its_newest_save_and_ends_bitwise(
         workdir, runs_dir, reference):
-    out = runs_dir / "hf-out"
-    run, job = submit(runs_dir, workdir, ["--name", "hf-rankkill"], hf_command(out))
-    wait_until(run, "a periodic save, and both ranks running",
-               lambda: named(run, "checkpoint_saved") and len(ranks(run)) == 2, 240, job)
-    saved = named(run, "checkpoint_saved")[-1]["step"]
-    os.kill(ranks(run)[-1], signal.SIGKILL)
-    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
-
-    assert job_field(job, "Restarts") == "0"  # never went back to the queue
-    assert len(named(run, "started")) == 1 and [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
-    assert assert_resumed_from_the_newest_save(run) >= saved
-    assert named(run, "finished")[0]["step"] == STEPS
-    assert [o.kind for o in classify.ends(run)] == [classify.COMPLETED], describe(run)
-    assert any("started again in the job" in line for line in classify.history(run))
-    reference.assert_same(out, run)
-
-
-def test_hf_trainer_stopped_rank_is_a_hang_named_with_every_stack_and_restarted_in_the_job(
-        workdir, runs_dir, reference):
-    """SIGSTOP: the rank neither fails nor beats; its peer blocks in the callback's next
-    all-reduce. The hang is seen within hang_timeout + 15 s, every rank's stack is recorded,
-    the stopped rank and its node are named, and the launch starts again in the job."""
+    """One run, two faults. A rank SIGKILLed after a periodic save (a crash). Then, once the
+    relaunch has saved again, a rank SIGSTOPped: it neither fails nor beats, and its peer
+    blocks in the callback's next all-reduce; the hang is seen within hang_timeout + 15 s,
+    every rank's stack is recorded, the stopped rank and its node are named. Each time the
+    launch starts again in the job from the newest save."""
     out, timeout = runs_dir / "hf-out", 20
-    run, job = submit(runs_dir, workdir, ["--name", "hf-hang", "--set", f"resilience.hang_timeout={timeout}"],
+    run, job = submit(runs_dir, workdir, ["--name", "hf-faults", "--set", f"resilience.hang_timeout={timeout}"],
                       hf_command(out))
-    wait_until(run, "a periodic save, and both ranks running",
-               lambda: named(run, "checkpoint_saved") and len(ranks(run)) == 2, 240, job)
-    victim = ranks(run)[-1]
+    both = lambda: len(ranks(run)) == 2  # noqa: E731
+    wait_until(run, "a periodic save, and both ranks running", lambda: named(run, "checkpoint_saved") and both(),
+               240, job)
+    saved = named(run, "checkpoint_saved")[-1]["step"]
+    os.kill(ranks(run)[-1], signal.SIGKILL)                                                  # 1. a crash
+    wait_until(run, "a save after the relaunch, and both ranks running",
+               lambda: saved_since_relaunch(run, 1) and both(), 240, job)
+    victim = ranks(run)[-1]                                                                   # 2. a hang
     rank, node = rank_of(victim)
     os.kill(victim, signal.SIGSTOP)
     stopped_at = time.time()
@@ -147,6 +147,12 @@ def test_hf_trainer_stopped_rank_is_a_hang_named_with_every_stack_and_restarted_
             os.kill(victim, signal.SIGCONT)
         except ProcessLookupError:
             pass
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+
+    assert job_field(job, "Restarts") == "0"  # never went back to the queue
+    assert len(named(run, "started")) == 1 and [e["attempt"] for e in named(run, "relaunched")] == [1, 2], describe(run)
+    first, _ = assert_each_relaunch_resumed_from_the_newest_save(run)
+    assert first >= saved
     [hang] = named(run, "hang")
     assert hang["seconds"] <= timeout + 15, hang  # counted by the supervisor from the last heartbeat
     assert hang["time"] - stopped_at <= timeout + 15, (hang, stopped_at)  # and as the test sees it
@@ -156,10 +162,9 @@ def test_hf_trainer_stopped_rank_is_a_hang_named_with_every_stack_and_restarted_
     assert [p.name.split("-")[0] for p in stacks] == ["rank0", "rank1"], stacks
     for p in stacks:
         assert "Thread" in p.read_text(), f"{p.name}: {p.read_text()}"
-    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
-    assert job_field(job, "Restarts") == "0"
-    assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
-    assert_resumed_from_the_newest_save(run)
     assert named(run, "finished")[0]["step"] == STEPS
-    assert any(line.endswith(f"stacks in {hang['stacks']}") for line in classify.history(run))
+    assert [o.kind for o in classify.ends(run)] == [classify.COMPLETED], describe(run)
+    history = classify.history(run)
+    assert any("started again in the job" in line for line in history)
+    assert any(line.endswith(f"stacks in {hang['stacks']}") for line in history)
     reference.assert_same(out, run)
