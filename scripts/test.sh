@@ -79,13 +79,16 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Three workers (tests/conftest.py): two Slurm lanes, each with its own sandbox (the
 # second is brought up on its first use), and the computing tests, one file at a time, in
 # the third worker and in whichever lane has finished; groups go out in the conftest's
-# order (--no-loadscope-reorder). The 25 slowest steps are listed at the end: where the
-# suite's time goes, run by run.
+# order (--no-loadscope-reorder). The 25 slowest steps (PYTEST_DURATIONS: how many; 0,
+# all) are listed at the end, and the CPU time the whole machine spent meanwhile: where the
+# suite's time goes, run by run (2 cores: a suite that keeps both busy spends 2 CPU-s a second).
+cpu_seconds() { awk '/^cpu /{print int(($2+$3+$4+$7+$8) / 100)}' /proc/stat; }
 status=0
 SECONDS=0
+CPU0=$(cpu_seconds)
 "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
-  --durations=25 "$@" || status=$?
-echo "pytest: ${SECONDS} s"
+  --durations="${PYTEST_DURATIONS:-25}" "$@" || status=$?
+echo "pytest: ${SECONDS} s, $(( $(cpu_seconds) - CPU0 )) CPU-s on this machine meanwhile"
 if [ -n "$LANE_PID" ]; then
   lane=0
   wait "$LANE_PID" || lane=$?
