@@ -12,32 +12,42 @@ import pytest
 from container_util import owned_by_root, profile_text
 from slurmtrain.runs import classify
 from survival_util import (TRAIN, Reference, describe, job_field, named, rank_of, rank_pids, resumes_where_it_stopped,
-                           submit, take_all_nodes, wait_job_gone, wait_until)
+                           stop_until_hang, submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.container
 
-PROBE = '''import os, socket
-rank = os.environ["RANK"]
-path = f"/shared/{os.environ['SLURMD_NODENAME']}-rank{rank}"
-with open(path, "w") as f:  # through the profile's bind, as the user
-    f.write(f"{os.getuid()} {os.path.exists('/.singularity.d') or os.path.exists('/.apptainer.d')}\\n")
+# A user's wrapper: it checks its mounts (a file through each bind named before "--", as the
+# user), then becomes the built-in trainer with the arguments after it.
+PROBE = '''import os, sys
+split = sys.argv.index("--")
+for folder in sys.argv[1:split]:
+    with open(f"{folder}/{os.environ['SLURMD_NODENAME']}-rank{os.environ['RANK']}", "w") as f:
+        f.write(f"{os.getuid()} {os.path.exists('/.singularity.d') or os.path.exists('/.apptainer.d')}\\n")
+os.execv(sys.executable, [sys.executable, "-m", "slurmtrain.train", *sys.argv[split + 1:]])
 '''
 
 
-def test_a_users_program_in_the_image_writes_through_each_bind(workdir: Path):
-    shared = workdir / "shared"
-    shared.mkdir()
+def test_tiny_demo_on_2_nodes_x_2_ranks_in_the_image_writes_through_each_bind_and_completes(workdir: Path):
+    binds = {"/shared": workdir / "shared", "/scratch/out": workdir / "scratch"}
+    for folder in binds.values():
+        folder.mkdir()
     (workdir / "probe.py").write_text(PROBE)
     profile = workdir / "binds.toml"
-    profile.write_text(profile_text([f"{shared}:/shared"]))
+    profile.write_text(profile_text([f"{host}:{inside}" for inside, host in binds.items()]))
     runs = workdir / "runs-binds"
     run, job = submit(runs, workdir, ["--profile", str(profile), "--set", "launch.procs_per_node=2"],
-                      ["python", "probe.py"])  # 2 nodes x 2 ranks
-    assert wait_job_gone(job, run, 180) == "COMPLETED", describe(run)
-    got = {p.name: p.read_text().split() for p in shared.iterdir()}
-    assert sorted(got) == [f"stnode{n}-rank{r}" for n in (1, 2) for r in (n * 2 - 2, n * 2 - 1)], got
-    assert all(uid == str(os.getuid()) and inside == "True" for uid, inside in got.values()), got
-    assert owned_by_root(run) == [] and owned_by_root(shared) == []
+                      ["python", "probe.py", *binds, "--", *TRAIN[3:], "--train-steps", "20"])  # 2 nodes x 2 ranks
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+    assert named(run, "finished")[0]["step"] == 20, describe(run)
+    log = "".join(p.read_text() for p in (run / "logs").glob("*.out"))
+    assert "world size 4" in log, log[-3000:]
+    ranks = [f"stnode{n}-rank{r}" for n in (1, 2) for r in (n * 2 - 2, n * 2 - 1)]
+    for inside, host in binds.items():
+        got = {p.name: p.read_text().split() for p in host.iterdir()}
+        assert sorted(got) == ranks, (inside, got)
+        assert all(uid == str(os.getuid()) and image == "True" for uid, image in got.values()), (inside, got)
+        assert owned_by_root(host) == []
+    assert owned_by_root(run) == []
 
 
 # One uninterrupted reference for every trainer job of the module; room after the first
@@ -108,14 +118,7 @@ def faults(workdir):
     os.kill(trainer_ranks(kill_run)[-1], signal.SIGKILL)
     victim = trainer_ranks(hang_run)[-1]
     rank, node = rank_of(victim)
-    os.kill(victim, signal.SIGSTOP)
-    try:
-        wait_until(hang_run, "the hang to be seen", lambda: named(hang_run, "hang"), 90, hang_job)
-    finally:
-        try:
-            os.kill(victim, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+    stop_until_hang(hang_run, victim, hang_job, 90)
     states = {name: wait_job_gone(job, run, 400) for name, (run, job) in jobs.items()}
     return jobs, states, (rank, node)
 

@@ -239,6 +239,21 @@ def rank_of(pid: int) -> tuple[str, str]:
     return env[b"RANK"].decode(), env[b"SLURMD_NODENAME"].decode()
 
 
+def stop_until_hang(run: Path, victim: int, job_id: str, timeout: float = 90) -> float:
+    """SIGSTOP the rank ``victim`` (a pid) and wait until the supervisor records a hang;
+    SIGCONT it whatever happens (the relaunch ends it). The wall-clock time of the SIGSTOP."""
+    os.kill(victim, signal.SIGSTOP)
+    stopped_at = time.time()
+    try:
+        wait_until(run, "the hang to be seen", lambda: named(run, "hang"), timeout, job_id)
+    finally:
+        try:
+            os.kill(victim, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    return stopped_at
+
+
 def hf_steps(run: Path) -> list[dict]:
     """The optimizer steps hf_clm.py's rank 0 finished, in order ({"step", "job_restart"})."""
     path = run / "hf_steps.jsonl"

@@ -18,8 +18,8 @@ import pytest
 from slurmtrain import ledger
 from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, Reference, describe, events, job_field, kill_machine, named, rank_of, rank_pids, run_cli, slurm, submit,
-                           wait_job_gone, wait_until)
+from survival_util import (TRAIN, Reference, describe, events, job_field, kill_machine, named, rank_of, rank_pids, run_cli, slurm,
+                           stop_until_hang, submit, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -49,14 +49,7 @@ def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, w
     wait_until(run, "training after the crash", lambda: saved_since(run, "relaunched", 1) and two_ranks(), 180, job)
 
     victim = of_rank(run, "1")  # another node than the crash's: no node is named twice     # 2. a hang
-    os.kill(victim, signal.SIGSTOP)
-    try:
-        wait_until(run, "the hang to be seen", lambda: named(run, "hang"), 90, job)
-    finally:
-        try:
-            os.kill(victim, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+    stop_until_hang(run, victim, job, 90)
     wait_until(run, "training after the hang", lambda: saved_since(run, "relaunched", 2) and two_ranks(), 180, job)
 
     slurm("sbatch", "--parsable", "-p", "high", "-N", "3", "--ntasks-per-node=4", "-J", "preemptor",  # 3. preempted

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,8 @@ import pytest
 from slurmtrain.runs import classify
 
 import waiting
-from survival_util import (HERE, describe, events, job_field, named, rank_of, rank_pids, submit, wait_job_gone,
-                           wait_until)
+from survival_util import (HERE, describe, events, job_field, named, rank_of, rank_pids, stop_until_hang, submit,
+                           wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -138,15 +137,7 @@ def test_hf_trainer_killed_then_stopped_rank_each_restarted_in_the_job_from_its_
                lambda: saved_since_relaunch(run, 1) and both(), 240, job)
     victim = ranks(run)[-1]                                                                   # 2. a hang
     rank, node = rank_of(victim)
-    os.kill(victim, signal.SIGSTOP)
-    stopped_at = time.time()
-    try:
-        wait_until(run, "the hang to be seen", lambda: named(run, "hang"), 60, job)
-    finally:
-        try:
-            os.kill(victim, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+    stopped_at = stop_until_hang(run, victim, job, 60)
     assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
 
     assert job_field(job, "Restarts") == "0"  # never went back to the queue
