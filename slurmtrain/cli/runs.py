@@ -88,11 +88,6 @@ def _targets(refs: tuple[str, ...], runs_dir: str):
                 raise
             out.append(ref)  # a job id submitted some other way: ask Slurm
             continue
-        sweep = run.manifest().get("sweep_dir")
-        if sweep:  # a point of a sweep: Slurm knows its task as part of the sweep's array
-            click.echo(f"{ref}: point {run.name} (task {run.manifest().get('array_task')}) of sweep "
-                       f"{Path(sweep).name}; its row is in the sweep's status", err=True)
-            run = rundir.RunDir(Path(sweep))
         out.append(run)
     return out
 
@@ -140,6 +135,9 @@ def _print_status(st) -> None:
         click.echo(f"{key:<10} {value}")
 
     row("run", f"{st.name}" + (f"  ({st.run})" if st.run else ""))
+    point = _point_of(st.run)
+    if point:
+        row("sweep", point)
     row("job", st.job_id or "-")
     row("state", f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else ""))
     if st.outcome and st.outcome != "running":
@@ -181,6 +179,19 @@ def _print_status(st) -> None:
         click.echo("history")
         for line in classify.history(st.run):
             click.echo(f"  {line}")
+
+
+def _point_of(run: str | None) -> str | None:
+    """For a sweep's point: which sweep, which task, and its values (the sweep's own status
+    has every point's row)."""
+    from ..runs.rundir import RunDir
+
+    manifest = RunDir(Path(run)).manifest() if run else {}
+    if not manifest.get("sweep_dir"):
+        return None
+    values = " ".join(f"{k}={v}" for k, v in (manifest.get("values") or {}).items())
+    return (f"point {manifest.get('name')} (task {manifest.get('array_task')}) of sweep "
+            f"{Path(manifest['sweep_dir']).name}: {values}")
 
 
 _PART_WORDS = {"startup": "start-up", "checkpoint": "checkpoints", "lost": "lost steps", "hang": "hangs",

@@ -93,6 +93,8 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     directory and resumes from the newest complete checkpoint. The job id is added to
     manifest.json and recorded as a `resubmitted` event. RUN is a run directory, a run name
     under --runs-dir or a unique prefix of one, a job id, or a job name (its latest run).
+    A sweep: only the points that did not complete (an array of their tasks), each going
+    on in its own run directory; a point of a sweep: that point.
 
     \b
       slurmtrain resubmit llama8b-20261121-120000
@@ -103,9 +105,18 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     run = resolve_run(ref, runs_dir)
     if not watch:
         done = lib.resubmit(run, force=force)
-        click.echo(f"resubmitted run {run.name} as job {done.job_id}")
+        click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done))
         return
     outcome = lib.watch(run, max_resubmits=max_resubmits, poll_s=poll_s, say=click.echo)
     click.echo(f"run {run.name}: {outcome.kind}: {outcome.detail}")
     if outcome.kind != "completed":
         raise SystemExit(1)
+
+
+def _which_points(done) -> str:
+    """``: points lr=3e-3 (task 1)``: a sweep's points the job runs, when not all of them."""
+    if done.tasks is None:
+        return ""
+    from ..runs.sweeps import points
+    labels = [f"{p['label']} (task {p['task']})" for p in points(done.run) if p["task"] in done.tasks]
+    return f": point{'s' if len(labels) > 1 else ''} {', '.join(labels)}"

@@ -19,14 +19,16 @@ from typing import Callable
 
 from .. import events
 from ..errors import UsageError
-from . import classify, slurmquery
-from .rundir import RunDir
+from . import classify, slurmquery, sweeps
+from .rundir import POINTS, RunDir
 from .states import JobState
 from .submit import Submitted, submit_run
 from ..eventlog import Ev
 
 # Outcomes after which the run should go on in a new job.
 RESUMABLE = frozenset({classify.PREEMPTED, classify.TIME_LIMIT, classify.NODE_FAILURE, classify.REQUEUED})
+# ... and those `resubmit` takes without --force (not a program's own end).
+CONTINUABLE = RESUMABLE | {classify.REQUEUE_LIMIT, classify.UNKNOWN, classify.RUNNING, classify.CANCELLED}
 
 
 @dataclass(frozen=True)
@@ -56,18 +58,25 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
 
     Refused while the run's job is still queued or running, and (unless ``force``)
     after it completed or failed by itself: resubmitting cannot fix a program's error.
+    A sweep: only its points that did not complete, each in its own run directory (a
+    point's own error only with ``force``); a point of a sweep: that point.
     """
+    only = None
+    if run.sweep_dir is not None:  # a point: its sweep, that task only
+        only = int(run.manifest().get("array_task", -1))
+        run = RunDir(run.sweep_dir)
     if not run.script.is_file():
         raise UsageError(f"run {run.name}: no {run.script.name} to resubmit ({run.path})")
     end = job_end(run)
     if end is not None and end.active:
         raise UsageError(f"run {run.name}: job {end.job_id} is still {end.state}; resubmit after it ends "
                          f"(or cancel it with `slurmtrain cancel {run.name}`)")
-    outcome = classify.classify(run.path, end.state if end else None, end.exit_code if end else None)
-    if not force and outcome.kind not in RESUMABLE | {classify.REQUEUE_LIMIT, classify.UNKNOWN,
-                                                       classify.RUNNING, classify.CANCELLED}:
-        raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
-                         "nothing to continue (use --force to submit it again anyway)")
+    tasks = _points_again(run, force, only) if sweeps.points(run) else None
+    if tasks is None:
+        outcome = classify.classify(run.path, end.state if end else None, end.exit_code if end else None)
+        if not force and outcome.kind not in CONTINUABLE:
+            raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
+                             "nothing to continue (use --force to submit it again anyway)")
     previous = run.job_id
     from .. import ledger
     bad = ledger.excluded(run.path.parent, ledger.hours_of_run(run.path))
@@ -77,9 +86,35 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
     exclude = sorted(set(bad) | set(run.manifest().get("exclude") or []))
     if exclude:
         run.update_manifest(exclude=exclude)
-    done = submit_run(run, (f"--exclude={','.join(exclude)}",) if exclude else ())
+    args = ((f"--exclude={','.join(exclude)}",) if exclude else ()) + \
+        ((f"--array={','.join(str(t) for t in tasks)}",) if tasks is not None else ())
+    done = submit_run(run, args, tasks=tasks)
     events.append(run.path, Ev.RESUBMITTED, job_id=done.job_id, previous_job_id=previous or "")
     return done
+
+
+def _points_again(run: RunDir, force: bool, only: int | None) -> tuple[int, ...]:
+    """The tasks of the sweep's points to submit again (``only``: that task alone): every
+    point that did not complete, one that failed by its own error only with ``force``.
+    UsageError, naming each point and how it ended, when none is left."""
+    from .track import statuses
+
+    slurm = {t.task: t for t in statuses([run], with_events=False)[0].tasks}
+    again, left = [], []
+    for point in sweeps.points(run):
+        if only is not None and point["task"] != only:
+            continue
+        t = slurm.get(point["task"])
+        outcome = classify.classify(run.path / POINTS / point["label"], t.state.value if t else None,
+                                    t.exit_code if t else None)
+        if outcome.kind != classify.COMPLETED and (force or outcome.kind in CONTINUABLE):
+            again.append(point["task"])
+        else:
+            left.append(f"{point['label']}: {outcome.kind}")
+    if not again:
+        raise UsageError(f"sweep {run.name}: no point to continue ({'; '.join(left) or 'no points'}); "
+                         "a point that failed by its own error needs --force")
+    return tuple(again)
 
 
 def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,

@@ -99,12 +99,22 @@ class RunDir:
         job_id = job_id or self.job_id
         return self.logs / f"job-{job_id}.out" if job_id else None
 
+    @property
+    def sweep_dir(self) -> Path | None:
+        """The sweep this run is a point of (its array task writes the batch log there)."""
+        sweep = self.manifest().get("sweep_dir")
+        return Path(sweep) if sweep else None
+
     def batch_logs(self, job_id: str | None = None) -> dict[int | None, Path]:
         """Array task (None for a job that is no array) -> its batch log, written or not:
-        every task of the run's array, and any other task's log found."""
+        every task of the run's array, and any other task's log found. A sweep's point: its
+        own task's, in the sweep's logs."""
         job_id = job_id or self.job_id
         if not job_id:
             return {}
+        if self.sweep_dir is not None:
+            _, _, task = job_id.partition("_")
+            return {int(task): self.sweep_dir / LOGS / f"job-{job_id}.out"} if task.isdigit() else {}
         if self.array_size is None:
             return {None: self.logs / f"job-{job_id}.out"}
         found = {int(m["task"]): p for p in self._log_files()
@@ -118,7 +128,10 @@ class RunDir:
         job_id = job_id or self.job_id
         out = {}
         if job_id:
-            logs = [(m, p) for p in self._log_files() if (m := _NODE_LOG.fullmatch(p.name)) and m["job"] == job_id]
+            # A sweep's point knows its task's job as ARRAY_TASK; its logs are ARRAY_TASK-<node>.out.
+            job, _, task = job_id.partition("_")
+            logs = [(m, p) for p in self._log_files() if (m := _NODE_LOG.fullmatch(p.name)) and m["job"] == job
+                    and (not task or m["task"] == task)]
             for m, p in sorted(logs, key=lambda mp: (int(mp[0]["task"] or -1), mp[0]["node"])):
                 out[log_label(None if m["task"] is None else int(m["task"]), m["node"])] = p
         return out

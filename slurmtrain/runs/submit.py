@@ -24,6 +24,7 @@ from ..eventlog import Ev
 class Submitted:
     run: RunDir
     job_id: str
+    tasks: tuple[int, ...] | None = None  # a sweep's points submitted (by task), when not all
 
 
 def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
@@ -81,9 +82,11 @@ def _sweep_dirs(run: RunDir, job: JobSpec) -> None:
                             values=point["values"], state="created", job_ids=[])
 
 
-def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | None = None) -> Submitted:
+def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | None = None,
+               tasks: tuple[int, ...] | None = None) -> Submitted:
     """sbatch ``run``'s job.sbatch (with ``sbatch_args`` before it); a refusal is recorded
-    in the run directory and re-raised. ``config``: ``scontrol show config`` already asked."""
+    in the run directory and re-raised. ``config``: ``scontrol show config`` already asked.
+    ``tasks``: a sweep's points submitted (sbatch_args has their --array), None for all."""
     from .jobs import ScriptExecutor  # submitit: imported only when submitting
 
     try:
@@ -99,11 +102,14 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
     run.update_manifest(state="submitted", job_ids=run.job_ids + [tracked.job_id], submitted_at=now,
                         **({"slurm_version": slurmversion.text(version)} if version else {}))
     size = run.array_size  # an array's tasks: eventlog follows each, waiting ones too
-    events.append(run.path, Ev.SUBMITTED, job_id=tracked.job_id, **({"array_tasks": size} if size else {}))
+    events.append(run.path, Ev.SUBMITTED, job_id=tracked.job_id, **({"array_tasks": size} if size else {}),
+                  **({"tasks": list(tasks)} if tasks is not None else {}))
     for point in (run.manifest().get("sweep") or {}).get("points", []):
-        sub = RunDir(run.path / POINTS / point["label"])
-        sub.update_manifest(state="submitted", submitted_at=now, job_ids=[f"{tracked.job_id}_{point['task']}"])
-    return Submitted(run, tracked.job_id)
+        if tasks is None or point["task"] in tasks:
+            sub = RunDir(run.path / POINTS / point["label"])
+            sub.update_manifest(state="submitted", submitted_at=now,
+                                job_ids=sub.job_ids + [f"{tracked.job_id}_{point['task']}"])
+    return Submitted(run, tracked.job_id, tasks)
 
 
 def excluded_nodes(run: RunDir) -> str:

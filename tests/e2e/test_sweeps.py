@@ -27,29 +27,57 @@ def point_events(run: Path, label: str) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_a_users_command_gets_each_points_values_in_its_arguments_and_environment(tmp_path):
+def test_a_users_command_gets_each_points_values_and_a_failed_point_alone_is_resubmitted(tmp_path):
+    """Each point's values as {key} in the command and as variables; point lr=3e-4 fails
+    its first run (exit 3): `resubmit` refuses (a program's error), `resubmit --force` sends
+    that point alone again (--array=1), in its own run directory, and the sweep completes;
+    `status POINT` and `logs POINT` show the point itself."""
     code = ("import os, sys; print('argv', sys.argv[1:], 'env', os.environ['SLURMTRAIN_SWEEP_LR'], "
-            "os.environ['SLURMTRAIN_SWEEP_OPT'], 'dir', os.environ['SLURMTRAIN_RUN_DIR'], flush=True)")
+            "os.environ['SLURMTRAIN_SWEEP_OPT'], 'dir', os.environ['SLURMTRAIN_RUN_DIR'], flush=True)\n"
+            "once = os.path.join(os.environ['SLURMTRAIN_RUN_DIR'], 'failed-once')\n"
+            "if os.environ['SLURMTRAIN_SWEEP_LR'] == '3e-4' and not os.path.exists(once):\n"
+            "    open(once, 'w').close(); sys.exit(3)")
     name = submit(tmp_path, "--profile", "local", "--launcher", "srun", "-N", "1", "--set", "launch.procs_per_node=1",
                   "--name", "cmd", "--sweep", "lr=1e-4,3e-4", "--sweep", "opt=adamw",
                   "--", sys.executable, "-c", code, "--lr={lr}", "{opt}")
     final = wait_final(tmp_path, [name], timeout=120)[name]
-    assert final["state"] == "COMPLETED", final
+    assert final["state"] == "FAILED", final
     run = tmp_path / "runs" / name
+    first = json.loads((run / "manifest.json").read_text())["job_ids"][0]
+    refused = cli(tmp_path, "resubmit", name)
+    assert refused.returncode == 2 and "lr=1e-4_opt=adamw: completed; lr=3e-4_opt=adamw: user error" in refused.stderr, \
+        refused.stderr
+    again = cli(tmp_path, "resubmit", "--force", name)
+    assert again.returncode == 0 and again.stdout.strip().endswith(": point lr=3e-4_opt=adamw (task 1)"), again.stdout
+    second = json.loads((run / "manifest.json").read_text())["job_ids"][-1]
+    final = wait_final(tmp_path, [name], timeout=120)[name]
+    assert [(r["label"], r["state"]) for r in final["sweep"]] == [
+        ("lr=1e-4_opt=adamw", "COMPLETED"), ("lr=3e-4_opt=adamw", "COMPLETED")], final["sweep"]
+
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["array"] == 2 and len(manifest["job_ids"]) == 1
+    assert manifest["array"] == 2 and manifest["job_ids"] == [first, second]
     assert [p["label"] for p in manifest["sweep"]["points"]] == ["lr=1e-4_opt=adamw", "lr=3e-4_opt=adamw"]
-    for task, (label, lr) in enumerate((("lr=1e-4_opt=adamw", "1e-4"), ("lr=3e-4_opt=adamw", "3e-4"))):
-        logs = list((run / "points" / label / "logs").glob(f"{manifest['job_ids'][0]}_{task}-*.out"))
+    for task, (label, lr, jobs) in enumerate((("lr=1e-4_opt=adamw", "1e-4", [first]),
+                                             ("lr=3e-4_opt=adamw", "3e-4", [first, second]))):
+        point = run / "points" / label
+        assert json.loads((point / "manifest.json").read_text())["job_ids"] == [f"{j}_{task}" for j in jobs]
+        logs = list((point / "logs").glob(f"{jobs[-1]}_{task}-*.out"))
         text = "".join(p.read_text() for p in logs)
-        assert f"argv ['--lr={lr}', 'adamw'] env {lr} adamw dir {run / 'points' / label}" in text, (label, text)
+        assert f"argv ['--lr={lr}', 'adamw'] env {lr} adamw dir {point}" in text, (label, text)
         assert [e["event"] for e in point_events(run, label)][-1] == "finished"
+        assert len([e for e in point_events(run, label) if e["event"] == "started"]) == len(jobs), label
     logs = cli(tmp_path, "logs", name).stdout  # every task's batch log and its point's node logs
-    assert "argv ['--lr=1e-4', 'adamw']" in logs and "argv ['--lr=3e-4', 'adamw']" in logs, logs
+    assert "argv ['--lr=3e-4', 'adamw']" in logs, logs
     assert re.search(r"==> task 1/stnode\d: .*/points/lr=3e-4_opt=adamw/logs/", logs), logs
-    point = cli(tmp_path, "status", str(run / "points" / "lr=3e-4_opt=adamw"))
-    assert point.returncode == 0 and f"(task 1) of sweep {name}" in point.stderr, point.stderr
-    assert point.stdout.startswith(f"run        {name}") and "2 points: 2 COMPLETED" in point.stdout, point.stdout
+    label = "lr=3e-4_opt=adamw"
+    point = cli(tmp_path, "status", str(run / "points" / label))
+    assert point.returncode == 0 and point.stdout.startswith(f"run        {label}"), point.stdout
+    assert f"sweep      point {label} (task 1) of sweep {name}: lr=3e-4 opt=adamw" in point.stdout, point.stdout
+    assert "COMPLETED" in point.stdout and "2 points" not in point.stdout, point.stdout
+    point_logs = cli(tmp_path, "logs", str(run / "points" / label))
+    assert point_logs.returncode == 0, point_logs.stderr
+    assert f"==> task 1/batch: {run / 'logs' / f'job-{second}_1.out'} <==" in point_logs.stdout, point_logs.stdout
+    assert "argv ['--lr=3e-4', 'adamw']" in point_logs.stdout and "--lr=1e-4" not in point_logs.stdout
 
 
 def test_bad_sweeps_are_refused_naming_the_key_and_nothing_is_queued(tmp_path):
