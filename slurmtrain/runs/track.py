@@ -5,7 +5,7 @@ events.jsonl. Many runs cost one query to Slurm (:func:`slurmquery.query`).
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
@@ -216,9 +216,28 @@ def _array_from_info(st: RunStatus, info: slurmquery.JobInfo, evs: list[dict[str
     MinJobAge ago) from its events. The run's state combines them (states.aggregate)."""
     known = info.task_infos()
     per_task = eventlog.tasks(_job_events(evs, st.job_id))
-    st.tasks = [_slurm_task(t, known[t]) if t in known else _unlisted_task(st, info, per_task.get(t, []), t)
+    last = _task_jobs(evs, size)
+    st.tasks = [_task_in_job(st, evs, last[t], t)[0] if last.get(t, st.job_id) != st.job_id
+                else _slurm_task(t, known[t]) if t in known else _unlisted_task(st, info, per_task.get(t, []), t)
                 for t in range(size)]
     _combine_tasks(st)
+
+
+def _task_jobs(evs: list[dict[str, Any]], size: int) -> dict[int, str]:
+    """Each task's latest job: the last ``submitted`` that sent it (a sweep's resubmission
+    sends only its unfinished points, ``tasks``; one without ``tasks`` sent every task)."""
+    out: dict[int, str] = {}
+    for e in evs:
+        if e.get("event") == eventlog.Ev.SUBMITTED and e.get("job_id"):
+            for t in e.get("tasks") or range(size):
+                out[t] = str(e["job_id"])
+    return out
+
+
+def _task_in_job(st: RunStatus, evs: list[dict[str, Any]], job_id: str, task: int) -> tuple[TaskStatus, RunStatus]:
+    """How ``task`` ended in job ``job_id``, from its events (:func:`_events_task`): for a task
+    the run's latest job did not run again (it had completed), its own latest job."""
+    return _events_task(replace(st, job_id=job_id), eventlog.tasks(_job_events(evs, job_id)).get(task, []), task)
 
 
 def _unlisted_task(st: RunStatus, info: slurmquery.JobInfo, evs: list[dict[str, Any]], task: int) -> TaskStatus:
@@ -263,8 +282,8 @@ def _combine_tasks(st: RunStatus) -> None:
 
 def _array_from_events(st: RunStatus, evs: list[dict[str, Any]], size: int) -> RunStatus:
     """Slurm has forgotten every task: each one's events say how it ended."""
-    per_task = eventlog.tasks(_job_events(evs, st.job_id))
-    found = [_events_task(st, per_task.get(t, []), t) for t in range(size)]
+    last = _task_jobs(evs, size)
+    found = [_task_in_job(st, evs, last.get(t, st.job_id), t) for t in range(size)]
     ends = {task.task: end for task, end in found}
     st.source = "events.jsonl"
     st.tasks = [task for task, _ in found]

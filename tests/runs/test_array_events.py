@@ -207,3 +207,26 @@ def test_the_array_script_asks_of_its_own_task():
     assert (K.finished_since_start(evs, 1), K.saved_in_run(evs, 1)) == (False, True)
     # read as one sequence, task 1 would take task 0's `finished` for its program's
     assert K.finished_since_start(evs) is True
+
+
+def test_a_resubmission_of_some_tasks_keeps_the_others_as_they_ended(tmp_path, fake_slurm):
+    """`resubmit SWEEP` sends only task 1 again (job 20, `tasks: [1]`): task 0 completed in
+    job 12 and stays so, whether Slurm still knows job 20 or has forgotten it too."""
+    resent = [{"event": "submitted", "job_id": "20", "array_tasks": 2, "tasks": [1]},
+              {"event": "started", "job_id": "20", "restart": 0, "array_job_id": "20", "array_task": 1,
+               "nodes": "stnode2", "array_tasks": 2}]
+    evs = [SUBMITTED, START0, START1, FAILED1, DONE0, *resent]
+    forget_jobs(fake_slurm, scontrol_line("20", "1", "RUNNING").replace("ArrayJobId=12", "ArrayJobId=20"))
+    run = write_run(tmp_path, evs)
+    run.update_manifest(job_ids=["12", "20"])
+    (st,) = track.statuses([run])
+    assert [(t.task, t.state) for t in st.tasks] == [(0, JobState.COMPLETED), (1, JobState.RUNNING)], st.tasks
+    assert st.state is JobState.RUNNING
+    forget_jobs(fake_slurm)
+    (run.path / events.EVENTS_FILE).write_text("".join(json.dumps(e) + "\n" for e in timed(
+        *evs, {"event": "finished", "job_id": "20", "restart": 0, "array_job_id": "20", "array_task": 1,
+               "exit_code": 0})))
+    (st,) = track.statuses([run])
+    assert [(t.task, t.state, t.job_id) for t in st.tasks] == [(0, JobState.COMPLETED, "13"),
+                                                               (1, JobState.COMPLETED, "20")], st.tasks
+    assert (st.state, st.source) == (JobState.COMPLETED, "events.jsonl")
