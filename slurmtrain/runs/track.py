@@ -70,16 +70,17 @@ class RunStatus:
 def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[RunStatus]:
     """Status of each target (a run, or a bare job id) with one query to Slurm for all."""
     targets = list(targets)
-    job_ids = {t if isinstance(t, str) else t.job_id for t in targets} - {None}
+    asked = [t for t in targets if not (isinstance(t, RunDir) and t.sweep_dir)]  # a point asks of its sweep
+    job_ids = {t if isinstance(t, str) else t.job_id for t in asked} - {None}
     infos: dict[str, slurmquery.JobInfo] = {}
     if job_ids:
         from . import jobs  # submitit's job objects; imported only when there is a job to ask about
 
         tracked = [jobs.job(t.path if isinstance(t, RunDir) else ".", t if isinstance(t, str) else t.job_id)
-                   for t in targets if (t if isinstance(t, str) else t.job_id)]
+                   for t in asked if (t if isinstance(t, str) else t.job_id)]
         jobs.refresh(tracked)
         infos = {j.job_id: i for j in tracked if (i := j.info(mode="cache")) is not None}
-    out = [_status(t, infos, with_events) for t in targets]
+    out = [_point_status(t, with_events) if t not in asked else _status(t, infos, with_events) for t in targets]
     for t, st in zip(targets, out):
         if with_events and isinstance(t, RunDir) and st.state is JobState.FAILED:
             st.program_exit_code = program_exit_code(t, st.job_id)
@@ -139,12 +140,7 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
     if manifest.get("state") == "refused":
         st.state, st.note = JobState.REFUSED, manifest.get("refusal")
         return st
-    report = goodput.of_events(evs)
-    st.goodput = report.to_json() if report.spans else None
-    st.checkpoint_interval = next((e for e in reversed(evs) if e.get("event") == eventlog.Ev.CHECKPOINT_INTERVAL),
-                                  None)
-    st.stragglers = [{k: e.get(k) for k in ("time", "node", "pct", "compute_ms", "others_ms")} for e in evs
-                     if e.get("event") == eventlog.Ev.STRAGGLER]
+    _from_run_events(st, evs)
     if st.job_id is None:
         st.note = "not submitted (no job id in manifest.json)"
         return st
@@ -160,6 +156,32 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
     if size is not None:
         return _array_from_events(st, evs, size)
     return _from_events(st, evs)
+
+
+def _from_run_events(st: RunStatus, evs: list[dict[str, Any]]) -> None:
+    """What the run's own events say whatever Slurm says: goodput, the checkpoint cadence,
+    stragglers."""
+    report = goodput.of_events(evs)
+    st.goodput = report.to_json() if report.spans else None
+    st.checkpoint_interval = next((e for e in reversed(evs) if e.get("event") == eventlog.Ev.CHECKPOINT_INTERVAL),
+                                  None)
+    st.stragglers = [{k: e.get(k) for k in ("time", "node", "pct", "compute_ms", "others_ms")} for e in evs
+                     if e.get("event") == eventlog.Ev.STRAGGLER]
+
+
+def _point_status(point: RunDir, with_events: bool) -> RunStatus:
+    """A sweep's point: its task's state in the sweep's array (in the latest job that ran it),
+    its own events (history, goodput), its job as squeue shows it (ARRAY_TASK)."""
+    manifest = point.manifest()
+    [sweep] = statuses([RunDir(point.sweep_dir)], with_events=False)
+    task = next((t for t in sweep.tasks if t.task == manifest.get("array_task")), None)
+    evs = events_of(point.path)
+    st = RunStatus(str(point.path), point.name, point.job_id, task.state if task else JobState.UNKNOWN,
+                   task.source if task else "events.jsonl", nodes=sweep.nodes,
+                   nodelist=task.nodelist if task else None, exit_code=task.exit_code if task else None,
+                   submitted=manifest.get("submitted_at"), events=evs if with_events else [])
+    _from_run_events(st, evs)
+    return st
 
 
 def _from_info(st: RunStatus, info: slurmquery.JobInfo) -> RunStatus:
