@@ -93,7 +93,8 @@ export SLURMTRAIN_SANDBOX_DIR=$STATE
 slurmtrain sandbox down >/dev/null 2>&1 || true
 slurmtrain sandbox up --nodes 2 >/dev/null || { echo "container lane: sandbox up failed" >&2; exit 1; }
 status=0
-args=\$(printf ' %q' "\$@")  # pytest's arguments, each quoted for the user's shell
+args=""  # pytest's arguments, each quoted for the user's shell (none: printf would give '', the whole tests/)
+[ \$# = 0 ] || args=\$(printf ' %q' "\$@")
 su $USER_NAME -c "export PATH='$PREFIX/bin:/usr/bin:/bin' PYTHONPATH='$REPO' SLURM_CONF=$STATE/slurm.conf SLURMTRAIN_CONTAINER_TESTS=1 \\
   SLURMTRAIN_CONTAINER_IMAGE=$IMAGE SLURMTRAIN_CONTAINER_PYTHON='$PREFIX' CI='${CI:-}' OMP_NUM_THREADS=1; \\
   cd '$REPO' && python3 -m pytest -q -rs -p no:cacheprovider --durations=10 --basetemp=/home/$USER_NAME/pytest \\
