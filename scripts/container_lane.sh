@@ -2,6 +2,9 @@
 # The container lane: jobs whose program runs inside an apptainer image (SIF), submitted by
 # an ordinary user, on a sandbox of Debian 13's Slurm 24.11 (tests/containers/).
 #   bash scripts/container_lane.sh [pytest args...]          (as root)
+# Then tests/remote, as a second ordinary user playing a laptop that reaches the sandbox's
+# login node over ssh (scripts/login_node.sh). SLURMTRAIN_LANE_PARTS: which of the two
+# ("containers remote" by default); the pytest arguments go to each.
 #
 # apptainer 1.4.5 comes from Debian's unstable suite and needs glibc 2.38+: it is installed
 # into a copy of the Slurm-version lane's Debian 13 tree (scripts/slurm_lane.sh). It refuses
@@ -22,12 +25,14 @@ TREE=${SLURMTRAIN_CONTAINER_TREE:-/var/cache/slurmtrain/debian13-apptainer}
 ROOTFS=${SLURMTRAIN_IMAGE_ROOTFS:-/var/cache/slurmtrain/image-rootfs}
 MIRROR=${SLURMTRAIN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 USER_NAME=stuser USER_ID=2001
+LAPTOP_USER=lapuser LAPTOP_ID=2002                # tests/remote: a laptop reaching the sandbox's login node
+SSH_PORT=${SLURMTRAIN_LOGIN_PORT:-2238}           # the login node's sshd, on 127.0.0.1
 IMAGE=/opt/images/train.sif                      # inside the tree
 STATE=/var/lib/slurmtrain-sandbox-containers      # the lane's sandbox, inside the tree
 IMAGE_LIBS="libffi8 libssl3t64 libsqlite3-0 libreadline8t64 libncursesw6 libbz2-1.0 liblzma5 zlib1g libgomp1 libuuid1 libgdbm6t64 libexpat1 libnsl2 libtirpc3t64 procps"
 PY=${PYTHON:-python3}
 PREFIX=$("$PY" -c 'import sys; print(sys.base_prefix)')  # the Python bound into the tree and the image
-STAMP="apptainer/unstable $USER_NAME:$USER_ID $(cat "$BASE/.slurmtrain-stamp" 2>/dev/null)"
+STAMP="apptainer/unstable openssh-server $USER_NAME:$USER_ID $LAPTOP_USER:$LAPTOP_ID $(cat "$BASE/.slurmtrain-stamp" 2>/dev/null)"
 IMAGE_STAMP="trixie minbase $IMAGE_LIBS python=$PREFIX"
 
 step() { printf '\n==> container lane: %s\n' "$*"; }
@@ -46,7 +51,7 @@ in_tree() {  # in_tree ROOT CMD...: CMD as root in ROOT, entered with pivot_root
 if [ "$(id -u)" != 0 ]; then echo "container lane: needs root (debootstrap, namespaces, pivot_root)" >&2; exit 2; fi
 if [ "$(cat "$TREE/.slurmtrain-container-stamp" 2>/dev/null)" != "$STAMP" ] || [ ! -d "$BASE" ]; then
   SLURMTRAIN_LANE_TREE_ONLY=1 bash scripts/slurm_lane.sh
-  STAMP="apptainer/unstable $USER_NAME:$USER_ID $(cat "$BASE/.slurmtrain-stamp")"
+  STAMP="apptainer/unstable openssh-server $USER_NAME:$USER_ID $LAPTOP_USER:$LAPTOP_ID $(cat "$BASE/.slurmtrain-stamp")"
   step "the Slurm-version lane's tree with apptainer from Debian unstable in $TREE (once per machine)"
   rm -rf "$TREE.new" && cp -a "$BASE" "$TREE.new"
   # The registry's copy of unstable has an expired Release date; only apptainer comes from it.
@@ -54,8 +59,10 @@ if [ "$(cat "$TREE/.slurmtrain-container-stamp" 2>/dev/null)" != "$STAMP" ] || [
   printf 'Package: *\nPin: release a=unstable\nPin-Priority: 100\n' > "$TREE.new/etc/apt/preferences.d/unstable"
   printf 'Acquire::Check-Valid-Until "false";\nAPT::Install-Recommends "false";\n' > "$TREE.new/etc/apt/apt.conf.d/90unstable"
   in_tree "$TREE.new" "$PREFIX" "$REPO" /usr/bin/env DEBIAN_FRONTEND=noninteractive \
-    sh -c 'apt-get update -qq && apt-get install -y -qq apptainer/unstable >/dev/null && apptainer --version'
+    sh -c 'apt-get update -qq && apt-get install -y -qq apptainer/unstable openssh-server rsync >/dev/null && apptainer --version'
   chroot "$TREE.new" useradd -m -u "$USER_ID" -s /bin/bash "$USER_NAME"
+  chroot "$TREE.new" useradd -m -u "$LAPTOP_ID" -s /bin/bash "$LAPTOP_USER"
+  chroot "$TREE.new" usermod -p '*' "$USER_NAME"  # no password, not locked: sshd lets keys in
   # A user's own namespaces for `apptainer build --fakeroot`, as sites give them.
   echo "$USER_NAME:200000:65536" > "$TREE.new/etc/subuid"; cp "$TREE.new/etc/subuid" "$TREE.new/etc/subgid"
   chmod 755 "$TREE.new/root"  # the suite's Python may live under /root: users pass through to it
@@ -95,24 +102,40 @@ slurmtrain sandbox up --nodes 2 >/dev/null || { echo "container lane: sandbox up
 status=0
 args=""  # pytest's arguments, each quoted for the user's shell (none: printf would give '', the whole tests/)
 [ \$# = 0 ] || args=\$(printf ' %q' "\$@")
-su $USER_NAME -c "export PATH='$PREFIX/bin:/usr/bin:/bin' PYTHONPATH='$REPO' SLURM_CONF=$STATE/slurm.conf SLURMTRAIN_CONTAINER_TESTS=1 \\
-  SLURMTRAIN_CONTAINER_IMAGE=$IMAGE SLURMTRAIN_CONTAINER_PYTHON='$PREFIX' CI='${CI:-}' OMP_NUM_THREADS=1; \\
-  cd '$REPO' && python3 -m pytest -q -rs -p no:cacheprovider --durations=10 --basetemp=/home/$USER_NAME/pytest \\
-  tests/containers\$args" || status=\$?
+parts=" \${SLURMTRAIN_LANE_PARTS:-containers remote} "
+if [ "\$parts" != "\${parts/ containers /}" ]; then
+  su $USER_NAME -c "export PATH='$PREFIX/bin:/usr/bin:/bin' PYTHONPATH='$REPO' SLURM_CONF=$STATE/slurm.conf SLURMTRAIN_CONTAINER_TESTS=1 \\
+    SLURMTRAIN_CONTAINER_IMAGE=$IMAGE SLURMTRAIN_CONTAINER_PYTHON='$PREFIX' CI='${CI:-}' OMP_NUM_THREADS=1; \\
+    cd '$REPO' && python3 -m pytest -q -rs -p no:cacheprovider --durations=10 --basetemp=/home/$USER_NAME/pytest \\
+    tests/containers\$args" || status=\$?
+fi
+if [ "\$parts" != "\${parts/ remote /}" ]; then
+  # The laptop (another user, no Slurm on the PATH its commands get) and the login node.
+  export PREFIX='$PREFIX' REPO='$REPO' STATE=$STATE USER_NAME=$USER_NAME LAPTOP_USER=$LAPTOP_USER SSH_PORT=$SSH_PORT
+  bash '$REPO/scripts/login_node.sh' start || status=1
+  su $LAPTOP_USER -c "export PATH='$PREFIX/bin:/usr/bin:/bin' PYTHONPATH='$REPO' SLURM_CONF=$STATE/slurm.conf SLURMTRAIN_REMOTE_TESTS=1 \\
+    SLURMTRAIN_LAPTOP_BIN=/home/$LAPTOP_USER/laptop-bin SLURMTRAIN_LOGIN_LOG=/var/log/slurmtrain-sshd.log \\
+    SLURMTRAIN_LOGIN_USER=$USER_NAME SLURMTRAIN_LOGIN_PORT=$SSH_PORT CI='${CI:-}' OMP_NUM_THREADS=1; \\
+    cd '$REPO' && python3 -m pytest -q -rs -p no:cacheprovider --durations=10 --basetemp=/home/$LAPTOP_USER/pytest \\
+    tests/remote\$args" || status=\$?
+  bash '$REPO/scripts/login_node.sh' stop
+fi
 slurmtrain sandbox down >/dev/null || true
 exit "\$status"
 EOF2
 chmod +x "$TREE/usr/local/bin/slurmtrain-container-lane"
 mkdir -p "$TREE/opt/image-rootfs-src"
 # shellcheck disable=SC2016  # dpkg-query's own ${Version}
-step "apptainer $(chroot "$TREE" dpkg-query -W -f '${Version}' apptainer), $("$PY" -V) bound at $PREFIX: tests/containers as $USER_NAME"
+step "apptainer $(chroot "$TREE" dpkg-query -W -f '${Version}' apptainer), $("$PY" -V) bound at $PREFIX: tests/containers as $USER_NAME, tests/remote as $LAPTOP_USER"
 # shellcheck disable=SC2016
 exec unshare --mount --propagation private /bin/bash -c '
-  set -e; T=$1 PREFIX=$2 REPO=$3 ROOTFS=$4; shift 4
+  set -e; T=$1 PREFIX=$2 REPO=$3 ROOTFS=$4 PARTS=$5; shift 5
   mount --bind "$T" "$T"; mount -t proc proc "$T/proc"; mount --rbind /dev "$T/dev"
   mkdir -p "$T$PREFIX" "$T$REPO"
   mount --bind -o ro "$PREFIX" "$T$PREFIX"; mount --bind "$REPO" "$T$REPO"
   mount --bind -o ro "$ROOTFS" "$T/opt/image-rootfs-src"
   cd "$T"; mkdir -p .oldroot; pivot_root . .oldroot; umount -l /.oldroot
-  exec /usr/bin/env -i PATH="$PREFIX/bin:/usr/bin:/bin:/usr/sbin:/sbin" HOME=/root LANG=C.UTF-8 PYTHONPATH="$REPO" "$@"' \
-  lane "$TREE" "$PREFIX" "$REPO" "$ROOTFS" /usr/local/bin/slurmtrain-container-lane "$@"
+  exec /usr/bin/env -i PATH="$PREFIX/bin:/usr/bin:/bin:/usr/sbin:/sbin" HOME=/root LANG=C.UTF-8 PYTHONPATH="$REPO" \
+    SLURMTRAIN_LANE_PARTS="$PARTS" "$@"' \
+  lane "$TREE" "$PREFIX" "$REPO" "$ROOTFS" "${SLURMTRAIN_LANE_PARTS:-containers remote}" \
+  /usr/local/bin/slurmtrain-container-lane "$@"

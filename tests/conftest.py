@@ -87,7 +87,9 @@ def _bring_up(accounting: bool | None):
 # The container tests run only in the container lane (scripts/container_lane.sh), as an
 # ordinary user inside its Debian 13 tree, where apptainer can run: this Debian 12 machine
 # has none, and root cannot run it here. Not collected elsewhere (so never a skip).
-collect_ignore_glob = [] if os.environ.get("SLURMTRAIN_CONTAINER_TESTS") else ["containers/*"]
+# So are tests/remote (a laptop user reaching the lane's login node over ssh).
+collect_ignore_glob = ([] if os.environ.get("SLURMTRAIN_CONTAINER_TESTS") else ["containers/*"]) + \
+    ([] if os.environ.get("SLURMTRAIN_REMOTE_TESTS") else ["remote/*"])
 
 def _progress(message: str) -> None:
     print(f"sandbox: {message}")

@@ -1,0 +1,130 @@
+"""slurmtrain.remote without a network: the remotes file checked at load, the command line
+the login node's shell gets (run here by a real sh), ssh's failures as one line each, and
+the code's size guard. The end-to-end tests over a real sshd are tests/remote/."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmtrain import remote as rm
+from slurmtrain.errors import ConfigError
+
+HOSTILE = ["a b", "$(touch pwned)", "x; touch pwned2", "it's", '"q"', "`id`", "*", "--flag=$HOME", "tab\there",
+           "\\n", "new\nline", "", "-"]
+
+
+def test_a_spec_is_a_host_with_user_and_port_and_hostile_ones_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURMTRAIN_REMOTES", str(tmp_path / "none.toml"))
+    r = rm.load("alice@login.example.org:2222")
+    assert (r.user, r.host, r.port, r.where) == ("alice", "login.example.org", 2222, "alice@login.example.org:2222")
+    assert rm.load("[::1]:22").host == "[::1]"
+    for bad, what in (("-oProxyCommand=touch x", "host"), ("a;b@h", "user"), ("h o", "host"),
+                      ("$(id)@h", "user"), ("h:99999", "port")):
+        with pytest.raises(rm.RemoteError, match=what):
+            rm.load(bad)
+
+
+def test_the_remotes_file_is_checked_at_load_naming_file_and_key(tmp_path, monkeypatch):
+    path = tmp_path / "remotes.toml"
+    monkeypatch.setenv("SLURMTRAIN_REMOTES", str(path))
+    path.write_text('[c]\nhost = "login"\nport = 2222\nidentity = "~/.ssh/k"\ndir = "~/work space"\n'
+                    'ssh_options = ["ProxyJump=bastion"]\n')
+    r = rm.load("c")
+    assert (r.host, r.port, r.dir, r.ssh_options) == ("login", 2222, "~/work space", ["ProxyJump=bastion"])
+    for text, key in (('[c]\nhost = "h"\nprot = 1\n', "c.prot: unknown key"),
+                      ('[c]\nhost = "h"\nport = "22"\n', "c.port: expected an integer"),
+                      ('[c]\nport = 22\n', "c: has no host"),
+                      ('[c]\nhost = "h"\nssh_options = [1]\n', "c.ssh_options"),
+                      ('c = 1\n', "c: each remote is a table"),
+                      ('[c\n', "not valid TOML")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=key) as err:
+            rm.load("c")
+        assert str(path) in str(err.value)
+    path.write_text('[c]\nhost = "h"\nssh_options = ["-oProxyCommand=x"]\n')
+    with pytest.raises(rm.RemoteError, match="not Key=Value"):
+        rm.load("c")
+
+
+def _fake_slurmtrain(tmp_path: Path) -> Path:
+    prog = tmp_path / "bin" / "fake slurmtrain"
+    prog.parent.mkdir()
+    prog.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    "print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(),"
+                    " 'runs': os.environ['SLURMTRAIN_RUNS_DIR'], 'remote': os.environ.get('SLURMTRAIN_REMOTE')}))\n")
+    prog.chmod(prog.stat().st_mode | stat.S_IXUSR)
+    return prog
+
+
+def test_the_login_shell_gets_every_argument_literally(tmp_path, monkeypatch):
+    """What ssh hands the login shell, run by a real sh: each argument arrives as it was typed,
+    in the remote's directory (a space in it), runs under its runs/."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    r = rm.Remote(name="c", host="h", dir="~/work dir", command=str(_fake_slurmtrain(tmp_path)))
+    script = rm.remote_script(r, ["status", *HOSTILE])
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "SLURMTRAIN_REMOTE": "loop"}
+    # ssh hands `sh -c QUOTED` to the login shell: the same two levels here.
+    remote_command = rm.Ssh(r).argv(script)[-1]
+    done = subprocess.run(["bash", "-c", remote_command], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["argv"] == ["status", *HOSTILE]
+    assert got["cwd"] == str(home / "work dir") and got["runs"] == str(home / "work dir" / "runs")
+    assert got["remote"] is None  # not sent on again from the login node
+    assert not list(tmp_path.rglob("pwned*"))
+
+
+def test_ssh_failures_are_one_line_that_says_what_to_do():
+    r = rm.Remote(name="c", host="login", user="alice", port=2222, identity="~/.ssh/k")
+    cases = {
+        "ssh: connect to host login port 2222: Connection refused\r\n": "cannot reach alice@login:2222: connection refused",
+        "ssh: Could not resolve hostname login: Name or service not known\r\n": "cannot reach alice@login:2222: could not",
+        "alice@login: Permission denied (publickey).\r\n": "alice@login:2222 refused the login with ~/.ssh/k",
+        "Host key verification failed.\r\n": "host key of alice@login:2222 is not known here",
+        "@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n@@@@@\nHost key verification failed.\n":
+            "host key of alice@login:2222 has changed",
+        "kex_exchange_identification: read: Connection reset by peer\r\n": "ssh to alice@login:2222 failed: kex",
+    }
+    for stderr, said in cases.items():
+        line = rm.ssh_failure(stderr, r)
+        assert said in line and "\n" not in line, (stderr, line)
+
+
+def test_the_size_guard_names_the_largest_files_and_gitignore_keeps_files_home(tmp_path):
+    (tmp_path / ".gitignore").write_text("outputs/\n*.ckpt\n")
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "huge.bin").write_bytes(b"\0" * 2_000_000)
+    (tmp_path / "model.ckpt").write_bytes(b"\0" * 2_000_000)
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "pack").write_bytes(b"\0" * 2_000_000)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    r = rm.Remote(name="c", host="h", max_upload_mb=1)
+    up = rm.plan_upload(tmp_path, r)  # 10 bytes travel: the ignored files and .git do not count
+    assert up.path.startswith(f"code/{tmp_path.name}/") and up.stamp.endswith(f"-{os.getpid()}")
+    (tmp_path / "data.bin").write_bytes(b"\0" * 1_500_000)
+    with pytest.raises(rm.RemoteError, match=r"1\.5 MB of code to send, over the remote's max_upload_mb = 1; "
+                                             r"largest: data\.bin \(1\.5 MB\)"):
+        rm.plan_upload(tmp_path, r)
+
+
+def test_remote_paths_keep_home_and_quote_the_rest():
+    assert rm.rpath("~/a b") == '"$HOME"\'/a b\''
+    assert rm.rpath("/x/$(id)") == "'/x/$(id)'"
+    assert rm.home_relative("~/a") == "a" and rm.home_relative("/abs") == "/abs" and rm.home_relative("~") == "."
+
+
+def test_the_sandbox_does_not_take_remote_and_a_bad_remote_is_one_line(tmp_path):
+    env = {**os.environ, "SLURMTRAIN_REMOTES": str(tmp_path / "none.toml")}
+    for args, said in ((["--remote", "login", "sandbox", "up"], "sandbox does not take --remote"),
+                       (["--remote", "-oProxyCommand=x", "status"], "is not a host name")):
+        done = subprocess.run([sys.executable, "-m", "slurmtrain", *args], env=env, capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
