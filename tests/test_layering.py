@@ -7,7 +7,8 @@ one on a floor above its own. A floor may import its own and those below.
 1  the profile and its rendering, the stop contract (imported by users' programs)
 2  what builds on them on either side: the job's supervisor, the recipes and the data
    path, the sandbox
-3  the login node's operations (runs, doctor) and the trainer
+3  the login node's operations (runs, doctor), the laptop's way to them (remote), and the
+   trainer
 4  the command line
 
 And every function fits on a screen (under 60 lines, its decorators counted).
@@ -30,7 +31,7 @@ FLOORS = {
         "heartbeat", "arrivals", "ledger", "dependents", "command", "sweep", "tracking", "shellwords", "launchers"},
     1: {"profile", "render", "stop"},
     2: {"job", "recipes", "data", "sandbox"},
-    3: {"runs", "doctor", "train", "cadence"},
+    3: {"runs", "doctor", "train", "cadence", "remote"},
     4: {"cli", "__main__"},
 }
 

@@ -25,7 +25,7 @@ class _Group(click.Group):
                 # Click 8 keeps the command's name apart from its arguments; 9 will not.
                 rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
                 if rest:
-                    sys.exit(forward(ctx.params["remote"], rest))
+                    sys.exit(forward(ctx.params["remote"], rest, self.get_command(ctx, "plot")))
             return super().invoke(ctx)
         except SlurmtrainError as err:
             click.echo(f"slurmtrain: error: {err}", err=True)

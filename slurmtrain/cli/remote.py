@@ -18,7 +18,9 @@ HERE_ONLY = {"sandbox": "the sandbox is a cluster on this machine"}
 FOLLOWING = {"logs", "watch"}  # a terminal for them, so that Ctrl-C ends them there too
 
 
-def forward(spec: str, argv: list[str]) -> int:
+def forward(spec: str, argv: list[str], plot_command: click.Command) -> int:
+    """ARGV (a command and its arguments) run on the login node SPEC; its exit status.
+    ``plot_command``: the local ``plot``, whose parser finds the picture's path."""
     from .. import remote as rm
     r = rm.load(spec)
     command = argv[0] if argv else ""
@@ -26,7 +28,7 @@ def forward(spec: str, argv: list[str]) -> int:
         raise UsageError(f"{command} does not take --remote: {HERE_ONLY[command]}")
     ssh = rm.Ssh(r)
     if command == "plot":
-        return _plot(ssh, argv)
+        return _plot(ssh, argv, plot_command)
     code = None
     if command == "submit" and not {"-h", "--help"} & set(argv):
         up = rm.plan_upload(Path.cwd(), r)
@@ -39,10 +41,9 @@ def forward(spec: str, argv: list[str]) -> int:
     return ssh.run(rm.remote_script(r, argv, code=code), tty=tty)
 
 
-def _plot(ssh, argv: list[str]) -> int:
+def _plot(ssh, argv: list[str], plot_command: click.Command) -> int:
     """The picture is written in the remote's directory, copied here, and removed there."""
     from .. import remote as rm
-    from .progress import plot as plot_command
     ctx = plot_command.make_context("plot", list(argv[1:]), resilient_parsing=True)
     out = ctx.params.get("out")
     ssh.connect()
