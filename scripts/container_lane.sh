@@ -120,6 +120,13 @@ if [ "\$parts" != "\${parts/ remote /}" ]; then
     tests/remote\$args" || status=\$?
   bash '$REPO/scripts/login_node.sh' stop
 fi
+if [ "\$parts" != "\${parts/ bench /}" ]; then  # scripts/bench_remote.py (BENCHMARKS.md), not in CI
+  export PREFIX='$PREFIX' REPO='$REPO' STATE=$STATE USER_NAME=$USER_NAME LAPTOP_USER=$LAPTOP_USER SSH_PORT=$SSH_PORT
+  bash '$REPO/scripts/login_node.sh' start || status=1
+  su $LAPTOP_USER -c "export PATH=/home/$LAPTOP_USER/laptop-bin XDG_RUNTIME_DIR=/tmp/bench-remote-\$\$; \\
+    cd '$REPO' && '$PREFIX/bin/python3' scripts/bench_remote.py --remote lane --login-log /var/log/slurmtrain-sshd.log" || status=1
+  bash '$REPO/scripts/login_node.sh' stop
+fi
 slurmtrain sandbox down >/dev/null || true
 exit "\$status"
 EOF2
