@@ -21,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -232,8 +233,17 @@ class Ssh:
         return done
 
     def run(self, script: str, *, tty: bool = False) -> int:
-        """SCRIPT's exit status; its output and errors are this command's own."""
-        return subprocess.run(self.argv(script, tty=tty)).returncode
+        """SCRIPT's exit status; its output and errors are this command's own. A SIGTERM
+        here ends ssh too (Ctrl-C reaches both as it is)."""
+        proc = subprocess.Popen(self.argv(script, tty=tty))
+        before = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            proc.wait()
+            return 130
+        finally:
+            signal.signal(signal.SIGTERM, before)
 
 
 def ssh_failure(stderr: str, remote: Remote) -> str:
