@@ -298,6 +298,8 @@ class Upload:
     source: Path
     project: str
     stamp: str
+    files: int
+    size: int  # bytes, before rsync leaves out what the previous snapshot has
 
     @property
     def parent(self) -> str:
@@ -328,16 +330,16 @@ def plan_upload(source: Path, remote: Remote) -> Upload:
             sizes.append((int(parts[1].replace(",", "").replace(".", "")), parts[4]))
     total = sum(s for s, _ in sizes)
     if total > remote.max_upload_mb * 1e6:
-        big = ", ".join(f"{name} ({_size(s)})" for s, name in sorted(sizes, reverse=True)[:5])
-        raise RemoteError(f"{source}: {_size(total)} of code to send, over the remote's "
+        big = ", ".join(f"{name} ({size_text(s)})" for s, name in sorted(sizes, reverse=True)[:5])
+        raise RemoteError(f"{source}: {size_text(total)} of code to send, over the remote's "
                           f"max_upload_mb = {remote.max_upload_mb:g}; largest: {big} (list what should "
                           "not travel in .gitignore, or raise max_upload_mb)")
     project = re.sub(r"[^A-Za-z0-9._-]", "_", source.resolve().name) or "code"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{os.getpid()}"
-    return Upload(source=source, project=project, stamp=stamp)
+    return Upload(source=source, project=project, stamp=stamp, files=len(sizes), size=total)
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 

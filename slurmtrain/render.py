@@ -46,10 +46,15 @@ _SBATCH_SAFE = re.compile(r"[A-Za-z0-9_./%+:@,=\-\[\]&|]+")
 _JOB_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 
+def check_job_name(name: str) -> None:
+    """A job name is also its run directory's name: checked before anything is made."""
+    if not _JOB_NAME.fullmatch(name):
+        raise UsageError(f"job name {name!r}: use 1-128 letters, digits, '_', '.' or '-'")
+
+
 def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     s, r = p.slurm, p.resilience
-    if not _JOB_NAME.fullmatch(job.job_name):
-        raise UsageError(f"job name {job.job_name!r}: use 1-128 letters, digits, '_', '.' or '-'")
+    check_job_name(job.job_name)
     # One task per node runs a launcher there; without an agent every process is a task.
     tasks = launchers.get(p.launch.launcher).tasks_per_node(procs_per_node(p))
     cpus = s.cpus_per_task if s.cpus_per_task is None else max(1, s.cpus_per_task // tasks)

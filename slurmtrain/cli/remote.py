@@ -33,8 +33,9 @@ def forward(spec: str, argv: list[str], plot_command: click.Command) -> int:
     if command == "submit" and not {"-h", "--help"} & set(argv):
         up = rm.plan_upload(Path.cwd(), r)
         ssh.connect()
-        click.echo(f"slurmtrain: sending {up.source} to {r.where}:{r.dir}/{up.path}", err=True)
-        rm.upload(ssh, up)
+        rm.upload(ssh, up)  # said after it is whole: a failure is then its own line only
+        click.echo(f"slurmtrain: code: {up.source} ({up.files} files, {rm.size_text(up.size)}) "
+                   f"-> {r.where}:{r.dir}/{up.path}", err=True)
         code = up.path
     ssh.connect()
     tty = command in FOLLOWING and sys.stdout.isatty() and sys.stdin.isatty()

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import events, slurmversion
 from ..errors import SlurmError, UsageError
 from ..profile import LoadedProfile
-from ..render import JobSpec, render
+from ..render import JobSpec, check_job_name, render
 from . import rundir
 from .rundir import POINTS, PROFILE, RunDir
 from ..eventlog import Ev
@@ -33,6 +33,7 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     The bad-node ledger's nodes (``<runs_dir>/bad-nodes.jsonl``) are excluded unless
     ``use_ledger`` is false (doctor: it is how a node gets checked again)."""
     cwd = Path(cwd or Path.cwd())
+    check_job_name(job.job_name)  # a '/' in it would make another directory, or fail in mkdir
     if use_ledger:
         from .. import ledger
         job = dataclasses.replace(job, exclude=tuple(sorted(set(job.exclude) | set(

@@ -11,7 +11,7 @@ import pytest
 
 from container_util import owned_by_root, profile_text
 from slurmtrain.runs import classify
-from survival_util import (TRAIN, Reference, describe, job_field, named, rank_of, rank_pids, resumes_where_it_stopped,
+from survival_util import (TRAIN, Reference, describe, events, named, rank_of, rank_pids, resumes_where_it_stopped,
                            stop_until_hang, submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.container
@@ -82,18 +82,43 @@ def submit_pair(workdir: Path, jobs: dict[str, tuple[str, list[str]]]) -> dict[s
     return out
 
 
+def trainer_ranks(run: Path) -> list[int]:
+    """The pids of the run's trainer processes, inside the image (apptainer shares the pid
+    namespace: the user sees them, and may signal and trace them)."""
+    return rank_pids(run, "slurmtrain.train")
+
+
+def saved_since_relaunch(run: Path) -> bool:
+    evs = [e["event"] for e in events(run)]
+    return "relaunched" in evs and "checkpoint_saved" in evs[evs.index("relaunched") + 1:]
+
+
 @pytest.fixture(scope="module")
-def preempted(workdir):
-    """tiny-demo with each launcher, preempted together by a job of the high partition."""
-    jobs = submit_pair(workdir, {launcher: (launcher, []) for launcher in ("srun-loop", "torchrun")})
+def faults(workdir):
+    """Two jobs at once, each meeting two faults: one rank SIGKILLed in a torchrun job, one
+    rank SIGSTOPped in a srun-loop job (a hang: its heartbeats stop); once both trained
+    again after their restart in the job, a job of the high partition preempts both."""
+    jobs = submit_pair(workdir, {"torchrun": ("torchrun", []),
+                                 "srun-loop": ("srun-loop", ["--set", "resilience.hang_timeout=20"])})
+    (kill_run, _), (hang_run, hang_job) = jobs["torchrun"], jobs["srun-loop"]
+    os.kill(trainer_ranks(kill_run)[-1], signal.SIGKILL)
+    victim = trainer_ranks(hang_run)[-1]
+    rank, node = rank_of(victim)
+    stop_until_hang(hang_run, victim, hang_job, 90)
+    for run, job in jobs.values():
+        wait_until(run, "training again after the restart in the job",
+                   lambda run=run: saved_since_relaunch(run) and len(trainer_ranks(run)) == 2, 300, job)
+        assert not named(run, "finished"), f"ended before the preemption: {describe(run)}"
     take_all_nodes(5)
-    return {name: (run, job, wait_job_gone(job, run, 400)) for name, (run, job) in jobs.items()}
+    states = {name: wait_job_gone(job, run, 400) for name, (run, job) in jobs.items()}
+    return jobs, states, (rank, node)
 
 
 @pytest.mark.parametrize("launcher", ["srun-loop", "torchrun"])
-def test_tiny_demo_in_the_image_is_preempted_requeued_and_resumes_bitwise(preempted, reference, launcher):
-    run, job, state = preempted[launcher]
-    assert state == "COMPLETED", describe(run)
+def test_tiny_demo_in_the_image_is_preempted_requeued_and_resumes_bitwise(faults, reference, launcher):
+    jobs, states, _ = faults
+    run, _ = jobs[launcher]
+    assert states[launcher] == "COMPLETED", describe(run)
     assert [o.kind for o in classify.ends(run)] == [classify.PREEMPTED, classify.COMPLETED], describe(run)
     pairs = resumes_where_it_stopped(run)
     assert pairs and all(stopped == resumed for stopped, resumed in pairs), describe(run)
@@ -102,32 +127,12 @@ def test_tiny_demo_in_the_image_is_preempted_requeued_and_resumes_bitwise(preemp
     assert owned_by_root(run) == []
 
 
-def trainer_ranks(run: Path) -> list[int]:
-    """The pids of the run's trainer processes, inside the image (apptainer shares the pid
-    namespace: the user sees them, and may signal and trace them)."""
-    return rank_pids(run, "slurmtrain.train")
-
-
-@pytest.fixture(scope="module")
-def faults(workdir):
-    """Two jobs at once: one rank SIGKILLed in a torchrun job; one rank SIGSTOPped in a
-    srun-loop job (a hang: its heartbeats stop)."""
-    jobs = submit_pair(workdir, {"kill": ("torchrun", []),
-                                 "hang": ("srun-loop", ["--set", "resilience.hang_timeout=20"])})
-    (kill_run, _), (hang_run, hang_job) = jobs["kill"], jobs["hang"]
-    os.kill(trainer_ranks(kill_run)[-1], signal.SIGKILL)
-    victim = trainer_ranks(hang_run)[-1]
-    rank, node = rank_of(victim)
-    stop_until_hang(hang_run, victim, hang_job, 90)
-    states = {name: wait_job_gone(job, run, 400) for name, (run, job) in jobs.items()}
-    return jobs, states, (rank, node)
-
-
 def test_a_killed_rank_in_the_image_is_restarted_in_the_job_and_ends_bitwise(faults, reference):
     jobs, states, _ = faults
-    run, job = jobs["kill"]
-    assert states["kill"] == "COMPLETED", describe(run)
-    assert job_field(job, "Restarts") == "0"  # never went back to the queue
+    run, _ = jobs["torchrun"]
+    assert states["torchrun"] == "COMPLETED", describe(run)
+    kinds = [e["event"] for e in events(run)]
+    assert kinds.index("relaunched") < kinds.index("stopped"), kinds  # in the job, before the preemption
     assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
     assert named(run, "finished")[0]["step"] == STEPS
     reference.assert_same_weights(run)
@@ -139,14 +144,14 @@ def test_a_stopped_rank_in_the_image_is_a_hang_named_with_every_stack(faults, re
     user: no ptrace restriction on this machine (no Yama; docs/containers.md says what
     changes with one)."""
     jobs, states, (rank, node) = faults
-    run, _ = jobs["hang"]
+    run, _ = jobs["srun-loop"]
     [hang] = named(run, "hang")
     assert rank in hang["ranks"].split() and node in hang["nodes"].split(), (hang, rank, node)
     stacks = sorted(Path(hang["stacks"]).iterdir())
     assert [p.name.split("-")[0] for p in stacks] == ["rank0", "rank1"], stacks
     for p in stacks:
         assert "Thread" in p.read_text(), f"{p.name}: {p.read_text()}"
-    assert states["hang"] == "COMPLETED", describe(run)
+    assert states["srun-loop"] == "COMPLETED", describe(run)
     assert [e["attempt"] for e in named(run, "relaunched")] == [1], describe(run)
     reference.assert_same_weights(run)
     assert owned_by_root(run) == []

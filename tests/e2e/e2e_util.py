@@ -45,6 +45,18 @@ def statuses(cwd: Path, names: list[str]) -> dict[str, dict]:
     return {s["name"]: s for s in map(json.loads, proc.stdout.splitlines())}
 
 
+def _statuses_here(cwd: Path, names: list[str]) -> dict[str, dict]:
+    """What `status --json NAMES` prints, from the same library call in this process: a
+    wait polls every few seconds, and a `slurmtrain` process costs about half a CPU-second
+    (the suite's waits would keep a core busy). The commands a test checks run as a user
+    runs them (``statuses``)."""
+    from slurmtrain.cli.runs import _targets
+    from slurmtrain.runs import track
+
+    got = track.statuses(_targets(tuple(names), str(cwd / "runs")))
+    return {s.name: s.to_json() for s in got}
+
+
 def run_dir(cwd: Path, name: str) -> Path:
     return cwd / "runs" / name
 
@@ -66,7 +78,7 @@ def wait_until(cwd: Path, names: list[str], what: str, pred, timeout: float = 24
 
     def poll_once():
         last.clear()
-        last.update(statuses(cwd, names))
+        last.update(_statuses_here(cwd, names))
         if on_poll:
             on_poll(last)
         return dict(last) if pred(last) else None
@@ -90,7 +102,7 @@ def wait_final(cwd: Path, names: list[str], timeout: float = 240, on_poll=None) 
 def wait_for_file(cwd: Path, name: str, what: str, pred) -> object:
     """Poll ``pred()`` (about files of run ``name``) until it is truthy; fail only when the
     run stops progressing (its files and Slurm's state of it)."""
-    return waiting.wait_for(what, pred, lambda: _progress(cwd, statuses(cwd, [name])), poll=1,
+    return waiting.wait_for(what, pred, lambda: _progress(cwd, _statuses_here(cwd, [name])), poll=1,
                             details=lambda: cli(cwd, "logs", name).stdout[-3000:])
 
 

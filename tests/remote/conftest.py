@@ -40,10 +40,11 @@ def laptop(env: dict, cwd: Path, *args: str, remote: str = "lane", timeout: floa
                           text=True, timeout=timeout)
 
 
-def on_login(*command: str) -> subprocess.CompletedProcess:
-    """A command on the login node as its user, over plain ssh (the test looking, not the tool)."""
+def on_login(command: str) -> subprocess.CompletedProcess:
+    """COMMAND (a line for the login shell) on the login node as its user, over plain ssh:
+    the test looking, not the tool."""
     return subprocess.run(["ssh", "-p", LOGIN_PORT, "-o", "BatchMode=yes", "-i", str(HOME / ".ssh/id_ed25519"),
-                           f"{LOGIN_USER}@127.0.0.1", *command], capture_output=True, text=True, timeout=60)
+                           f"{LOGIN_USER}@127.0.0.1", command], capture_output=True, text=True, timeout=60)
 
 
 def handshakes() -> int:
@@ -70,4 +71,4 @@ def wait_state(env, cwd, name: str, pred, what: str, timeout: float = 300) -> di
             return st
         if time.monotonic() > end:
             raise AssertionError(f"{name}: no {what} in {timeout} s: {st}")
-        time.sleep(2)
+        time.sleep(3)  # each look is a slurmtrain on the login node: not too often

@@ -100,3 +100,10 @@ def test_no_slurm_commands_is_a_clear_error(tmp_path, monkeypatch):
 def test_regen_line_is_a_gen_command():
     assert _without_runs_dir(["--runs-dir", "r", "-N", "2", "--runs-dir=x", "--", "python", "--runs-dir"]) == [
         "-N", "2", "--", "python", "--runs-dir"]
+
+
+def test_a_job_name_with_a_slash_is_refused_before_any_directory(fake_bin, tmp_path):
+    result = CliRunner().invoke(main, ["submit", "--name", "x;$(touch /tmp/pwned)", "--", "python", "x.py"])
+    assert result.exit_code == 2 and "job name 'x;$(touch /tmp/pwned)': use 1-128 letters" in result.output, \
+        result.output
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*"))

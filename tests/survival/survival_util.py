@@ -66,9 +66,14 @@ def slurm(*argv: str, check: bool = True) -> str:
 
 
 def job_field(job_id: str, key: str) -> str | None:
+    return job_fields(job_id, (key,))[0]
+
+
+def job_fields(job_id: str, keys: tuple[str, ...]) -> tuple[str | None, ...]:
+    """KEYS of the job from one `scontrol show job` (each poll of a wait asks this)."""
     out = slurm("scontrol", "-o", "show", "job", str(job_id), check=False)
-    m = re.search(rf"\b{key}=(\S*)", out)
-    return m[1] if m else None
+    found = [re.search(rf"\b{key}=(\S*)", out) for key in keys]
+    return tuple(m[1] if m else None for m in found)
 
 
 def cancel(job_id: str) -> None:
@@ -108,7 +113,7 @@ def progress(run: Path, job_id: str | None = None) -> tuple:
     a program's own), its logs, and Slurm's state of its job."""
     top = [p for p in run.iterdir() if p.is_file()] if run.is_dir() else []  # events, metrics, a program's own
     files = waiting.files_fingerprint(*top, run / "logs")
-    job = tuple(job_field(job_id, k) for k in ("JobState", "Restarts", "Reason")) if job_id else ()
+    job = job_fields(job_id, ("JobState", "Restarts", "Reason")) if job_id else ()
     return files, job
 
 
