@@ -98,7 +98,7 @@ def test_bad_sweeps_are_refused_naming_the_key_and_nothing_is_queued(tmp_path):
 
 @pytest.mark.torch
 @pytest.mark.slow
-def test_three_learning_rates_in_one_array_one_preempted_resumes_bitwise(tmp_path):
+def test_two_learning_rates_in_one_array_one_preempted_resumes_bitwise(tmp_path):
     sys.path.insert(0, str(REPO / "tests" / "survival"))
     from survival_util import Reference
     sys.path.insert(0, str(REPO / "tests" / "e2e"))
@@ -111,7 +111,7 @@ def test_three_learning_rates_in_one_array_one_preempted_resumes_bitwise(tmp_pat
     # A whole node per task (exclusive): preempting one node stops one task.
     name = submit(tmp_path, "--profile", "local", "-N", "1", "--set", "launch.procs_per_node=2",
                   "--set", "slurm.exclusive=true", "--partition", "low", *PORTS, "--name", "lrs",
-                  "--sweep", "train.lr=1e-3,3e-3,1e-2", "--recipe", str(recipe))
+                  "--sweep", "train.lr=1e-3,3e-3", "--recipe", str(recipe))
     run = tmp_path / "runs" / name
     wait_for_file(tmp_path, name, "a checkpoint of point lr=3e-3",
                   lambda: any(e["event"] == "checkpoint_saved" for e in point_events(run, "lr=3e-3")))
@@ -122,16 +122,16 @@ def test_three_learning_rates_in_one_array_one_preempted_resumes_bitwise(tmp_pat
     final = wait_final(tmp_path, [name], timeout=400)[name]
     assert final["state"] == "COMPLETED", final
     assert [(r["values"]["train.lr"], r["state"], r["step"]) for r in final["sweep"]] == [
-        ("1e-3", "COMPLETED", 60), ("3e-3", "COMPLETED", 60), ("1e-2", "COMPLETED", 60)], final["sweep"]
+        ("1e-3", "COMPLETED", 60), ("3e-3", "COMPLETED", 60)], final["sweep"]
     stops = {label: [e["event"] for e in point_events(run, label) if e["event"] in ("preempted", "requeue", "resumed")]
-             for label in ("lr=1e-3", "lr=3e-3", "lr=1e-2")}
-    assert stops["lr=1e-3"] == stops["lr=1e-2"] == [] and "resumed" in stops["lr=3e-3"], stops
+             for label in ("lr=1e-3", "lr=3e-3")}
+    assert stops["lr=1e-3"] == [] and "resumed" in stops["lr=3e-3"], stops
     reference.assert_same_weights(run / "points" / "lr=3e-3")
 
     text = cli(tmp_path, "status", name).stdout
-    assert re.search(r"sweep\s+3 points: 3 COMPLETED", text), text
+    assert re.search(r"sweep\s+2 points: 2 COMPLETED", text), text
     assert re.search(r"1\s+3e-3\s+COMPLETED\s+60/60\s+\d", text), text
-    assert "3 points: 3 COMPLETED" in cli(tmp_path, "runs").stdout
+    assert "2 points: 2 COMPLETED" in cli(tmp_path, "runs").stdout
     plot = cli(tmp_path, "plot", name, "--output", str(tmp_path / "sweep.png"))
-    assert plot.returncode == 0 and plot.stdout.strip().endswith("lr=1e-3; lr=3e-3; lr=1e-2"), plot.stdout
+    assert plot.returncode == 0 and plot.stdout.strip().endswith("lr=1e-3; lr=3e-3"), plot.stdout
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
