@@ -62,7 +62,7 @@ def main() -> None:
     print(f"status from the laptop     {re_ * 1000:7.0f} ms")
     print(f"ratio (laptop - round trip) / login node: {(re_ - rt) / lo:.2f} (goal <= 1.5)")
 
-    subprocess.run(["ssh", *ssh.options(), "-O", "exit", "--", ssh._host()], capture_output=True)
+    ssh.control("exit")
     before = args.login_log.read_text().count("Accepted publickey") if args.login_log else None
     t0 = time.monotonic()
     watched = subprocess.run(["slurmtrain", "--remote", args.remote, "watch", "--interval", "2", run],

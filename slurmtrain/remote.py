@@ -154,13 +154,13 @@ class Ssh:
         # One shared connection per remote's settings, not per host as ssh's %C: a connection
         # made with one key, known_hosts or slurmtrain must not serve another.
         key = hashlib.sha1(repr(dataclasses.replace(remote, name="")).encode()).hexdigest()[:20]
-        self.control = str(_control_dir() / key)
+        self.control_path = str(_control_dir() / key)
 
     def options(self) -> list[str]:
         """ssh's options, without the host: shared by ssh and rsync's ``-e``."""
         r = self.remote
         opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=15",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control}",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
                 "-o", f"ControlPersist={PERSIST_S}", "-e", "none"]
         if r.port:
             opts += ["-p", str(r.port)]
@@ -176,26 +176,30 @@ class Ssh:
 
     def argv(self, script: str, *, tty: bool = False) -> list[str]:
         """ssh running SCRIPT with ``sh -c`` on the login node, whatever the login shell is."""
-        return ["ssh", *self.options(), "-tt" if tty else "-T", "--", self._host(),
+        return ["ssh", *self.options(), "-tt" if tty else "-T", "--", self.host,
                 "sh -c " + shlex.quote(script)]
 
-    def _host(self) -> str:
+    @property
+    def host(self) -> str:
+        """The host as ssh takes it (an IPv6 address without its brackets)."""
         h = self.remote.host
         return h[1:-1] if h.startswith("[") else h
+
+    def control(self, op: str) -> int:
+        """``ssh -O OP`` (check, exit) to the shared connection; its exit status."""
+        return subprocess.run(["ssh", *self.options(), "-O", op, "--", self.host], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
 
     def connect(self) -> None:
         """The shared connection, made (and the login node's slurmtrain checked) if not up."""
         if shutil.which("ssh") is None:
             raise RemoteError("ssh is not installed here (OpenSSH's client is needed for --remote)")
-        alive = subprocess.run(["ssh", *self.options(), "-O", "check", "--", self._host()],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL).returncode == 0
-        if alive:
+        if self.control("check") == 0:
             return
         # The master goes to the background and keeps its stderr: a file, not a pipe, so
         # reading it does not wait for the master to end.
         with tempfile.TemporaryFile() as err:
-            rc = subprocess.run(["ssh", *self.options(), "-M", "-f", "-N", "--", self._host()],
+            rc = subprocess.run(["ssh", *self.options(), "-M", "-f", "-N", "--", self.host],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err).returncode
             if rc != 0:
                 err.seek(0)
@@ -207,8 +211,7 @@ class Ssh:
             self._check_program_once()
         except RemoteError:
             # Ended, so that the next command checks again instead of riding this connection.
-            subprocess.run(["ssh", *self.options(), "-O", "exit", "--", self._host()],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.control("exit")
             raise
 
     def _check_program_once(self) -> None:
@@ -354,7 +357,7 @@ def upload(ssh: Ssh, up: Upload) -> None:
     dest = f"{home_relative(r.dir)}/{up.path}.partial/"
     argv = ["rsync", "-rlptz", "--delete", "-s", *_rsync_filters(), "--link-dest=../latest",
             f"--rsync-path={shlex.quote(r.rsync_path)}", "-e", shlex.join(["ssh", *ssh.options()]),
-            f"{up.source}/", f"{ssh._host()}:{dest}"]
+            f"{up.source}/", f"{ssh.host}:{dest}"]
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True)
     if done.returncode == 255:
         raise RemoteError(ssh_failure(done.stderr, r))
