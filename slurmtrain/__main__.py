@@ -1,3 +1,3 @@
-from slurmtrain.cli import main
+from slurmtrain.entry import main
 
 main()

@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -34,6 +35,8 @@ from .errors import ConfigError, UsageError
 
 REMOTES_ENV = "SLURMTRAIN_REMOTES"  # the remotes file, if not ~/.config/slurmtrain/remotes.toml
 PERSIST_S = 300  # how long an idle shared connection stays up
+HERE_ONLY = {"sandbox": "the sandbox is a cluster on this machine"}
+FOLLOWING = {"logs", "watch"}  # a terminal for them, so that Ctrl-C ends them there too
 _HOST = re.compile(r"[A-Za-z0-9_.:%\[\]-]+")
 _USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 _SPEC = re.compile(r"(?:(?P<user>[^@]+)@)?(?P<host>\[[^\]]+\]|[^:]+)(?::(?P<port>\d+))?")
@@ -374,3 +377,25 @@ def upload(ssh: Ssh, up: Upload) -> None:
                         f"{shlex.quote(up.stamp)} && ln -sfn -- {shlex.quote(up.stamp)} latest")
     if moved.returncode != 0:
         raise RemoteError(f"cannot finish the code snapshot on {r.where}: {moved.stderr.strip()}")
+
+
+def forward(spec: str, argv: list[str]) -> int:
+    """ARGV (a command and its arguments, not ``plot``) run by the slurmtrain of the login
+    node SPEC; its exit status. ``submit`` first sends the code (the current directory) and
+    runs in its snapshot."""
+    r = load(spec)
+    command = argv[0] if argv else ""
+    if command in HERE_ONLY:
+        raise UsageError(f"{command} does not take --remote: {HERE_ONLY[command]}")
+    ssh = Ssh(r)
+    code = None
+    if command == "submit" and not {"-h", "--help"} & set(argv):
+        up = plan_upload(Path.cwd(), r)
+        ssh.connect()
+        upload(ssh, up)  # said after it is whole: a failure is then its own line only
+        print(f"slurmtrain: code: {up.source} ({up.files} files, {size_text(up.size)}) "
+              f"-> {r.where}:{r.dir}/{up.path}", file=sys.stderr, flush=True)
+        code = up.path
+    ssh.connect()
+    tty = command in FOLLOWING and sys.stdout.isatty() and sys.stdin.isatty()
+    return ssh.run(remote_script(r, argv, code=code), tty=tty)

@@ -32,7 +32,7 @@ FLOORS = {
     1: {"profile", "render", "stop"},
     2: {"job", "recipes", "data", "sandbox"},
     3: {"runs", "doctor", "train", "cadence", "remote"},
-    4: {"cli", "__main__"},
+    4: {"cli", "__main__", "entry"},
 }
 
 

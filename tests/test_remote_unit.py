@@ -128,3 +128,24 @@ def test_the_sandbox_does_not_take_remote_and_a_bad_remote_is_one_line(tmp_path)
                        (["--remote", "-oProxyCommand=x", "status"], "is not a host name")):
         done = subprocess.run([sys.executable, "-m", "slurmtrain", *args], env=env, capture_output=True, text=True)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def test_a_remote_command_goes_before_the_command_line_loads(tmp_path):
+    """`slurmtrain --remote ...` (and SLURMTRAIN_REMOTE) reach slurmtrain.remote without
+    click, jinja2 or the profiles: a laptop's call is Python's start-up and the login
+    node's answer. Other options first (--help, --version) are the click group's."""
+    from slurmtrain.entry import _remote_of
+    assert _remote_of(["--remote", "h", "status", "-n", "3"]) == ("h", ["status", "-n", "3"])
+    assert _remote_of(["--remote=h", "plot", "r"]) == ("h", ["plot", "r"])
+    assert _remote_of(["--version"]) == (None, ["--version"])
+    probe = ("import sys\nsys.argv = ['slurmtrain', '--remote', 'a;b@h', 'status']\n"
+             "from slurmtrain.entry import main\ntry:\n    main()\nexcept SystemExit as e:\n"
+             "    print(e.code, sorted(m for m in ('click', 'jinja2', 'slurmtrain.cli', 'slurmtrain.profile')"
+             " if m in sys.modules))\n")
+    env = {**os.environ, "SLURMTRAIN_REMOTES": str(tmp_path / "none.toml")}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "2 []", done.stdout + done.stderr
+    assert done.stderr.strip() == "slurmtrain: error: --remote: user 'a;b' is not a user name"
+    env["SLURMTRAIN_REMOTE"] = "h"
+    version = subprocess.run([sys.executable, "-m", "slurmtrain", "--version"], env=env, capture_output=True, text=True)
+    assert version.returncode == 0 and "version" in version.stdout, version.stderr

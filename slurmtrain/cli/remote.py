@@ -1,7 +1,8 @@
 """``slurmtrain --remote NAME COMMAND ...``: COMMAND run on a login node (slurmtrain.remote).
 
-Most commands go as they are; ``submit`` first sends the code (the current directory) and
-runs in its snapshot; ``plot`` writes its picture there and brings it back here.
+``plot`` writes its picture there and brings it back here: it needs the command's own
+parser. Every other command goes through :func:`slurmtrain.remote.forward`, which
+``slurmtrain.entry`` calls before this package loads.
 """
 
 from __future__ import annotations
@@ -14,32 +15,13 @@ import click
 
 from ..errors import UsageError
 
-HERE_ONLY = {"sandbox": "the sandbox is a cluster on this machine"}
-FOLLOWING = {"logs", "watch"}  # a terminal for them, so that Ctrl-C ends them there too
-
-
 def forward(spec: str, argv: list[str], plot_command: click.Command) -> int:
     """ARGV (a command and its arguments) run on the login node SPEC; its exit status.
     ``plot_command``: the local ``plot``, whose parser finds the picture's path."""
     from .. import remote as rm
-    r = rm.load(spec)
-    command = argv[0] if argv else ""
-    if command in HERE_ONLY:
-        raise UsageError(f"{command} does not take --remote: {HERE_ONLY[command]}")
-    ssh = rm.Ssh(r)
-    if command == "plot":
-        return _plot(ssh, argv, plot_command)
-    code = None
-    if command == "submit" and not {"-h", "--help"} & set(argv):
-        up = rm.plan_upload(Path.cwd(), r)
-        ssh.connect()
-        rm.upload(ssh, up)  # said after it is whole: a failure is then its own line only
-        click.echo(f"slurmtrain: code: {up.source} ({up.files} files, {rm.size_text(up.size)}) "
-                   f"-> {r.where}:{r.dir}/{up.path}", err=True)
-        code = up.path
-    ssh.connect()
-    tty = command in FOLLOWING and sys.stdout.isatty() and sys.stdin.isatty()
-    return ssh.run(rm.remote_script(r, argv, code=code), tty=tty)
+    if argv and argv[0] == "plot":
+        return _plot(rm.Ssh(rm.load(spec)), argv, plot_command)
+    return rm.forward(spec, argv)
 
 
 def _plot(ssh, argv: list[str], plot_command: click.Command) -> int:
