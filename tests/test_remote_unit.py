@@ -65,11 +65,12 @@ def _fake_slurmtrain(tmp_path: Path) -> Path:
 
 def test_the_login_shell_gets_every_argument_literally(tmp_path, monkeypatch):
     """What ssh hands the login shell, run by a real sh: each argument arrives as it was typed,
-    in the remote's directory (a space in it), runs under its runs/."""
+    in the remote's directory (spaces, quotes, `$()` and `;` in its name), runs under its runs/."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
-    r = rm.Remote(name="c", host="h", dir="~/work dir", command=str(_fake_slurmtrain(tmp_path)))
+    odd_dir = "~/work dir $(touch pwned3); 'q' \"d\""
+    r = rm.Remote(name="c", host="h", dir=odd_dir, command=str(_fake_slurmtrain(tmp_path)))
     script = rm.remote_script(r, ["status", *HOSTILE])
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "SLURMTRAIN_REMOTE": "loop"}
     # ssh hands `sh -c QUOTED` to the login shell: the same two levels here.
@@ -78,7 +79,8 @@ def test_the_login_shell_gets_every_argument_literally(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert got["argv"] == ["status", *HOSTILE]
-    assert got["cwd"] == str(home / "work dir") and got["runs"] == str(home / "work dir" / "runs")
+    there = home / odd_dir[2:]
+    assert got["cwd"] == str(there) and got["runs"] == str(there / "runs")
     assert got["remote"] is None  # not sent on again from the login node
     assert not list(tmp_path.rglob("pwned*"))
 
