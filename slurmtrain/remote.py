@@ -108,7 +108,7 @@ def _read_remotes(path: Path) -> dict:
 
 
 def _from_table(name: str, table: dict, source: str) -> Remote:
-    known = {f.name: f.type for f in fields(Remote) if f.name != "name"}
+    known = {f.name for f in fields(Remote)} - {"name"}
     for key, value in table.items():
         if key not in known:
             raise ConfigError(source, f"{name}.{key}", f"unknown key; known: {', '.join(sorted(known))}")
