@@ -1,5 +1,8 @@
-"""Survival on a real Slurm (the sandbox), the ends Slurm decides: the time limit, a
-failed node, and the requeue limit. Preemption and the user's own programs are in
+"""Survival on a real Slurm (the sandbox), the ends Slurm decides: a failed node and the
+requeue limit. The time limit is tests/e2e/test_slurm_versions.py's (both Slurm versions,
+the supervisor's whole path with a program of its own) and test_user_programs.py's (a
+Hugging Face Trainer); the built-in trainer meets a time limit's signal as any stop
+(tests/stop, the preemption tests). Preemption and the user's own programs are in
 test_survival.py; this file runs in the other Slurm lane (tests/conftest.py). The numbers
 passed to the waits are how long each takes on a quiet machine: a wait fails only when
 the run stops progressing (survival_util, tests/waiting.py).
@@ -13,32 +16,10 @@ import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, assert_nothing_lost, describe, events, job_field, named, slurm, submit,
-                           take_all_nodes, wait_job_gone, wait_until)
+from survival_util import (TRAIN, describe, events, job_field, named, submit, take_all_nodes, wait_job_gone,
+                           wait_until)
 
 pytestmark = pytest.mark.slurm
-
-
-def test_time_limit_checkpoints_requeues_and_completes(workdir, runs_dir):
-    # A 1-minute job with the warning 40 s before its end. Slurm sends it on its 30-second
-    # tick, 12-35 s after the start, ~9-18 s of which is start-up: 250 steps (0.17 s each
-    # on a quiet machine, slower beside other work) never finish in one start. Once the first warning has
-    # stopped and requeued the run, the test raises the job's limit to 10 minutes, so the
-    # next start finishes: with a 1-minute limit throughout a loaded machine gave each
-    # start ~5 s of steps and the test took ten starts.
-    run, job = submit(runs_dir, workdir, ["--time", "1", "--set", "resilience.signal_seconds=40",
-                                          "--max-requeues", "40", "--name", "timelimit"],
-                      TRAIN + ["--train-steps", "250", "--save-steps", "100"])
-    wait_until(run, "the first time-limit stop and requeue", lambda: named(run, "requeue"), 60, job)
-    slurm("scontrol", "update", f"JobId={job}", "TimeLimit=10")
-    assert wait_job_gone(job, run, 120) == "COMPLETED", describe(run)
-    ends = classify.ends(run)
-    assert ends[-1].kind == classify.COMPLETED, describe(run)
-    assert {o.kind for o in ends[:-1]} == {classify.TIME_LIMIT}, describe(run)
-    assert len(ends) >= 2 and named(run, "stopped"), describe(run)
-    assert all(e["signal"] == "USR2" for e in named(run, "signal")), describe(run)
-    assert_nothing_lost(run)
-    assert named(run, "finished")[0]["step"] == 250
 
 
 def test_node_failure_requeues_and_resumes_from_checkpoint(workdir, runs_dir):
