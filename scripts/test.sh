@@ -86,9 +86,14 @@ cpu_seconds() { awk '/^cpu /{print int(($2+$3+$4+$7+$8) / 100)}' /proc/stat; }
 status=0
 SECONDS=0
 CPU0=$(cpu_seconds)
+PROFILER=""  # SLURMTRAIN_CPU_BY_TEST=OUT.json: CPU-s by test (scripts/cpu_by_test.py)
+if [ -n "${SLURMTRAIN_CPU_BY_TEST:-}" ]; then
+  "$PY" scripts/cpu_by_test.py "$SLURMTRAIN_CPU_BY_TEST" & PROFILER=$!
+fi
 "$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-3}" --dist loadgroup --no-loadscope-reorder \
   --durations="${PYTEST_DURATIONS:-25}" "$@" || status=$?
 echo "pytest: ${SECONDS} s, $(( $(cpu_seconds) - CPU0 )) CPU-s on this machine meanwhile"
+[ -z "$PROFILER" ] || { kill "$PROFILER"; wait "$PROFILER" || true; echo "CPU-s by test: $SLURMTRAIN_CPU_BY_TEST"; }
 if [ -n "$LANE_PID" ]; then
   lane=0
   wait "$LANE_PID" || lane=$?
