@@ -50,7 +50,7 @@ fi
 # torch-free end-to-end tests) runs beside the suite, on its own sandbox: its jobs mostly
 # wait, so it costs the suite little time. Then, in the same background job, the container
 # lane (scripts/container_lane.sh: apptainer in a copy of that tree, jobs in a SIF image
-# submitted by an ordinary user; about 17 minutes beside the suite, 6-8 alone).
+# submitted by an ordinary user, then a laptop user over ssh: about 21 minutes beside the suite, 10 alone).
 # For the whole suite only (no pytest arguments), as root; SLURMTRAIN_LANE=0 leaves the
 # lanes out, =1 runs them with arguments too; SLURMTRAIN_CONTAINER_LANE=0 leaves the
 # container lane out.
