@@ -15,6 +15,7 @@ import click
 
 from ..errors import UsageError
 
+
 def forward(spec: str, argv: list[str], plot_command: click.Command) -> int:
     """ARGV (a command and its arguments) run on the login node SPEC; its exit status.
     ``plot_command``: the local ``plot``, whose parser finds the picture's path."""
