@@ -81,6 +81,8 @@ def test_a_run_from_the_laptop_is_followed_plotted_preempted_and_resumed(laptop_
     assert sorted(snapshot.stdout.split()) == [".gitignore", "demo", "show_args.py"], snapshot
 
     assert wait_step(env, project, name, 12) >= 12  # a checkpoint at step 10
+    running = laptop(env, project, "status", name)
+    assert running.returncode == 0 and re.search(r"RUNNING", running.stdout), running.stdout + running.stderr
     png = tmp_path / "lap.png"
     plotted = laptop(env, tmp_path, "plot", name, "-o", str(png))
     assert plotted.returncode == 0 and plotted.stdout.strip() == f"wrote {png}", plotted.stdout + plotted.stderr
