@@ -18,7 +18,7 @@ import pytest
 from slurmtrain import ledger
 from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, Reference, describe, events, job_field, kill_machine, named, rank_of, rank_pids, run_cli, slurm,
+from survival_util import (TRAIN, Reference, assert_nothing_lost, describe, events, job_field, kill_machine, named, rank_of, rank_pids, run_cli, slurm,
                            stop_until_hang, submit, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
@@ -69,6 +69,7 @@ def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, w
     assert [(e["nodes"], e["spares"]) for e in named(run, "nodes_lost")] == [(node, "stnode3")], describe(run)
     assert (node, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
     assert [o.kind for o in classify.ends(run)] == [classify.PREEMPTED, classify.COMPLETED], describe(run)
+    assert_nothing_lost(run)  # each start resumed from the newest save, the preemption's own included
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
     faults = re.findall(r"\d\d:\d\d:\d\d  ([a-z ]+) \((?:in the job|ended the start)\): .*; cost (\S+ ?\S*) of node time",
                         status)

@@ -1,6 +1,7 @@
-"""Survival on a real Slurm (the sandbox): preemption, user error, programs of the
+"""Survival on a real Slurm (the sandbox): user error, programs of the
 user's own (one of them with a 40 s save, preempted together), the start-up watchdog,
-and a run Slurm does not requeue. Time limit, node failure and the requeue limit are in
+and a run Slurm does not requeue. A preemption resumed bitwise is in
+test_four_faults_e2e.py, test_sweeps.py and the container lane. Time limit, node failure and the requeue limit are in
 test_survival_limits.py (the other Slurm lane: tests/conftest.py).
 
 Jobs go through `slurmtrain submit` exactly as a user's would; the tests read the run's
@@ -14,49 +15,15 @@ only when the run stops progressing (survival_util, tests/waiting.py).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (HERE, TRAIN, assert_nothing_lost, assert_same_weights, cancel, describe, events,
-                           job_field, named, run_cli, slurm, submit, take_all_nodes, wait_job_gone, wait_until)
+from survival_util import (HERE, TRAIN, assert_nothing_lost, cancel, describe, job_field, named, run_cli, slurm, submit, take_all_nodes,
+                           wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
-
-
-def test_preemption_twice_resumes_bitwise(workdir, runs_dir):
-    steps = 60  # preempted after the checkpoints at 10 and 20: 40 steps to spare
-    train = TRAIN + ["--train-steps", str(steps), "--save-steps", "10"]
-    # The same recipe, never interrupted, with the same world size (2 ranks), beside it.
-    ref_dir = runs_dir / "uninterrupted"
-    ref = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                            *train[1:], "--run-dir", str(ref_dir)], cwd=workdir,
-                           env={**os.environ, "OMP_NUM_THREADS": "1"},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    run, job = submit(runs_dir, workdir, ["--partition", "low", "--name", "preempt"], train)
-
-    for k in (1, 2):
-        # Preempt while it trains: after a checkpoint of this start (and after it resumed).
-        wait_until(run, f"training progress before preemption {k}",
-                   lambda: len(named(run, "started")) == k and named(run, "checkpoint_saved")
-                   and events(run)[-1]["event"] == "checkpoint_saved"
-                   and (k == 1 or named(run, "resumed")), 240, job)
-        take_all_nodes(5)
-        wait_until(run, f"requeue after preemption {k}", lambda: len(named(run, "requeue")) >= k, 120, job)
-    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
-
-    kinds = [o.kind for o in classify.ends(run)]
-    assert kinds == [classify.PREEMPTED, classify.PREEMPTED, classify.COMPLETED], describe(run)
-    assert job_field(job, "Restarts") == "2"
-    assert len(named(run, "stopped")) == 2, describe(run)
-    assert_nothing_lost(run)
-    assert named(run, "finished")[0]["step"] == steps
-
-    assert_same_weights(run, ref, ref_dir)
 
 
 def test_user_error_fails_without_requeue(workdir, runs_dir):
