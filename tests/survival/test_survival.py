@@ -20,8 +20,8 @@ import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (HERE, TRAIN, assert_nothing_lost, cancel, describe, job_field, named, run_cli, slurm, submit, take_all_nodes,
-                           wait_job_gone, wait_until)
+from survival_util import (HERE, TRAIN, assert_nothing_lost, cancel, describe, job_field, named, run_cli, slurm,
+                           submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
