@@ -98,9 +98,9 @@ class Ev:
     STOP_UNSAVED = "stop_unsaved"          # {exit_code}: stopped; the program never reported a checkpoint
     # The program (the built-in trainer, or any program through slurmtrain.stop; no job_id).
     RESUMED = "resumed"                    # {step}
-    CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds?, path?}
+    CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds? (to durable), stall? (training held), path?}
     STOPPED = "stopped"                    # {step}: saved; leaving with exit 75
-    CHECKPOINT_INTERVAL = "checkpoint_interval"  # {steps, seconds, cost_s, step_s, job_mtbf_h, nodes, faults, node_hours}
+    CHECKPOINT_INTERVAL = "checkpoint_interval"  # {steps, after_step, seconds, cost_s, step_s, job_mtbf_h, nodes, faults, node_hours}
     TRAIN_ERROR = "train_error"            # {step, error}
     # The CLI.
     SUBMITTED = "submitted"                # {job_id}

@@ -80,7 +80,9 @@ class TrainSection:
     save_steps: int = field("save a checkpoint every this many steps (0: only at the end)", 0,
                             check=non_negative)
     keep_last: int = field("complete checkpoints to keep", 2, check=positive)
-    async_save: bool = field("save checkpoints in the background (dcp.async_save)", False)
+    async_save: bool = field("save checkpoints in the background (dcp.async_save): training "
+                             "waits only while a copy of the state is taken (fsdp2 and the torch "
+                             "pipeline; DeepSpeed saves in the foreground)", True)
     engine: Literal["fsdp2", "deepspeed"] = field(
         "training engine: fsdp2 (torch FSDP2 / pipelining) or deepspeed (ZeRO via the "
         "[deepspeed] section)", "fsdp2")
@@ -122,6 +124,9 @@ class DebugSection:
     kill_in_save_at_step: int | None = field(
         "SIGKILL rank 0 while saving this step, after the shards, before the marker", None,
         check=positive)
+    slow_save_at_step: int | None = field(
+        "the background save of this step takes 15 s longer to be complete (a slow file "
+        "system; train.async_save only)", None, check=positive)
 
 
 @dataclass(frozen=True)

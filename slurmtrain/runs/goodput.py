@@ -8,7 +8,8 @@ goes to one part:
 ==========  ============================================================================
 trained     first progress of a launch to its last, less what is counted below
 startup     the job start to its first launch's first progress (``first_step``)
-checkpoint  a save's own seconds (``checkpoint_saved {seconds}``)
+checkpoint  the seconds a save held the training (``checkpoint_saved {stall}``; without
+            it, as from programs that save synchronously, all of ``seconds``)
 lost        a launch's last checkpoint to its last progress, when a fault ended it:
             steps that are trained again
 hang        the last progress to the supervisor's detection (``hang {seconds}``)
@@ -173,16 +174,15 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
         else:
             claims.append(_Claim("restart", prev_progress or begin, first if first is not None else until,
                                  prev_fault))
-        for e in evs:
-            if e.get("event") == Ev.CHECKPOINT_SAVED and isinstance(e.get("seconds"), (int, float)):
-                claims.append(_Claim("checkpoint", e["time"] - e["seconds"], e["time"]))
+        for save in _saves(evs):
+            claims.append(_Claim("checkpoint", save[0], save[1]))
         nxt = launches[n + 1][1][0] if n + 1 < len(launches) else None  # the next launch's `relaunched`
         progress, fault = _launch_end(out, evs, nxt, until)
         if first is not None:
             claims.append(_Claim("trained", first, progress))
             if fault is not None:
-                saves = [e["time"] for e in evs if e.get("event") == Ev.CHECKPOINT_SAVED and e["time"] <= progress]
-                claims.append(_Claim("lost", max([first, *saves]), progress, fault))
+                resumed = [held for _, held in _saves(evs) if held <= progress]
+                claims.append(_Claim("lost", max([first, *resumed]), progress, fault))
         hang = next((e for e in evs if e.get("event") == Ev.HANG), None)
         if hang is not None:
             claims.append(_Claim("hang", hang["time"] - float(hang.get("seconds", 0)), hang["time"], fault))
@@ -190,6 +190,19 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
     if prev_fault is not None and not out.faults[prev_fault].in_job:
         claims.append(_Claim("other", prev_progress or end, end, prev_fault))  # stopping, requeueing
     return claims, prev_fault if prev_fault is not None and not out.faults[prev_fault].in_job else None
+
+
+def _saves(evs: list[dict]) -> list[tuple[float, float]]:
+    """(began, training went on) of each save in ``evs``. An asynchronous save is reported
+    when its write is durable, long after the training went on: its ``stall`` says how long
+    it held the loop; a synchronous one held it for all its ``seconds``."""
+    out = []
+    for e in evs:
+        if e.get("event") == Ev.CHECKPOINT_SAVED and isinstance(e.get("seconds"), (int, float)):
+            began = e["time"] - e["seconds"]
+            held = e.get("stall")
+            out.append((began, began + (held if isinstance(held, (int, float)) else e["seconds"])))
+    return out
 
 
 def _spares(start: eventlog.Start, spares: list[str], end: float) -> list[Span]:

@@ -16,7 +16,10 @@ import logging
 import os
 import shutil
 import signal
+import threading
 import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ log = logging.getLogger("slurmtrain.train")
 
 MARKER = "COMPLETE"
 META = "train_meta.json"
+SLOW_SAVE_S = 15.0  # debug.slow_save_at_step: how much longer that background save takes
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
@@ -90,12 +94,12 @@ class Checkpointer:
     engine's state and the data position, in one ``step_<N>`` folder each."""
 
     def __init__(self, run_dir: Path, engine: Any, data: Any, meta: dict[str, Any], *,
-                 keep_last: int, kill_at_step: int | None = None):
+                 keep_last: int, kill_at_step: int | None = None, slow_at_step: int | None = None):
         self.run_dir = Path(run_dir)
         self.engine, self.data, self.meta = engine, data, meta
-        self.keep_last, self.kill_at_step = keep_last, kill_at_step
+        self.keep_last, self.kill_at_step, self.slow_at_step = keep_last, kill_at_step, slow_at_step
         self.rank = dist.get_rank()
-        self._pending: tuple[int, Any, float] | None = None  # (step, future, start time)
+        self._pending: _Save | None = None  # the save in flight (one at a time)
         self.last_saved = -1
 
     # ------------------------------------------------------------------ save
@@ -114,34 +118,58 @@ class Checkpointer:
         return path
 
     def save(self, step: int) -> None:
+        """Save ``step``. A synchronous save is complete when this returns; a background one
+        (``train.async_save``) only holds the loop while DCP copies the state, and is marked
+        complete by rank 0 as soon as DCP has finished it (below), whatever the loop does."""
         path = self._begin_save(step)
         start = time.perf_counter()
         future = self.engine.save(path, {"step": step, "data": self.data.state_dict()})
-        self._pending = (step, future, start)
+        if future is not None and step == self.slow_at_step:  # test hook: a slow file system
+            log.warning("debug.slow_save_at_step=%d: this save takes %.0f s longer", step, SLOW_SAVE_S)
+            future = _late(future, SLOW_SAVE_S)
+        self._pending = _Save(step, path, start, time.perf_counter() - start, future)
+        self.last_saved = step
         if future is None:
             self.wait()
-        self.last_saved = step
+        else:
+            future.add_done_callback(lambda f, save=self._pending: self._finished_in_background(save, f))
+
+    def _finished_in_background(self, save: "_Save", future: Any) -> None:
+        # DCP's own last step gathers every rank's writes and writes its metadata before
+        # any rank's future completes: rank 0 may mark the folder without asking the others.
+        try:
+            if self.rank == 0 and future.exception() is None:
+                self._mark(save)
+        finally:
+            save.marked.set()
 
     def wait(self) -> None:
-        """Finish the save in flight (if any): every rank done, then rank 0 writes the marker."""
-        if self._pending is None:
+        """Finish the save in flight (if any), marked complete; a failed background save
+        raises its error here."""
+        save, self._pending = self._pending, None
+        if save is None:
             return
-        step, future, start = self._pending
-        self._pending = None
-        if future is not None:
-            future.result()
-        dist.barrier()
-        path = checkpoints_dir(self.run_dir) / f"step_{step}"
+        if save.future is not None:
+            save.future.result()
+            save.marked.wait()
+            return
+        dist.barrier()  # every rank has written its shards
         if self.rank == 0:
-            if self.kill_at_step == step:  # test hook: die with the shards written, unmarked
-                log.warning("debug.kill_in_save_at_step=%d: killing rank 0 before the marker", step)
-                os.kill(os.getpid(), signal.SIGKILL)
-            seconds = round(time.perf_counter() - start, 3)
-            _atomic_write(path / MARKER, json.dumps({"step": step, "time": time.time(),
-                                                     "world_size": dist.get_world_size()}))
-            events.append(self.run_dir, Ev.CHECKPOINT_SAVED, step=step, seconds=seconds)
-            log.info("checkpoint saved: %s (%.2f s)", path, seconds)
-            self._prune()
+            self._mark(save)
+
+    def _mark(self, save: "_Save") -> None:
+        """Rank 0: the COMPLETE marker, the event and the pruning of older saves."""
+        if self.kill_at_step == save.step:  # test hook: die with the shards written, unmarked
+            log.warning("debug.kill_in_save_at_step=%d: killing rank 0 before the marker", save.step)
+            os.kill(os.getpid(), signal.SIGKILL)
+        seconds = time.perf_counter() - save.start
+        stall = seconds if save.future is None else save.stall
+        _atomic_write(save.path / MARKER, json.dumps({"step": save.step, "time": time.time(),
+                                                      "world_size": dist.get_world_size()}))
+        events.append(self.run_dir, Ev.CHECKPOINT_SAVED, step=save.step, seconds=round(seconds, 3),
+                      stall=round(stall, 3))
+        log.info("checkpoint saved: %s (%.2f s, training held %.2f s)", save.path, seconds, stall)
+        self._prune()
 
     def _prune(self) -> None:
         complete = [(s, d) for s, d in _step_dirs(self.run_dir) if (d / MARKER).is_file()]
@@ -178,6 +206,31 @@ class Checkpointer:
             log.info("resumed from %s (step %d)", path, step)
             events.append(self.run_dir, Ev.RESUMED, step=step)
         return step
+
+
+@dataclass
+class _Save:
+    step: int
+    path: Path
+    start: float                 # time.perf_counter() when the engine's save began
+    stall: float                 # seconds the engine's save call held the training loop
+    future: Any                  # a background save's (concurrent.futures.Future), else None
+    marked: threading.Event = field(default_factory=threading.Event)
+
+
+def _late(future: Future, seconds: float) -> Future:
+    """``future``, done no sooner than ``seconds`` from now."""
+    late: Future = Future()
+
+    def finish() -> None:
+        try:
+            late.set_result(future.result())
+        except BaseException as e:  # noqa: BLE001  (handed on to whoever waits)
+            late.set_exception(e)
+    timer = threading.Timer(seconds, finish)
+    timer.daemon = True
+    timer.start()
+    return late
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -172,7 +172,8 @@ class Trainer:
         if int(steps.item()) != cadence.every:
             cadence.every = int(steps.item())
             if self._rank0 and chosen is not None:
-                events.append(self.run_dir, Ev.CHECKPOINT_INTERVAL, **{**chosen.to_event(), "steps": cadence.every})
+                events.append(self.run_dir, Ev.CHECKPOINT_INTERVAL,
+                              **{**chosen.to_event(), "steps": cadence.every, "after_step": step})
                 log.info("checkpoints: %s", cadence_mod.describe({**chosen.to_event(), "steps": cadence.every}))
 
     def _log(self, metrics: MetricsLog, loop: "_Loop", step: int, loss: torch.Tensor,
@@ -255,7 +256,8 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
             "model_args": asdict(args), "tokenizer": tok.name, "world_size": world.size,
             "pipeline_stages": recipe.pipeline.stages, **engine.meta}
     ckpt = Checkpointer(run_dir, engine, stream, meta, keep_last=cfg.keep_last,
-                        kill_at_step=recipe.debug.kill_in_save_at_step)
+                        kill_at_step=recipe.debug.kill_in_save_at_step,
+                        slow_at_step=recipe.debug.slow_save_at_step)
     return Trainer(recipe=recipe, world=world, run_dir=run_dir, engine=engine, stream=stream,
                    val=corpus.val, ckpt=ckpt, accum=accum,
                    flops_per_token=flops_per_token(args, recipe.data.max_seq_len),

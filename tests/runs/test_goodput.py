@@ -41,6 +41,18 @@ def test_a_crash_restarted_in_the_job_costs_the_steps_since_the_checkpoint_and_t
     assert g.cost(0) == {"lost": 15, "restart": 15}
 
 
+def test_a_background_save_costs_only_its_stall_and_the_steps_after_it_are_lost_on_a_crash():
+    # Saved from 25 s (step 10), durable at 30 s; the training was held 0.5 s of it.
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=10, seconds=5, stall=0.5),
+           ev(50, "relaunched", attempt=1, exit_code=1, last_progress=45),
+           ev(60, "first_step", step=11), ev(100, "finished", step=20), ev(101, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    assert parts(g) == {"startup": 10, "checkpoint": 0.5, "lost": 19.5, "restart": 15, "trained": 55,
+                        "other": 1}
+    assert g.cost(0) == {"lost": 19.5, "restart": 15}
+
+
 def test_a_hang_costs_its_detection_the_lost_steps_and_the_restart():
     evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(5, "first_step", step=1),
            ev(20, "checkpoint_saved", step=10, seconds=1),

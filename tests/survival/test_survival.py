@@ -1,4 +1,4 @@
-"""Survival on a real Slurm (the sandbox): user error, programs of the
+"""Survival on a real Slurm (the sandbox): a preemption during a background save, user error, programs of the
 user's own (one of them with a 40 s save, preempted together), the start-up watchdog,
 and a run Slurm does not requeue. A preemption resumed bitwise is in
 test_four_faults_e2e.py, test_sweeps.py and the container lane. Time limit, node failure and the requeue limit are in
@@ -15,15 +15,49 @@ only when the run stops progressing (survival_util, tests/waiting.py).
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (HERE, TRAIN, assert_nothing_lost, cancel, describe, job_field, named, run_cli, slurm,
-                           submit, take_all_nodes, wait_job_gone, wait_until)
+from survival_util import (HERE, TRAIN, Reference, assert_nothing_lost, cancel, describe, job_field, named,
+                           run_cli, slurm, submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
+
+
+def saving_in_background(run: Path, step: int) -> bool:
+    """The trainer's slow background save of ``step`` (debug.slow_save_at_step) has begun."""
+    mark = f"debug.slow_save_at_step={step}"
+    return any(mark in log.read_text(errors="replace") for log in (run / "logs").glob("*.out"))
+
+
+def test_a_preemption_during_a_background_save_waits_for_it_and_resumes_bitwise(workdir, runs_dir):
+    # The save of step 20 is in the background for 15 s (a slow file system); the
+    # preemption comes then: the trainer waits for it to be complete, saves where it stopped
+    # and leaves; the next start resumes there.
+    train = TRAIN + ["--train-steps", "60", "--save-steps", "10"]
+    reference = Reference(workdir, train, "background-save-reference")
+    run, job = submit(runs_dir, workdir, ["--partition", "low", "--name", "bgsave"],
+                      train + ["--set", "debug.slow_save_at_step=20"])
+    wait_until(run, "the background save of step 20", lambda: saving_in_background(run, 20), 240, job)
+    take_all_nodes(5)
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+
+    # Rank 0's log of the first start, in order: the stop came while step 20 was being
+    # written; that save was complete, then the step it stopped at.
+    stopped = named(run, "stopped")[0]["step"]
+    [said] = [log.read_text().split("stop requested")[1] for log in (run / "logs").glob("*.out")
+              if "[rank0] INFO stop requested" in log.read_text()]
+    saved = re.findall(r"\[rank0\] INFO checkpoint saved: \S+/(step_\d+) ", said)
+    assert saved[:2] == ["step_20", f"step_{stopped}"], said
+    saves = {e["step"]: e for e in named(run, "checkpoint_saved")}
+    assert saves[20]["seconds"] >= 15 and saves[20]["stall"] < 5, saves[20]  # in the background
+    assert [o.kind for o in classify.ends(run)] == [classify.PREEMPTED, classify.COMPLETED], describe(run)
+    assert_nothing_lost(run)
+    reference.assert_same_weights(run)
 
 
 def test_user_error_fails_without_requeue(workdir, runs_dir):

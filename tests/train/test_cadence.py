@@ -82,10 +82,10 @@ def test_the_trainer_saves_on_the_chosen_interval_on_every_rank(tmp_path):
     first = chosen[0]
     assert first["nodes"] == 2 and first["cost_s"] > 0 and first["step_s"] > 0
     assert first["job_mtbf_h"] == pytest.approx(0.0001)
-    every, last = 5, 0  # each save follows the latest choice (the last one is the run's end)
-    for e in evs:
-        if e["event"] == "checkpoint_saved" and e["step"] < 40:
-            assert e["step"] - last == every, (saved, chosen)
-            last = e["step"]
-        elif e["event"] == "checkpoint_interval":
-            every = e["steps"]
+    # Each save follows the choice made after the save before it (the last one is the run's
+    # end). A background save is reported when durable, after that choice: go by steps.
+    choices = {e["after_step"]: e["steps"] for e in chosen}
+    every, last = 5, 0
+    for step in (s for s in saved if s < 40):
+        assert step - last == every, (saved, chosen)
+        every, last = choices.get(step, every), step

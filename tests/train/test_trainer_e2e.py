@@ -3,6 +3,8 @@ code as on GPUs. Each run takes a few seconds, most of it starting Python and to
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from trainer_util import events, fsdp2_reference, losses, rank_exit_codes, records, setup_run, show, train
@@ -35,17 +37,23 @@ def test_loss_falls_on_a_learnable_corpus(straight):
 
 
 def test_resume_is_exact(straight, tmp_path):
-    """Stopped at step 10 and started again: the same loss at every step and bitwise the
-    same final weights as the uninterrupted run."""
+    """Stopped at step 10, while the background save of step 8 is still being written, and
+    started again: the stop waited for that save, the same loss at every step and bitwise
+    the same final weights as the uninterrupted run."""
     from slurmtrain.train.engines import load_consolidated
     ref_dir, _ = straight
-    recipe = setup_run(tmp_path, steps=20)
+    recipe = setup_run(tmp_path, steps=20, save_steps=8)
     args = ["--recipe", str(recipe), "--run-dir", "run"]
-    first = train(args + ["--set", "debug.stop_at_step=10"], tmp_path, nproc=2)
+    first = train(args + ["--set", "debug.stop_at_step=10", "--set", "debug.slow_save_at_step=8"], tmp_path,
+                  nproc=2)
     # Each rank exits 75 ("stopped after checkpoint"); the launcher (torchrun or spawn_ranks.py) terminates
     # those still tearing down when the first one leaves, so some may show SIGTERM instead.
     assert 75 in rank_exit_codes(first) <= {75, -15}, show(first)
-    assert events(tmp_path / "run")[-2:] == [("checkpoint_saved", 10), ("stopped", 10)]
+    assert events(tmp_path / "run")[-3:] == [("checkpoint_saved", 8), ("checkpoint_saved", 10), ("stopped", 10)]
+    saved = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+             if '"checkpoint_saved"' in x]
+    assert saved[0]["seconds"] >= 15 > saved[0]["stall"], saved  # written in the background, 15 s late
+    assert all((tmp_path / "run" / "checkpoints" / f"step_{s}" / "COMPLETE").is_file() for s in (8, 10))
     second = train(args, tmp_path, nproc=2)
     assert second.returncode == 0, show(second)
     assert ("resumed", 10) in events(tmp_path / "run")
