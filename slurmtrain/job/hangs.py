@@ -3,8 +3,13 @@ and every rank's stack when they stop.
 
 A collective that never returns makes no rank fail: every rank waits, and none beats. The
 timeout is ``resilience.hang_timeout``, or, when that is 0, derived from the run: HANG_MULTIPLE
-times the longest gap between heartbeats seen in this job start (a checkpoint is such a
-gap), never below HANG_FLOOR_S. A program that never beats is not judged here.
+times the longest gap between heartbeats seen in this job start, never below a floor. The
+floor is HANG_FLOOR_S for a program whose beats say it is paced (it beats through its saves
+and evaluations: the built-in trainer) once a launch has trained SETTLE_STEPS past its first
+beat (the first steps compile); else UNPACED_FLOOR_S, where a checkpoint may be a long gap.
+A rank that is busy (a save or evaluation that beats from a thread) counts as a hang only
+after BUSY_S of it: a collective inside a save can hang too. A program that never beats is
+not judged here.
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ from pathlib import Path
 from .. import heartbeat
 from .slurm import Slurm
 
-HANG_FLOOR_S = 600     # the derived timeout is never below this (a long checkpoint is no hang)
-HANG_MULTIPLE = 10     # ... nor below this many times the slowest gap between heartbeats seen
+HANG_FLOOR_S = 120     # the derived timeout's floor for a paced program, settled
+UNPACED_FLOOR_S = 600  # ... for any other (a long checkpoint between two beats is no hang)
+HANG_MULTIPLE = 10     # ... and never below this many times the slowest gap between heartbeats seen
+SETTLE_STEPS = 3       # steps past a launch's first beat before the paced floor applies
+BUSY_S = 600           # a save or evaluation that still beats is a hang after this long
 
 
 @dataclass(frozen=True)
@@ -57,10 +65,17 @@ class HangWatch:
         self.last, self.first, self.beats = None, None, []
 
     def timeout(self) -> float:
-        return self.fixed or max(HANG_FLOOR_S, HANG_MULTIPLE * self.slowest_gap)
+        return self.fixed or max(self._floor(), HANG_MULTIPLE * self.slowest_gap)
+
+    def _floor(self) -> float:
+        beats, first = self.beats, self.first
+        settled = (first is not None and first.step is not None
+                   and max((b.step or 0) for b in beats) >= first.step + SETTLE_STEPS)
+        return HANG_FLOOR_S if settled and beats and all(b.paced for b in beats) else UNPACED_FLOOR_S
 
     def check(self, now: float) -> Hang | None:
-        """A Hang when no rank has beaten for the timeout, at wall-clock time ``now``."""
+        """A Hang when no rank has beaten for the timeout, or a rank has been busy for
+        BUSY_S (or the timeout, if longer), at wall-clock time ``now``."""
         beats = self.beats = heartbeat.read(self.folder)
         if not beats:
             return None
@@ -71,6 +86,9 @@ class HangWatch:
             self.slowest_gap = max(self.slowest_gap, newest - self.last)
         self.last = max(newest, self.last or newest)
         quiet, timeout = now - newest, self.timeout()
+        busy_since = min((b.busy_since for b in beats if b.busy_since is not None), default=None)
+        if busy_since is not None and quiet < timeout:
+            quiet, timeout = now - busy_since, max(timeout, BUSY_S)
         if quiet < timeout:
             return None
         oldest = min(b.time for b in beats)

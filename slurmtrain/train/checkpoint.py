@@ -26,7 +26,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader
 
-from .. import events
+from .. import events, heartbeat
 from ..eventlog import Ev
 
 log = logging.getLogger("slurmtrain.train")
@@ -121,6 +121,10 @@ class Checkpointer:
         """Save ``step``. A synchronous save is complete when this returns; a background one
         (``train.async_save``) only holds the loop while DCP copies the state, and is marked
         complete by rank 0 as soon as DCP has finished it (below), whatever the loop does."""
+        with heartbeat.busy("save"):
+            self._save(step)
+
+    def _save(self, step: int) -> None:
         path = self._begin_save(step)
         start = time.perf_counter()
         future = self.engine.save(path, {"step": step, "data": self.data.state_dict()})
@@ -150,8 +154,9 @@ class Checkpointer:
         if save is None:
             return
         if save.future is not None:
-            save.future.result()
-            save.marked.wait()
+            with heartbeat.busy("save"):
+                save.future.result()
+                save.marked.wait()
             return
         dist.barrier()  # every rank has written its shards
         if self.rank == 0:

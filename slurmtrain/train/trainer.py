@@ -112,7 +112,9 @@ class Trainer:
         loss, grad_norm = self._train_step()
         self.step = step
         loop.probe.maybe(step)
-        heartbeat.beat(step, loop.probe.mean_ms)  # progress and speed, for the supervisor's hang and straggler checks
+        # Progress and speed, for the supervisor's hang and straggler checks; paced: saves and
+        # evaluations beat from a thread (heartbeat.busy), so a quiet loop is judged sooner.
+        heartbeat.beat(step, loop.probe.mean_ms, paced=True)
         loop.meter.add(tokens=cfg.global_batch_size * self.recipe.data.max_seq_len,
                        samples=cfg.global_batch_size)
         if step % cfg.log_steps == 0 or step == cfg.steps:
@@ -193,7 +195,8 @@ class Trainer:
         loop.meter.reset()
 
     def _eval(self, metrics: MetricsLog, step: int) -> None:
-        eval_loss = self.evaluate()
+        with heartbeat.busy("eval"):
+            eval_loss = self.evaluate()
         if eval_loss is None:
             log.warning("evaluation skipped: the held-out slice has fewer than "
                         "micro_batch_size x data-parallel ranks sequences")
