@@ -200,7 +200,7 @@ def main() -> None:
     ap.add_argument("--recipe", help="time the built-in trainer with this recipe instead of the all-reduce program")
     ap.add_argument("--first-line", default=r"^rank 0/", help="regex of the first line of training output")
     ap.add_argument("--status-runs", type=int, default=100)
-    ap.add_argument("--launcher", help="slurmtrain's launcher (default: the local profile's, torchrun with the c10d "
+    ap.add_argument("--launcher", help="slurmtrain's launcher (default: the local profile's, torchrun, static "
                     "rendezvous; the hand-written script uses torchrun's static rendezvous, as srun-loop does)")
     ap.add_argument("--skip-submit", action="store_true")
     args = ap.parse_args()

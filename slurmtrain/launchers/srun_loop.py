@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-from ..shellwords import Raw
 from .base import Launcher, Words
-from .torchrun import AGENT, OWN_EXCEPTIONS, PROGRAM, ROOT_CAUSE
+from .torchrun import AGENT, OWN_EXCEPTIONS, PROGRAM, ROOT_CAUSE, static_rendezvous
 
 
 def words(w: Words) -> list[str]:
-    return [w.python, "-c", *AGENT, Raw('--node-rank="$node_rank"'), Raw('--master-addr="$MASTER_ADDR"'),
-            Raw('--master-port="$MASTER_PORT"'), *PROGRAM[w.kind]]
+    return [w.python, "-c", *AGENT, *static_rendezvous(w), *PROGRAM[w.kind]]
 
 
 LAUNCHER = Launcher("srun-loop", "one srun per node", words, per_node_srun=True, elastic=True,

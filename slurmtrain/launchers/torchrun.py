@@ -1,5 +1,7 @@
-"""torchrun: one srun for every node, a torchrun agent on each, the c10d rendezvous on the
-first node with the job id as its id (a requeued start rendezvouses afresh)."""
+"""torchrun: one srun for every node, a torchrun agent on each, given its node rank and the
+first node's address (torchrun's static rendezvous). The supervisor knows every node and its
+rank before the launch, so no rendezvous round is needed: c10d's agents poll its state once a
+second until every node has joined, which cost about 2 s of every start (BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -18,13 +20,16 @@ ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?exitcode\s*:\
 OWN_EXCEPTIONS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",)
 
 
+def static_rendezvous(w: Words) -> list[str]:
+    """The node's rank and the first node's store; a node that never comes is an error after
+    resilience.rendezvous_timeout (the store's wait), not a hang."""
+    return [Raw('--node-rank="$node_rank"'), Raw('--master-addr="$MASTER_ADDR"'), Raw('--master-port="$MASTER_PORT"'),
+            Raw(f"--rdzv-conf=timeout={w.rendezvous_timeout}")]
+
+
 def words(w: Words) -> list[str]:
-    return [w.python, "-c", *AGENT,
-            Raw("--rdzv-backend=c10d"), Raw('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'),
-            Raw('--rdzv-id="$SLURM_JOB_ID"'),
-            Raw(f'--rdzv-conf="is_host=$(( node_rank == 0 )),join_timeout={w.rendezvous_timeout}"'),
-            *PROGRAM[w.kind]]
+    return [w.python, "-c", *AGENT, *static_rendezvous(w), *PROGRAM[w.kind]]
 
 
-LAUNCHER = Launcher("torchrun", "one srun, c10d rendezvous", words, elastic=True, exit_status_in_log=ROOT_CAUSE,
+LAUNCHER = Launcher("torchrun", "one srun, static rendezvous", words, elastic=True, exit_status_in_log=ROOT_CAUSE,
                     own_exceptions=OWN_EXCEPTIONS)
