@@ -17,12 +17,13 @@ import shlex
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .schema import Frozen
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
 
-@dataclass(frozen=True)
-class Program:
+@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: schema.Frozen's, not compiled at import
+class Program(Frozen):
     """How a launcher should start the user's program on every process."""
 
     kind: str                  # "script" (a .py file), "module" (-m NAME) or "exec" (any executable)

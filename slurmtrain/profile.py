@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from . import launchers, resources
 from .errors import ConfigError
-from .schema import (ENV_NAME, Sources, apply_set, build, field, matches, merge,
+from .schema import (ENV_NAME, Frozen, Sources, apply_set, build, field, matches, merge,
                      non_negative, parse_set, positive, to_toml)
 
 _SLURM_NAME = matches(r"[A-Za-z0-9_.,:+\-\[\]]+", "a Slurm name (letters, digits, _ . , : + - [ ])")
@@ -31,9 +31,12 @@ _SIGNAL = matches(r"(SIG)?(USR1|USR2|TERM|INT|HUP|QUIT|ALRM|URG|CONT|[0-9]{1,2})
 _TRACK_WORD = matches(r"[A-Za-z0-9_.:/+\-]+", "a W&B name: letters, digits, _ . : / + - (no spaces or commas)")
 _BIND = matches(r"[^:\s]+(:[^:\s]+(:(ro|rw))?)?", "a bind mount src[:dst[:ro|rw]] without spaces")
 
+# Every class here is frozen and takes repr, == and hash from schema.Frozen (repr=False,
+# eq=False): the same methods, not compiled again for each class when gen starts.
 
-@dataclass(frozen=True)
-class SlurmSection:
+
+@dataclass(frozen=True, repr=False, eq=False)
+class SlurmSection(Frozen):
     """#SBATCH directives."""
 
     partition: str | None = field("partition to run in (none: the cluster's default)", None, check=_SLURM_NAME)
@@ -55,8 +58,8 @@ class SlurmSection:
                                    check=matches(r"--?[A-Za-z][\w\-]*(=\S.*)?", "a directive such as --mail-type=END"))
 
 
-@dataclass(frozen=True)
-class ContainerSection:
+@dataclass(frozen=True, repr=False, eq=False)
+class ContainerSection(Frozen):
     """How the launched command runs inside a container."""
 
     runtime: Literal["none", "apptainer", "singularity", "pyxis"] = field("container runtime", "none")
@@ -69,8 +72,8 @@ class ContainerSection:
     gpu: bool = field("pass GPUs into the container (--nv); defaults on when gpus_per_node > 0", True)
 
 
-@dataclass(frozen=True)
-class FabricSection:
+@dataclass(frozen=True, repr=False, eq=False)
+class FabricSection(Frozen):
     """The network between nodes and the NCCL/libfabric environment it needs."""
 
     kind: Literal["efa", "ib", "socket", "none"] = field("efa (AWS), ib (InfiniBand), socket (TCP), none", "socket")
@@ -84,8 +87,8 @@ class FabricSection:
                                               None, check=positive)
 
 
-@dataclass(frozen=True)
-class LaunchSection:
+@dataclass(frozen=True, repr=False, eq=False)
+class LaunchSection(Frozen):
     """How processes are started on the nodes."""
 
     launcher: str = field(launchers.doc(), "torchrun", check=launchers.check)  # one of launchers.LAUNCHERS
@@ -103,16 +106,16 @@ class LaunchSection:
     workdir: str | None = field("directory to cd into before launching (default: the submit directory)", None)
 
 
-@dataclass(frozen=True)
-class EnvSection:
+@dataclass(frozen=True, repr=False, eq=False)
+class EnvSection(Frozen):
     """Environment for the job."""
 
     vars: dict[str, str] = field("environment variables exported in the script", {}, factory=dict)
     secrets: tuple[str, ...] = field("names of variables holding secrets: passed through by name, never written", (), check=ENV_NAME)
 
 
-@dataclass(frozen=True)
-class TrackingSection:
+@dataclass(frozen=True, repr=False, eq=False)
+class TrackingSection(Frozen):
     """Experiment tracking: one W&B run and one TensorBoard log across every requeue (docs/tracking.md)."""
 
     wandb: bool = field("report to Weights & Biases (the wandb package; the built-in trainer logs, and "
@@ -128,8 +131,8 @@ class TrackingSection:
                              "by name in online mode, never written", "WANDB_API_KEY", check=ENV_NAME)
 
 
-@dataclass(frozen=True)
-class ResilienceSection:
+@dataclass(frozen=True, repr=False, eq=False)
+class ResilienceSection(Frozen):
     """Requeue and signal handling (see the preemption docs)."""
 
     requeue: bool = field("let Slurm requeue the job after preemption or node failure", True)
@@ -139,7 +142,8 @@ class ResilienceSection:
     hang_timeout: int = field("seconds without a heartbeat from any rank (the built-in trainer, slurmtrain.stop."
                               "heartbeat, the HF and Lightning callbacks) before the launch counts as hung: stacks "
                               "recorded, launched again in the job (0: 10x the slowest gap between heartbeats, at "
-                              "least 600)", 0, check=non_negative)
+                              "least 120 for the built-in trainer, which beats through its saves and evaluations, "
+                              "600 for other programs)", 0, check=non_negative)
     restarts_in_job: int = field("after a program failure (a rank died) that followed a new checkpoint, start the "
                                  "launch again in the same allocation from it, at most this many times per job "
                                  "start (0: never)", 3, check=non_negative)
@@ -165,8 +169,8 @@ class ResilienceSection:
                             "ledger and the job requeues itself without it", False)
 
 
-@dataclass(frozen=True)
-class Profile:
+@dataclass(frozen=True, repr=False, eq=False)
+class Profile(Frozen):
     """A cluster profile. ``name`` and ``source`` are filled in by the loader."""
 
     description: str = field("one line about the cluster", "")
@@ -181,8 +185,8 @@ class Profile:
         "launchers that work on this cluster (default: all)", check=launchers.check, factory=launchers.names)
 
 
-@dataclass(frozen=True)
-class LoadedProfile:
+@dataclass(frozen=True, repr=False, eq=False)
+class LoadedProfile(Frozen):
     name: str
     source: str          # the file it came from
     profile: Profile

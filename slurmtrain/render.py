@@ -18,13 +18,13 @@ from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
 from . import launchers
-from . import sweep as sweep_mod
 from .shellwords import Raw, shell_words
 from .profile import LoadedProfile, Profile
+from .schema import Frozen
 
 
-@dataclass(frozen=True)
-class JobSpec:
+@dataclass(frozen=True, repr=False, eq=False)  # repr, == and hash: schema.Frozen's, not compiled at import
+class JobSpec(Frozen):
     """What to run, independent of the cluster."""
 
     command: tuple[str, ...] = ()     # the training command given after `--`
@@ -115,6 +115,10 @@ def _check_array(p: Profile, job: JobSpec) -> None:
 def _sweep_cases(job: JobSpec) -> list[tuple[int, str]]:
     """(task, shell assignments) of each point: its run directory under the sweep's, its
     values as variables, and for the built-in trainer its ``--set`` lines."""
+    if not job.sweep:
+        return []
+    from . import sweep as sweep_mod  # here: a job without a sweep does not import it
+
     out = []
     for i, point in enumerate(job.sweep):
         words = [f'RUN_DIR="$RUN_DIR"/points/{shlex.quote(point.label)}']
@@ -273,6 +277,8 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
     if not spec.agent:  # no launcher: its words are the program's own interpreter, on the program's line
         words, argv = [], words + argv
     if job.sweep:  # a point's {key}: its value, from the variable the script exports for it
+        from . import sweep as sweep_mod
+
         argv = [Raw(sweep_mod.shell_word(w)) if isinstance(w, str) and sweep_mod.PLACEHOLDER.search(w) else w
                 for w in argv]
     # One line per part (container, launcher, program) so a person can read and edit it.

@@ -13,10 +13,8 @@ only ever passed through by name (``tracking.api_key_var``).
 from __future__ import annotations
 
 import importlib.util
-import secrets
 import shlex
 import string
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,8 @@ _ALPHABET = string.ascii_lowercase + string.digits
 
 def new_run_id() -> str:
     """Eight characters from W&B's own alphabet for run ids."""
+    import secrets  # here: `gen` never draws an id, and secrets is a few ms to import
+
     return "".join(secrets.choice(_ALPHABET) for _ in range(8))
 
 
@@ -81,6 +81,8 @@ def manifest_entry(tracking, job_name: str, run_dir: Path) -> dict[str, Any] | N
 def _has_module(python: str | None, module: str) -> bool:
     if python is None:
         return importlib.util.find_spec(module) is not None
+    import subprocess  # here: only submit asks another interpreter; `gen` never does
+
     try:
         proc = subprocess.run([python, "-c", f"import importlib.util, sys; "
                                f"sys.exit(importlib.util.find_spec({module!r}) is None)"],

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import types
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -38,7 +39,7 @@ def test_models_does_not_import_torch():
 
 def test_every_trainer_command_has_help():
     for name in ("models", "export"):
-        assert main.commands[name].help
+        assert main.get_command(click.Context(main), name).help
 
 
 # ---------------------------------------------------------------- export

@@ -1,9 +1,9 @@
 """Command-line interface: a thin click layer over the library.
 
-One module per command group; importing them registers their commands on ``main``.
+One module per command group; each registers its commands on ``main`` when imported, and
+``main`` imports a module only when one of its commands runs (``base.COMMANDS``).
 """
 
 from .base import main
-from . import gen, sandbox, submit, runs, progress, trainer, data, doctor  # noqa: F401  (registration side effects)
 
 __all__ = ["main"]

@@ -1,12 +1,15 @@
 """The root ``slurmtrain`` command group and the one place library errors become messages.
 
-Command modules attach themselves with ``@main.command()``/``@main.group()``. They must
-stay light to import: torch and submitit are imported inside the commands that need
-them, never at module level, so ``slurmtrain gen`` starts fast on a login node.
+Command modules attach themselves with ``@main.command()``/``@main.group()``; the group
+imports a module when one of its commands is asked for (:data:`COMMANDS`), so ``slurmtrain
+gen`` does not pay for the imports of submit, status or doctor. They must stay light to
+import too: torch and submitit are imported inside the commands that need them, never at
+module level, so ``slurmtrain gen`` starts fast on a login node.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -15,8 +18,34 @@ from .. import __version__
 from ..errors import SlurmtrainError
 
 
+# The module of slurmtrain.cli that registers each command. tests/gen/test_cli_gen.py
+# checks it against what the modules register.
+COMMANDS = {
+    "gen": "gen", "profiles": "gen",
+    "sandbox": "sandbox",
+    "submit": "submit", "resubmit": "submit",
+    "runs": "runs", "status": "runs", "sync": "runs", "logs": "runs", "cancel": "runs",
+    "watch": "progress", "plot": "progress",
+    "models": "trainer", "demo-corpus": "trainer", "export": "trainer",
+    "tokenize": "data",
+    "doctor": "doctor", "nodes": "doctor",
+}
+
+
 class _Group(click.Group):
-    """Turns the project's own errors into one line on stderr and their exit status."""
+    """Imports a command's module when the command is asked for; turns the project's own
+    errors into one line on stderr and their exit status."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            # A name no module holds: load them all, so click's "did you mean" knows every command.
+            wanted = [COMMANDS[cmd_name]] if cmd_name in COMMANDS else sorted(set(COMMANDS.values()))
+            for module in wanted:
+                importlib.import_module(f"{__package__}.{module}")
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
 
     def invoke(self, ctx: click.Context):
         try:

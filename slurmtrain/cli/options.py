@@ -68,17 +68,26 @@ def _toml_escape(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
 
+def _sweep_points(sweeps: tuple[str, ...], sweep_file: Path | None, command: tuple[str, ...]) -> list:
+    """The sweep's points, checked against the command's {key} words; [] without a sweep,
+    for which slurmtrain.sweep is not even imported (a `{...}` word is then just a word)."""
+    if not sweeps and sweep_file is None:
+        return []
+    from .. import sweep
+
+    points = sweep.points_of(sweeps, sweep_file)
+    sweep.check_placeholders(command, points)
+    return points
+
+
 def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit, partition, launcher,
               max_requeues, sets, recipe, job_name, command, sweeps=(), sweep_file=None, max_parallel=None,
               run_dir: str | None = None, regen_args: list[str] | None = None) -> tuple[LoadedProfile, JobSpec]:
-    from .. import sweep
-
     loaded = load_profile(profile, overrides(nodes, gpus_per_node, time_limit, partition, launcher,
                                              max_requeues, sets))
-    points = sweep.points_of(tuple(sweeps), sweep_file)
+    points = _sweep_points(tuple(sweeps), sweep_file, tuple(command))
     if max_parallel is not None and not points:
         raise UsageError("--max-parallel is for a sweep (--sweep or --sweep-file)")
-    sweep.check_placeholders(tuple(command), points)
     job = JobSpec(command=tuple(command), recipe=recipe, run_dir=run_dir,
                   regen_command=shlex.join(["slurmtrain", argv_name] + (regen_args or [])),
                   sweep=tuple(points), array=len(points) or None, max_parallel=max_parallel)

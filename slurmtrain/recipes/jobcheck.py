@@ -12,13 +12,16 @@ container's filesystem) or that names a variable only the job's environment defi
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, UsageError
 from ..profile import LoadedProfile
 from ..render import JobSpec
+
+if TYPE_CHECKING:  # argparse itself loads with the trainer's parser, for a trainer job only
+    import argparse
 
 TRAINER = "slurmtrain.train"
 

@@ -69,7 +69,9 @@ def test_secret_cannot_be_given_a_value():
 
 
 def _all_commands(group, prefix=""):
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)  # the root group imports each command's module when asked for it
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
         yield f"{prefix}{name}", cmd
         if isinstance(cmd, click.Group):
             yield from _all_commands(cmd, f"{prefix}{name} ")
@@ -92,3 +94,29 @@ def test_cli_import_path_stays_light():
             "print(' '.join(m for m in ('torch', 'deepspeed', 'submitit', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "", f"gen imported: {out}"
+
+
+def test_the_command_table_names_each_commands_module():
+    """The root group imports a module only for its commands (base.COMMANDS): a command
+    missing from the table, or listed under another module, could not be found."""
+    import importlib
+
+    from slurmtrain.cli.base import COMMANDS
+    for module in set(COMMANDS.values()):
+        importlib.import_module(f"slurmtrain.cli.{module}")
+    assert set(main.commands) == set(COMMANDS)
+    for name, cmd in main.commands.items():
+        assert cmd.callback.__module__ == f"slurmtrain.cli.{COMMANDS[name]}", name
+
+
+def test_gen_imports_no_other_commands_module():
+    """`slurmtrain gen` starts on a login node for every job: it loads its own command's
+    module, not those of submit, status or doctor, nor the sweep code when no sweep is asked for."""
+    others = [f"slurmtrain.cli.{m}" for m in ("sandbox", "submit", "runs", "progress", "trainer", "data", "doctor")]
+    probe = [*others, "slurmtrain.sweep", "slurmtrain.eventlog", "slurmtrain.cli.gen"]
+    code = ("import contextlib, io, sys; from slurmtrain.entry import main\n"
+            "sys.argv = ['slurmtrain', 'gen', '-p', 'aws-p4d', '--', 'python', 'x.py']\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit): main()\n"
+            f"print(' '.join(m for m in {probe!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["slurmtrain.cli.gen"], f"gen imported: {out}"

@@ -1,5 +1,6 @@
 """Profile loading: look-up order, extends, --set, and one clear message per kind of mistake."""
 
+import dataclasses
 import textwrap
 
 import pytest
@@ -38,6 +39,33 @@ def test_builtins_load_with_expected_facts():
     assert hpc.container.runtime == "apptainer" and hpc.launch.launcher == "srun-loop"
     assert {"NCCL_IB_TIMEOUT", "UCX_RC_TIMEOUT", "NCCL_IB_RETRY_CNT"} <= set(hpc.fabric.env)
     assert load_profile("local").profile.slurm.gpus_per_node == 0
+
+
+def _plain_twin(obj):
+    """``obj`` as an instance of what ``@dataclass(frozen=True)`` makes of its class."""
+    fields = dataclasses.fields(obj)
+    cls = dataclasses.make_dataclass(type(obj).__qualname__, [(f.name, f.type) for f in fields], frozen=True)
+    return cls(**{f.name: getattr(obj, f.name) for f in fields})
+
+
+def _hash(obj):
+    try:
+        return hash(obj)
+    except TypeError as err:  # a section with a table (dict) field, as with @dataclass
+        return str(err)
+
+
+def test_profiles_print_compare_and_hash_as_dataclasses_do():
+    """The profile's classes take repr, == and hash from schema.Frozen, not @dataclass: the same."""
+    loaded = load_profile("aws-p4d")
+    p = loaded.profile
+    sections = [getattr(p, f.name) for f in dataclasses.fields(p) if dataclasses.is_dataclass(getattr(p, f.name))]
+    assert len(sections) == 7
+    for obj in (loaded, p, *sections):
+        twin = _plain_twin(obj)
+        assert repr(obj) == repr(twin) and _hash(obj) == _hash(twin)
+    assert p == load_profile("aws-p4d").profile and p != load_profile("aws-p4d", ["slurm.nodes=3"]).profile
+    assert p.slurm != p.launch and p.slurm != "slurm"
 
 
 def test_lookup_order_project_dir_shadows_builtin(user_dir):
