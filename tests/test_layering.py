@@ -2,8 +2,8 @@
 one on a floor above its own. A floor may import its own and those below.
 
 0  what everything reads: errors, the TOML and schema loaders, the event log and its
-   meaning, Slurm's text forms and version, the marks the job and the ranks leave, the
-   launchers' registry
+   meaning, Slurm's text forms and version, the marks the job and the ranks leave (and
+   where node memory is), the launchers' registry
 1  the profile and its rendering, the stop contract (imported by users' programs)
 2  what builds on them on either side: the job's supervisor, the recipes and the data
    path, the sandbox
@@ -28,7 +28,7 @@ from import_graph import PACKAGE, circles, graph
 
 FLOORS = {
     0: {"slurmtrain", "_toml", "errors", "resources", "schema", "events", "eventlog", "slurmtext", "slurmversion",
-        "heartbeat", "arrivals", "ledger", "dependents", "command", "sweep", "tracking", "shellwords", "launchers"},
+        "heartbeat", "nodememory", "arrivals", "ledger", "dependents", "command", "sweep", "tracking", "shellwords", "launchers"},
     1: {"profile", "render", "stop"},
     2: {"job", "recipes", "data", "sandbox"},
     3: {"runs", "doctor", "train", "cadence", "remote"},

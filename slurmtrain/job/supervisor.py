@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 from typing import Callable
 
-from .. import eventlog, events, slurmversion
+from .. import eventlog, events, nodememory, slurmversion
 from ..eventlog import Ev
 from . import decide, hangs
 from . import nodes as nodes_mod
@@ -140,6 +140,9 @@ class Supervisor:
         self.record.event(name, **fields)
 
     def do_end(self, outcome: str | None, code: int) -> None:
+        # This start's copies in node memory (train.memory_steps) are of no use to the next,
+        # which is a requeue or nothing; the trainer removes its own when it ends cleanly.
+        nodememory.remove_start()
         if outcome is not None:
             self.record.summary(outcome, code)
 

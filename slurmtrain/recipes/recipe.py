@@ -83,6 +83,10 @@ class TrainSection:
     async_save: bool = field("save checkpoints in the background (dcp.async_save): training "
                              "waits only while a copy of the state is taken (fsdp2 and the torch "
                              "pipeline; DeepSpeed saves in the foreground)", True)
+    memory_steps: int = field("also keep the state in node memory (and a copy on the next node) every this "
+                              "many steps: an in-job restart loads the newest such copy, a requeue the "
+                              "durable checkpoint (0: never; fsdp2 and the torch pipeline)", 0,
+                              check=non_negative)
     engine: Literal["fsdp2", "deepspeed"] = field(
         "training engine: fsdp2 (torch FSDP2 / pipelining) or deepspeed (ZeRO via the "
         "[deepspeed] section)", "fsdp2")

@@ -28,6 +28,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from .. import events, heartbeat
 from ..eventlog import Ev
+from .memtier import MemoryTier
 
 log = logging.getLogger("slurmtrain.train")
 
@@ -94,8 +95,10 @@ class Checkpointer:
     engine's state and the data position, in one ``step_<N>`` folder each."""
 
     def __init__(self, run_dir: Path, engine: Any, data: Any, meta: dict[str, Any], *,
-                 keep_last: int, kill_at_step: int | None = None, slow_at_step: int | None = None):
+                 keep_last: int, kill_at_step: int | None = None, slow_at_step: int | None = None,
+                 memory: MemoryTier | None = None):
         self.run_dir = Path(run_dir)
+        self.memory = memory  # train.memory_steps: copies in node memory between the durable saves
         self.engine, self.data, self.meta = engine, data, meta
         self.keep_last, self.kill_at_step, self.slow_at_step = keep_last, kill_at_step, slow_at_step
         self.rank = dist.get_rank()
@@ -199,18 +202,35 @@ class Checkpointer:
         return None if choice[0] is None else Path(choice[0])
 
     def resume(self) -> int:
-        """Load the newest complete checkpoint, if any; return its step (0 when none)."""
+        """Load the newest checkpoint, if any: a copy in node memory (an in-job restart) as
+        new as the newest complete durable one, else that one; return its step (0: none)."""
         path = self._choose()
-        if path is None:
+        durable = int(path.name[len("step_"):]) if path is not None else -1
+        self.last_saved = durable
+        template = {"step": 0, "data": self.data.state_dict()}
+        got = self.memory.restore(template, durable) if self.memory is not None else None
+        if got is not None:
+            step, source, client = got
+        elif path is not None:
+            step, source, client = durable, str(path), self.engine.load(path, template)
+        else:
             return 0
-        client = self.engine.load(path, {"step": 0, "data": self.data.state_dict()})
         self.data.load_state_dict(client["data"])
-        step = int(client["step"])
-        self.last_saved = step
         if self.rank == 0:
-            log.info("resumed from %s (step %d)", path, step)
-            events.append(self.run_dir, Ev.RESUMED, step=step)
+            log.info("resumed from %s (step %d)", source, step)
+            tier = {"tier": "memory"} if got is not None else {}
+            events.append(self.run_dir, Ev.RESUMED, step=step, **tier)
         return step
+
+    def keep_in_memory(self, step: int) -> None:
+        """train.memory_steps: ``step`` into node memory, here and on the next node."""
+        with heartbeat.busy("save"):
+            self.memory.keep(step, {"step": step, "data": self.data.state_dict()})
+
+    def clear_memory(self) -> None:
+        """The run finished or stopped: its copies in node memory go (a collective)."""
+        if self.memory is not None:
+            self.memory.clear()
 
 
 @dataclass

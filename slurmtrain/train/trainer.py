@@ -30,6 +30,7 @@ from ..schema import Sources
 from . import data as data_mod
 from . import engines
 from .checkpoint import Checkpointer, newest_complete
+from .memtier import MemoryTier
 from .distributed import World
 from .metrics import MetricsLog, Throughput, peak_flops, peak_mem_gib
 from .probe import ComputeProbe
@@ -100,6 +101,7 @@ class Trainer:
         if self.ckpt.last_saved != self.step:
             self.ckpt.save(self.step)
         self.ckpt.wait()
+        self.ckpt.clear_memory()
         if self._rank0:
             events.append(self.run_dir, Ev.FINISHED, step=self.step)
             log.info("finished at step %d", self.step)
@@ -133,6 +135,7 @@ class Trainer:
         if self.ckpt.last_saved != step:
             self.ckpt.save(step)
         self.ckpt.wait()
+        self.ckpt.clear_memory()  # the next start loads the durable checkpoint just saved
         if self._rank0:
             events.append(self.run_dir, Ev.STOPPED, step=step)
         # torchrun ends the other ranks as soon as one exits non-zero: nobody
@@ -151,6 +154,9 @@ class Trainer:
                 loop.meter.reset()
         elif cfg.save_steps and step % cfg.save_steps == 0 and step < cfg.steps:
             self.ckpt.save(step)
+            loop.meter.reset()
+        if cfg.memory_steps and step % cfg.memory_steps == 0 and self.ckpt.last_saved != step and step < cfg.steps:
+            self.ckpt.keep_in_memory(step)
             loop.meter.reset()
 
     def _cadence(self) -> cadence_mod.Cadence | None:
@@ -229,6 +235,18 @@ def preflight(recipe: Recipe, sources: Sources, world_size: int) -> tuple[int, T
     return accum, tok
 
 
+def _memory_tier(recipe: Recipe, sources: Sources, engine: Any) -> MemoryTier | None:
+    """train.memory_steps: the node-memory tier, for the engines whose state is DCP's."""
+    if not recipe.train.memory_steps:
+        return None
+    if not hasattr(engine, "state"):
+        raise ConfigError(sources.of("train.memory_steps"), "train.memory_steps",
+                          f"{recipe.train.memory_steps} needs the fsdp2 engine (or the torch pipeline): "
+                          f"{engine.name} keeps its own state; set it to 0")
+    return MemoryTier(engine.state, {"world": dist.get_world_size(), "stages": recipe.pipeline.stages,
+                                     "engine": engine.name})
+
+
 def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
           init_ckpt: str | None) -> Trainer:
     """Check the inputs, then compose the run. ``sources`` says where each recipe value
@@ -260,7 +278,7 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
             "pipeline_stages": recipe.pipeline.stages, **engine.meta}
     ckpt = Checkpointer(run_dir, engine, stream, meta, keep_last=cfg.keep_last,
                         kill_at_step=recipe.debug.kill_in_save_at_step,
-                        slow_at_step=recipe.debug.slow_save_at_step)
+                        slow_at_step=recipe.debug.slow_save_at_step, memory=_memory_tier(recipe, sources, engine))
     return Trainer(recipe=recipe, world=world, run_dir=run_dir, engine=engine, stream=stream,
                    val=corpus.val, ckpt=ckpt, accum=accum,
                    flops_per_token=flops_per_token(args, recipe.data.max_seq_len),

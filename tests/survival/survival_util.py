@@ -148,12 +148,16 @@ def take_all_nodes(seconds: int) -> str:
 
 
 def resumes_where_it_stopped(run) -> list[tuple[int, int]]:
-    """(last step reached before each stop, step resumed from after it)."""
+    """(last step saved or reached before each stop, step resumed from after it). A resume
+    from a copy in node memory (train.memory_steps) counts as from that step's save."""
     pairs, last = [], None
     for e in events(run):
         if e["event"] in ("stopped", "checkpoint_saved"):
             last = e["step"]
         elif e["event"] == "resumed":
+            if e.get("tier") == "memory":
+                assert last is None or e["step"] >= last, f"memory copy {e['step']} older than save {last}"
+                last = e["step"]
             pairs.append((last, e["step"]))
     return pairs
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtrain import ledger
+from slurmtrain import ledger, nodememory
 from slurmtrain.runs import classify
 
 from survival_util import (TRAIN, Reference, assert_nothing_lost, describe, events, job_field, kill_machine, named, rank_of, rank_pids, run_cli, slurm,
@@ -24,7 +24,8 @@ from survival_util import (TRAIN, Reference, assert_nothing_lost, describe, even
 pytestmark = pytest.mark.slurm
 
 STEPS = 300
-TRAIN_300 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "10"]
+TRAIN_300 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "40"]
+MEMORY = ["--set", "train.memory_steps=5"]  # node memory between the durable saves
 
 
 def saved_since(run: Path, name: str, k: int) -> bool:
@@ -34,6 +35,17 @@ def saved_since(run: Path, name: str, k: int) -> bool:
     return len(marks) >= k and "checkpoint_saved" in evs[marks[k - 1] + 1:]
 
 
+def newer_in_memory(run: Path, job: str, restart: int) -> bool:
+    """A whole step in node memory (each of the 2 ranks' copies, here and on the peer node)
+    newer than the newest durable save."""
+    files: dict[int, int] = {}
+    for f in (nodememory.ROOT / f"{job}-{restart}").glob("*/step_*-*/rank*.pt"):
+        step = int(f.parent.name[len("step_"):].split("-")[0])
+        files[step] = files.get(step, 0) + 1
+    whole = [step for step, n in files.items() if n == 4]
+    return bool(whole) and max(whole) > max((e["step"] for e in named(run, "checkpoint_saved")), default=0)
+
+
 def of_rank(run: Path, rank: str) -> int:
     return next(pid for pid in rank_pids(run) if rank_of(pid)[0] == rank)
 
@@ -41,10 +53,12 @@ def of_rank(run: Path, rank: str) -> int:
 def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, workdir, runs_dir):
     reference = Reference(workdir, TRAIN_300, "four-faults-reference")
     run, job = submit(runs_dir, workdir, ["--name", "four", "--nodes", "2", "--partition", "low", "--set",
-                                          "slurm.spare_nodes=1", "--set", "resilience.hang_timeout=20"], TRAIN_300)
+                                          "slurm.spare_nodes=1", "--set", "resilience.hang_timeout=20"],
+                      TRAIN_300 + MEMORY)
     two_ranks = lambda: len(rank_pids(run)) == 2  # noqa: E731
     wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved") and two_ranks(), 240, job)
 
+    wait_until(run, "a copy in node memory", lambda: newer_in_memory(run, job, 0), 60, job)
     os.kill(of_rank(run, "0"), signal.SIGKILL)                                          # 1. a crash
     wait_until(run, "training after the crash", lambda: saved_since(run, "relaunched", 1) and two_ranks(), 180, job)
 
@@ -59,6 +73,7 @@ def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, w
 
     # 4. a machine dies: one of the run's, not the batch host, where the supervisor itself runs
     # (that one's death is Slurm's to handle: it requeues the job once it marks the node down).
+    wait_until(run, "a copy in node memory", lambda: newer_in_memory(run, job, 1), 60, job)
     host = job_field(job, "BatchHost")
     node = next(n for n in sorted({rank_of(pid)[1] for pid in rank_pids(run)}) if n != host)
     kill_machine(node, Path(sandbox_three_nodes.state_dir))
@@ -70,6 +85,12 @@ def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, w
     assert (node, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
     assert [o.kind for o in classify.ends(run)] == [classify.PREEMPTED, classify.COMPLETED], describe(run)
     assert_nothing_lost(run)  # each start resumed from the newest save, the preemption's own included
+    # In the job (the crash, the hang, the lost node: its ranks' copies came from the peer
+    # node) from node memory where a copy was newer than the durable save; after the
+    # requeue from the durable one; and no copy is left in node memory.
+    tiers = [e.get("tier", "durable") for e in named(run, "resumed")]
+    assert [tiers[0], tiers[2], tiers[3]] == ["memory", "durable", "memory"], describe(run)
+    assert not list(nodememory.ROOT.glob(f"{job}-*")), list(nodememory.ROOT.glob(f"{job}-*/*"))
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
     faults = re.findall(r"\d\d:\d\d:\d\d  ([a-z ]+) \((?:in the job|ended the start)\): .*; cost (\S+ ?\S*) of node time",
                         status)

@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict,
     set_optimizer_state_dict)
 from torch.distributed.checkpoint.stateful import Stateful
+from torch.distributed.tensor import DTensor
 
 log = logging.getLogger("slurmtrain.train")
 
@@ -95,6 +96,22 @@ class DcpState:
         dcp.save(self._state(client), checkpoint_id=str(path))
         return None
 
+    def local_state(self, client: dict[str, Any]) -> dict[str, Any]:
+        """This rank's part of everything, on the CPU: for a copy in node memory."""
+        state = self._state(client)
+        return {"model": _local(state["model"].state_dict()), "optim": _local(state["optim"].state_dict()),
+                "train": _local(state["train"]), "rng": state["rng"]}
+
+    def load_local(self, saved: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
+        """Restore what :meth:`local_state` took (same layout); returns the client state."""
+        state = self._state(client)
+        for key in ("model", "optim"):
+            state[key].load_state_dict(_fill(state[key].state_dict(), saved[key]))
+        train = dict(saved["train"])
+        self.scheduler.load_state_dict(train.pop("scheduler"))
+        _set_rng_state(saved["rng"][f"rank{self.rank}"])
+        return train
+
     def load(self, path: Path, client: dict[str, Any]) -> dict[str, Any]:
         """Restore everything from ``path``; returns the client state given to :meth:`save`
         (``client`` is its template: DCP reads the keys it is given)."""
@@ -111,6 +128,38 @@ class DcpState:
         if "rng" in state:
             _set_rng_state(state["rng"][f"rank{self.rank}"])
         return state["train"]
+
+
+def _local(obj: Any) -> Any:
+    """A CPU copy of ``obj`` with each DTensor's local shard in its place (memtier.py)."""
+    if isinstance(obj, DTensor):
+        return obj.to_local().detach().to("cpu", copy=True)
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _local(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_local(v) for v in obj)
+    return obj
+
+
+def _fill(template: Any, saved: Any) -> Any:
+    """``template`` (a state dict as the model or optimizer gives it) with ``saved``'s values
+    copied into its tensors, a DTensor's into its local shard."""
+    if isinstance(template, DTensor):
+        template.to_local().copy_(saved)
+        return template
+    if isinstance(template, torch.Tensor):
+        template.copy_(saved)
+        return template
+    if isinstance(template, dict):
+        missing = template.keys() - saved.keys()
+        if missing:
+            raise ValueError(f"node-memory copy lacks {sorted(missing)[:3]}")
+        return {k: _fill(v, saved[k]) for k, v in template.items()}
+    if isinstance(template, (list, tuple)):
+        return type(template)(_fill(t, s) for t, s in zip(template, saved))
+    return saved
 
 
 def consolidated(path: Path) -> dict[str, torch.Tensor]:

@@ -1,0 +1,39 @@
+"""Where the node-memory tier keeps a job start's copies (slurmtrain/train/memtier.py), known
+to the trainer and to the job's supervisor, which removes them when the job ends. Torch-free.
+
+``/dev/shm/slurmtrain/<job>-<restart>/<node>/``: a requeue (Slurm's restart count) is a new
+folder, so it loads the durable checkpoint; ``SLURMTRAIN_MEMORY_DIR`` puts it elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import Mapping
+
+ROOT = Path("/dev/shm/slurmtrain")
+ENV = "SLURMTRAIN_MEMORY_DIR"
+
+
+def start_dir(env: Mapping[str, str] = os.environ) -> Path:
+    """This job start's folder (the same path on every node; each node has its own memory)."""
+    if env.get(ENV):
+        return Path(env[ENV])
+    return ROOT / f"{env.get('SLURM_JOB_ID', 'local')}-{env.get('SLURM_RESTART_COUNT', '0')}"
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def remove_start(env: Mapping[str, str] = os.environ) -> None:
+    """The job start is over: its copies on this node go (on the others they go with the
+    trainer's own clean end, or with the node's next boot)."""
+    folder = start_dir(env)
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        folder.parent.rmdir()  # /dev/shm/slurmtrain, once no job's copies are left
+    except OSError:
+        pass

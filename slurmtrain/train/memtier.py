@@ -1,0 +1,160 @@
+"""Checkpoints in node memory (``train.memory_steps``), between the durable ones.
+
+Every ``memory_steps`` steps each rank writes its own part of the state (the local shards of
+the model and optimizer, the schedule, the data position, its RNG) to its node's memory,
+``/dev/shm/slurmtrain/<job>-<start>/<node>/step_<N>-<layout>/rank<R>.pt``, and sends a copy to
+the same local rank on the next node (a ring over nodes), which keeps it beside its own. The
+files outlive the training processes, so an in-job restart (new processes, same allocation)
+loads the newest step that every rank can get: from its own node, or, when its node was
+replaced by a spare, from the peer that kept its copy, over the network. A requeue is a new
+start (``SLURM_RESTART_COUNT``) with an empty folder: it loads the durable checkpoint.
+
+Only a restart with the same layout (world size, ranks a node, pipeline stages) loads from
+memory; any other takes the durable tier. DeepSpeed keeps its own state: not supported.
+Where the files are: slurmtrain/nodememory.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..nodememory import node_name, start_dir
+
+log = logging.getLogger("slurmtrain.train")
+
+KEEP = 2  # steps kept in memory: a copy being written never leaves a rank without one
+
+
+class MemoryTier:
+    """One rank's side of the tier. ``state`` is the engine's DcpState (local_state, load_local)."""
+
+    def __init__(self, state: Any, layout: dict[str, Any]):
+        self.state = state
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self.layout = hashlib.sha1(repr(sorted({**layout, "per_node": per_node}.items())).encode()).hexdigest()[:10]
+        self.dir = start_dir() / node_name()
+        self.peer_to = (self.rank + per_node) % self.world if self.world > per_node else None
+        self.peer_from = (self.rank - per_node) % self.world if self.world > per_node else None
+        self.group = dist.new_group(backend="gloo")  # the copies travel on the CPU, beside the training
+
+    # ---------------------------------------------------------------- keep
+
+    def keep(self, step: int, client: dict[str, Any]) -> None:
+        """Write this rank's state of ``step`` here and send a copy to the peer; every rank
+        returns once every copy of the step is written."""
+        buf = io.BytesIO()
+        torch.save(self.state.local_state(client), buf)
+        mine = buf.getvalue()
+        self._write(step, self.rank, mine)
+        if self.peer_to is not None:
+            self._write(step, self.peer_from, self._swap(mine))
+        dist.barrier(group=self.group)
+        self._prune(step)
+
+    def _swap(self, mine: bytes) -> bytes:
+        """Send ``mine`` to the next node's rank, receive the previous node's."""
+        size = torch.tensor([len(mine)], dtype=torch.int64)
+        theirs = torch.zeros(1, dtype=torch.int64)
+        sent = dist.isend(size, self.peer_to, group=self.group)
+        dist.recv(theirs, self.peer_from, group=self.group)
+        sent.wait()
+        out = torch.empty(int(theirs.item()), dtype=torch.uint8)
+        sent = dist.isend(torch.frombuffer(bytearray(mine), dtype=torch.uint8), self.peer_to, group=self.group)
+        dist.recv(out, self.peer_from, group=self.group)
+        sent.wait()
+        return out.numpy().tobytes()
+
+    def _write(self, step: int, rank: int, data: bytes) -> None:
+        folder = self.dir / f"step_{step}-{self.layout}"
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".rank{rank}.{os.getpid()}"
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / f"rank{rank}.pt")
+
+    def _prune(self, newest: int) -> None:
+        """Drop this rank's files (its own and the one it keeps for its peer) of all but the
+        KEEP newest steps."""
+        steps = sorted((s for s, _, _ in self._held()), reverse=True)
+        old = [s for s in dict.fromkeys(steps)][KEEP:]
+        for step, rank, path in self._held():
+            if step in old and rank in (self.rank, self.peer_from):
+                path.unlink(missing_ok=True)
+                try:
+                    path.parent.rmdir()
+                except OSError:
+                    pass  # other ranks' files are still in it
+
+    def _held(self) -> list[tuple[int, int, Path]]:
+        """(step, rank, file) of every complete file of this layout on this node."""
+        out = []
+        for folder in self.dir.glob(f"step_*-{self.layout}"):
+            step = int(folder.name[len("step_"):].split("-")[0])
+            out += [(step, int(p.stem[len("rank"):]), p) for p in folder.glob("rank*.pt")]
+        return out
+
+    # ---------------------------------------------------------------- load
+
+    def restore(self, client: dict[str, Any], durable: int) -> tuple[int, str, dict[str, Any]] | None:
+        """Load the newest step, newer than or as new as the durable checkpoint's
+        (``durable``, -1 if none), that every rank can get; (step, where from, client
+        state), or None where no such step is in memory. A collective."""
+        held: dict[int, set[int]] = {}
+        for step, rank, _ in self._held():
+            held.setdefault(step, set()).add(rank)
+        everyone: list[Any] = [None] * self.world
+        dist.all_gather_object(everyone, held, group=self.group)
+        whole = [s for s in {s for h in everyone for s in h} if s >= durable
+                 and all(any(r in h.get(s, ()) for h in everyone) for r in range(self.world))]
+        if not whole:
+            return None
+        step = max(whole)
+        data, source = None, "node memory"
+        for rank in range(self.world):  # every rank walks the same plan: who sends whom what
+            holder = rank if rank in everyone[rank].get(step, ()) else min(
+                h for h in range(self.world) if rank in everyone[h].get(step, ()))
+            if holder == rank == self.rank:
+                data = self._file(step, rank).read_bytes()
+            elif self.rank == holder:
+                self._send(self._file(step, rank).read_bytes(), rank)
+            elif self.rank == rank:
+                data, source = self._recv(holder), f"the copy on rank {holder}'s node"
+        client = self.state.load_local(torch.load(io.BytesIO(data), weights_only=False), client)
+        dist.barrier(group=self.group)
+        return step, source, client
+
+    def _file(self, step: int, rank: int) -> Path:
+        return self.dir / f"step_{step}-{self.layout}" / f"rank{rank}.pt"
+
+    def _send(self, data: bytes, to: int) -> None:
+        dist.send(torch.tensor([len(data)], dtype=torch.int64), to, group=self.group)
+        dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), to, group=self.group)
+
+    def _recv(self, holder: int) -> bytes:
+        size = torch.zeros(1, dtype=torch.int64)
+        dist.recv(size, holder, group=self.group)
+        out = torch.empty(int(size.item()), dtype=torch.uint8)
+        dist.recv(out, holder, group=self.group)
+        return out.numpy().tobytes()
+
+    # ---------------------------------------------------------------- end
+
+    def clear(self) -> None:
+        """The run finished or stopped (a requeue starts from the durable tier): this node's
+        folder goes, and the start's folder once it is empty. A collective."""
+        dist.barrier(group=self.group)
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            try:
+                self.dir.parent.rmdir()
+            except OSError:
+                pass  # another node's folder (nodes that share a /dev/shm: the sandbox)
