@@ -115,6 +115,9 @@ class NoSave:
     def wait(self) -> None:
         pass
 
+    def clear_memory(self) -> None:
+        pass
+
 
 class SyncReport:
     """Host syncs over the timed steps, with the trainer's log calls left out."""

@@ -56,7 +56,7 @@ def build(tmp: Path, overrides: list[tuple[str, object]], world):
     recipe, sources = load_recipe_sources("tiny-demo", sets)
     args = model_args(recipe)
     run = tmp / "run"
-    run.mkdir()
+    run.mkdir(exist_ok=True)  # every rank of scripts/bench_load.py builds here
     (tmp / "unused.jsonl").write_text('{"text": "synthetic tokens are used instead"}\n')
     real_load = trainer_mod.data_mod.load_corpus
     trainer_mod.data_mod.load_corpus = lambda *_a, **_k: synthetic_corpus(args.vocab_size, SEQ, 64)

@@ -147,6 +147,8 @@ class Checkpointer:
         try:
             if self.rank == 0 and future.exception() is None:
                 self._mark(save)
+        except Exception as e:  # noqa: BLE001  (this thread is DCP's: the loop raises it, in wait)
+            save.error = e
         finally:
             save.marked.set()
 
@@ -160,6 +162,8 @@ class Checkpointer:
             with heartbeat.busy("save"):
                 save.future.result()
                 save.marked.wait()
+            if save.error is not None:
+                raise save.error
             return
         dist.barrier()  # every rank has written its shards
         if self.rank == 0:
@@ -210,16 +214,17 @@ class Checkpointer:
         template = {"step": 0, "data": self.data.state_dict()}
         got = self.memory.restore(template, durable) if self.memory is not None else None
         if got is not None:
-            step, source, client = got
+            step, from_peer, client = got
+            source, fields = "node memory", {"tier": "memory", "from_peer": from_peer}
+            source += f" (ranks {' '.join(map(str, from_peer))} from a peer node's copy)" if from_peer else ""
         elif path is not None:
-            step, source, client = durable, str(path), self.engine.load(path, template)
+            step, source, fields, client = durable, str(path), {}, self.engine.load(path, template)
         else:
             return 0
         self.data.load_state_dict(client["data"])
         if self.rank == 0:
             log.info("resumed from %s (step %d)", source, step)
-            tier = {"tier": "memory"} if got is not None else {}
-            events.append(self.run_dir, Ev.RESUMED, step=step, **tier)
+            events.append(self.run_dir, Ev.RESUMED, step=step, **fields)
         return step
 
     def keep_in_memory(self, step: int) -> None:
@@ -241,6 +246,7 @@ class _Save:
     stall: float                 # seconds the engine's save call held the training loop
     future: Any                  # a background save's (concurrent.futures.Future), else None
     marked: threading.Event = field(default_factory=threading.Event)
+    error: Exception | None = None  # what marking it in the background raised
 
 
 def _late(future: Future, seconds: float) -> Future:

@@ -104,10 +104,11 @@ class MemoryTier:
 
     # ---------------------------------------------------------------- load
 
-    def restore(self, client: dict[str, Any], durable: int) -> tuple[int, str, dict[str, Any]] | None:
+    def restore(self, client: dict[str, Any], durable: int) -> tuple[int, list[int], dict[str, Any]] | None:
         """Load the newest step, newer than or as new as the durable checkpoint's
-        (``durable``, -1 if none), that every rank can get; (step, where from, client
-        state), or None where no such step is in memory. A collective."""
+        (``durable``, -1 if none), that every rank can get; (step, the ranks whose state
+        came from a peer node's copy, client state), or None where no such step is in
+        memory. A collective."""
         held: dict[int, set[int]] = {}
         for step, rank, _ in self._held():
             held.setdefault(step, set()).add(rank)
@@ -118,19 +119,20 @@ class MemoryTier:
         if not whole:
             return None
         step = max(whole)
-        data, source = None, "node memory"
+        data, from_peer = None, []
         for rank in range(self.world):  # every rank walks the same plan: who sends whom what
             holder = rank if rank in everyone[rank].get(step, ()) else min(
                 h for h in range(self.world) if rank in everyone[h].get(step, ()))
+            from_peer += [rank] if holder != rank else []
             if holder == rank == self.rank:
                 data = self._file(step, rank).read_bytes()
             elif self.rank == holder:
                 self._send(self._file(step, rank).read_bytes(), rank)
             elif self.rank == rank:
-                data, source = self._recv(holder), f"the copy on rank {holder}'s node"
+                data = self._recv(holder)
         client = self.state.load_local(torch.load(io.BytesIO(data), weights_only=False), client)
         dist.barrier(group=self.group)
-        return step, source, client
+        return step, from_peer, client
 
     def _file(self, step: int, rank: int) -> Path:
         return self.dir / f"step_{step}-{self.layout}" / f"rank{rank}.pt"

@@ -90,6 +90,7 @@ def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, w
     # requeue from the durable one; and no copy is left in node memory.
     tiers = [e.get("tier", "durable") for e in named(run, "resumed")]
     assert [tiers[0], tiers[2], tiers[3]] == ["memory", "durable", "memory"], describe(run)
+    assert named(run, "resumed")[3]["from_peer"], describe(run)  # the lost node's rank, from its peer's copy
     assert not list(nodememory.ROOT.glob(f"{job}-*")), list(nodememory.ROOT.glob(f"{job}-*/*"))
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
     faults = re.findall(r"\d\d:\d\d:\d\d  ([a-z ]+) \((?:in the job|ended the start)\): .*; cost (\S+ ?\S*) of node time",

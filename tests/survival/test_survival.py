@@ -38,7 +38,7 @@ def test_a_preemption_during_a_background_save_waits_for_it_and_resumes_bitwise(
     # The save of step 20 is in the background for 15 s (a slow file system); the
     # preemption comes then: the trainer waits for it to be complete, saves where it stopped
     # and leaves; the next start resumes there.
-    train = TRAIN + ["--train-steps", "60", "--save-steps", "10"]
+    train = TRAIN + ["--train-steps", "40", "--save-steps", "10"]
     reference = Reference(workdir, train, "background-save-reference")
     run, job = submit(runs_dir, workdir, ["--partition", "low", "--name", "bgsave"],
                       train + ["--set", "debug.slow_save_at_step=20"])
