@@ -65,7 +65,8 @@ def rank_main(rank: int, port: str, tmp: str, rounds: int, out: dict) -> None:
     torch.set_num_threads(1)
     torch.cuda.is_available = lambda: False
     world = init_world()
-    t, params = build(Path(tmp), MODELS[WIDE] + [("train.memory_steps", 1), ("train.async_save", False)], world)
+    t, params = build(Path(tmp), MODELS[WIDE] + [("train.memory_steps", 1), ("train.async_save", False),
+                                                 ("train.global_batch_size", 4)], world)
     ckpt, durable = t.ckpt, Path(tmp) / "run" / "checkpoints" / "step_100"
     ckpt.save(100)
     ckpt.keep_in_memory(101)
