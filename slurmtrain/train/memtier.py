@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -28,8 +27,6 @@ import torch
 import torch.distributed as dist
 
 from ..nodememory import node_name, start_dir
-
-log = logging.getLogger("slurmtrain.train")
 
 KEEP = 2  # steps kept in memory: a copy being written never leaves a rank without one
 
@@ -59,7 +56,7 @@ class MemoryTier:
         if self.peer_to is not None:
             self._write(step, self.peer_from, self._swap(mine))
         dist.barrier(group=self.group)
-        self._prune(step)
+        self._prune()
 
     def _swap(self, mine: bytes) -> bytes:
         """Send ``mine`` to the next node's rank, receive the previous node's."""
@@ -81,11 +78,10 @@ class MemoryTier:
         tmp.write_bytes(data)
         os.replace(tmp, folder / f"rank{rank}.pt")
 
-    def _prune(self, newest: int) -> None:
+    def _prune(self) -> None:
         """Drop this rank's files (its own and the one it keeps for its peer) of all but the
         KEEP newest steps."""
-        steps = sorted((s for s, _, _ in self._held()), reverse=True)
-        old = [s for s in dict.fromkeys(steps)][KEEP:]
+        old = sorted({s for s, _, _ in self._held()}, reverse=True)[KEEP:]
         for step, rank, path in self._held():
             if step in old and rank in (self.rank, self.peer_from):
                 path.unlink(missing_ok=True)
