@@ -51,31 +51,31 @@ class MemoryTier:
         returns once every copy of the step is written."""
         buf = io.BytesIO()
         torch.save(self.state.local_state(client), buf)
-        mine = buf.getvalue()
+        mine = torch.frombuffer(buf.getbuffer(), dtype=torch.uint8)  # the bytes, not a copy of them
         self._write(step, self.rank, mine)
         if self.peer_to is not None:
             self._write(step, self.peer_from, self._swap(mine))
         dist.barrier(group=self.group)
         self._prune()
 
-    def _swap(self, mine: bytes) -> bytes:
+    def _swap(self, mine: torch.Tensor) -> torch.Tensor:
         """Send ``mine`` to the next node's rank, receive the previous node's."""
-        size = torch.tensor([len(mine)], dtype=torch.int64)
+        size = torch.tensor([mine.numel()], dtype=torch.int64)
         theirs = torch.zeros(1, dtype=torch.int64)
         sent = dist.isend(size, self.peer_to, group=self.group)
         dist.recv(theirs, self.peer_from, group=self.group)
         sent.wait()
         out = torch.empty(int(theirs.item()), dtype=torch.uint8)
-        sent = dist.isend(torch.frombuffer(bytearray(mine), dtype=torch.uint8), self.peer_to, group=self.group)
+        sent = dist.isend(mine, self.peer_to, group=self.group)
         dist.recv(out, self.peer_from, group=self.group)
         sent.wait()
-        return out.numpy().tobytes()
+        return out
 
-    def _write(self, step: int, rank: int, data: bytes) -> None:
+    def _write(self, step: int, rank: int, data: torch.Tensor) -> None:
         folder = self.dir / f"step_{step}-{self.layout}"
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".rank{rank}.{os.getpid()}"
-        tmp.write_bytes(data)
+        tmp.write_bytes(data.numpy())
         os.replace(tmp, folder / f"rank{rank}.pt")
 
     def _prune(self) -> None:
@@ -115,34 +115,47 @@ class MemoryTier:
         if not whole:
             return None
         step = max(whole)
-        data, from_peer = None, []
+        saved, from_peer = None, []
         for rank in range(self.world):  # every rank walks the same plan: who sends whom what
             holder = rank if rank in everyone[rank].get(step, ()) else min(
                 h for h in range(self.world) if rank in everyone[h].get(step, ()))
             from_peer += [rank] if holder != rank else []
             if holder == rank == self.rank:
-                data = self._file(step, rank).read_bytes()
+                saved = torch.load(self._file(step, rank), weights_only=False)
             elif self.rank == holder:
-                self._send(self._file(step, rank).read_bytes(), rank)
+                self._send(self._read(self._file(step, rank)), rank)
             elif self.rank == rank:
-                data = self._recv(holder)
-        client = self.state.load_local(torch.load(io.BytesIO(data), weights_only=False), client)
+                saved = torch.load(io.BytesIO(self._recv(holder).numpy()), weights_only=False)
+        client = self.state.load_local(saved, client)
         dist.barrier(group=self.group)
         return step, from_peer, client
 
     def _file(self, step: int, rank: int) -> Path:
         return self.dir / f"step_{step}-{self.layout}" / f"rank{rank}.pt"
 
-    def _send(self, data: bytes, to: int) -> None:
-        dist.send(torch.tensor([len(data)], dtype=torch.int64), to, group=self.group)
-        dist.send(torch.frombuffer(bytearray(data), dtype=torch.uint8), to, group=self.group)
+    @staticmethod
+    def _read(path: Path) -> torch.Tensor:
+        """A file's bytes, read straight into a tensor that can be sent."""
+        out = torch.empty(path.stat().st_size, dtype=torch.uint8)
+        view, done = memoryview(out.numpy()), 0
+        with open(path, "rb", buffering=0) as f:
+            while done < len(view):
+                got = f.readinto(view[done:])
+                if not got:
+                    raise OSError(f"{path}: ended after {done} of {len(view)} bytes")
+                done += got
+        return out
 
-    def _recv(self, holder: int) -> bytes:
+    def _send(self, data: torch.Tensor, to: int) -> None:
+        dist.send(torch.tensor([data.numel()], dtype=torch.int64), to, group=self.group)
+        dist.send(data, to, group=self.group)
+
+    def _recv(self, holder: int) -> torch.Tensor:
         size = torch.zeros(1, dtype=torch.int64)
         dist.recv(size, holder, group=self.group)
         out = torch.empty(int(size.item()), dtype=torch.uint8)
         dist.recv(out, holder, group=self.group)
-        return out.numpy().tobytes()
+        return out
 
     # ---------------------------------------------------------------- end
 
