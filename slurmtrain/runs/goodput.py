@@ -174,15 +174,15 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
         else:
             claims.append(_Claim("restart", prev_progress or begin, first if first is not None else until,
                                  prev_fault))
-        for save in _saves(evs):
-            claims.append(_Claim("checkpoint", save[0], save[1]))
+        saves = _saves(evs)
+        claims += [_Claim("checkpoint", began, went_on) for began, went_on in saves]
         nxt = launches[n + 1][1][0] if n + 1 < len(launches) else None  # the next launch's `relaunched`
         progress, fault = _launch_end(out, evs, nxt, until)
         if first is not None:
             claims.append(_Claim("trained", first, progress))
             if fault is not None:
-                resumed = [held for _, held in _saves(evs) if held <= progress]
-                claims.append(_Claim("lost", max([first, *resumed]), progress, fault))
+                went_on = [t for _, t in saves if t <= progress]
+                claims.append(_Claim("lost", max([first, *went_on]), progress, fault))
         hang = next((e for e in evs if e.get("event") == Ev.HANG), None)
         if hang is not None:
             claims.append(_Claim("hang", hang["time"] - float(hang.get("seconds", 0)), hang["time"], fault))
