@@ -281,6 +281,7 @@ class Arrivals:
     missing: tuple[str, ...]       # the launch's nodes that have not run their setup lines
     failed: tuple[str, ...]        # ... those whose setup line failed
     exited: bool                   # the launch has ended
+    job_state: str = ""            # Slurm's JobState, asked when it ended so with no setup failure
 
 
 @dataclass(frozen=True)
@@ -412,7 +413,20 @@ def _arrivals(s: State, o: Arrivals) -> tuple[State, list[Do]]:
         return _go(s, Phase.RUNNING), []
     if not o.failed and not o.exited and s.now < s.deadline:
         return s, []
+    if o.exited and not o.failed and o.job_state not in ("", "RUNNING"):
+        return _refused(s, o.job_state)
     return _end_launch(s, missing=o.missing, setup_failed=o.failed)
+
+
+def _refused(s: State, job_state: str) -> tuple[State, list[Do]]:
+    """srun ended before the nodes joined because the job itself is ending (a cancel that came
+    as the launch started: srun says the job "has expired" before the SIGTERM reaches us). No
+    node is to blame; the launch is settled as any other, a cancel as a cancel."""
+    acts = [_say(f"slurmtrain: srun ended before the nodes joined: the job is {job_state} in Slurm")]
+    if job_state == "CANCELLED" and not s.cancelled:
+        s, acts = replace(s, cancelled=True), acts + [_event(Ev.CANCELLED)]
+    s, more = _end_launch(s)
+    return s, acts + more
 
 
 def _end_launch(s: State, **fields) -> tuple[State, list[Do]]:

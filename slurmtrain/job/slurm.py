@@ -63,6 +63,10 @@ class Slurm:
         value = (job or {}).get("Restarts", "")
         return int(value) if value.isdigit() else None
 
+    def state(self) -> str:
+        """The job's JobState ("RUNNING", "CANCELLED", ...); "" when Slurm did not answer."""
+        return (self._job() or {}).get("JobState", "")
+
     def preempted(self) -> bool | None:
         """Slurm preempted the job (its PreemptTime is set): with a GraceTime Slurm signals
         the tasks only, so no signal reached the supervisor. None: Slurm did not answer."""

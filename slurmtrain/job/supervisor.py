@@ -11,6 +11,7 @@ phases and what moves them are drawn in docs/supervisor.md.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from typing import Callable
 
 from .. import eventlog, events, nodememory, slurmversion
@@ -80,7 +81,10 @@ class Supervisor:
             self.step = None
             return self.feed(self.startup.gate_answers(self.nodes, self.pool))
         if phase == Phase.JOINING:
-            self.feed(self.startup.arrivals(self.pool.active, status is not None))
+            seen = self.startup.arrivals(self.pool.active, status is not None)
+            if seen.exited and seen.missing and not seen.failed:  # srun refused, or the nodes? Slurm says
+                seen = replace(seen, job_state=self.slurm.state())
+            self.feed(seen)
         if status is not None and phase != Phase.GATE:
             return self.feed(decide.Exited(status))
         if self.state.phase == Phase.RUNNING:

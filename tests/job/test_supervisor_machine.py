@@ -50,6 +50,10 @@ TABLE = [
      Stop.NONE, ["send_step"]),
     ("watchdog's deadline", S(phase=Phase.JOINING, now=60, deadline=60), Arrivals(("n2",), (), False),
      Phase.ENDING, Stop.NONE, ["send_step"]),
+    ("srun refused: the job is cancelled", S(phase=Phase.JOINING, now=1, deadline=60),
+     Arrivals(("n1", "n2"), (), True, "CANCELLED"), Phase.ENDING, Stop.NONE, ["say", "event", "send_step"]),
+    ("srun ended with nodes missing, the job runs", S(phase=Phase.JOINING, now=1, deadline=60),
+     Arrivals(("n2",), (), True, "RUNNING"), Phase.ENDING, Stop.NONE, ["send_step"]),
     ("start-up failed: over", S(phase=Phase.ENDING, missing=("n2",)), Exited(143), Phase.ENDING, Stop.NONE,
      ["start_up_failed"]),
     ("start-up failed: done", S(phase=Phase.ENDING, missing=("n2",)), Over("failed at start-up", 4), Phase.DONE,
@@ -160,6 +164,21 @@ def test_what_step_decides_is_carried_in_the_state():
     assert (s.relaunches, s.stop_at, s.replacing) == (0, None, None)
     s, _ = decide.step(S(phase=Phase.ENDING, now=20, deadline=15), Due())
     assert s.deadline == math.inf  # SIGKILL once
+
+
+def test_a_launch_srun_refused_blames_no_node_and_a_cancel_settles_as_one():
+    """A cancel as the launch starts: srun says the job "has expired" before the cancel's
+    SIGTERM reaches the supervisor. Not a start-up failure: no node goes to the ledger, and
+    the launch settles as a cancelled one (its SIGTERM, when it comes, is not asked about)."""
+    s, acts = decide.step(S(phase=Phase.JOINING, now=1, deadline=60), Arrivals(("n1", "n2"), (), True, "CANCELLED"))
+    assert s.cancelled and s.missing == () and Do("event", (Ev.CANCELLED, {})) in acts
+    s, acts = decide.step(s, Exited(1))
+    assert s.phase == Phase.SETTLING and [a.what for a in acts] == ["settle"]
+    assert decide.step(s, Sig("TERM"))[1] == []
+    s, _ = decide.step(S(phase=Phase.JOINING, now=1, deadline=60), Arrivals(("n2",), (), True, "RUNNING"))
+    assert s.missing == ("n2",) and not s.cancelled  # the nodes' own start-up failure
+    s, acts = decide.step(S(phase=Phase.JOINING, now=1, deadline=60), Arrivals(("n2",), (), True, "TIMEOUT"))
+    assert s.missing == () and not s.cancelled and [a.what for a in acts] == ["say", "send_step"]
 
 
 def _diagram_edges(text: str) -> tuple[set[tuple[str, str]], set[str]]:
