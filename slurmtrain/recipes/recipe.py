@@ -131,6 +131,9 @@ class DebugSection:
     slow_save_at_step: int | None = field(
         "the background save of this step takes 15 s longer to be complete (a slow file "
         "system; train.async_save only)", None, check=positive)
+    step_seconds: float | None = field(
+        "each step lasts at least this long, the rest asleep: a larger model's pace at a "
+        "fraction of the CPU (tests that inject faults between steps)", None, check=positive)
 
 
 @dataclass(frozen=True)

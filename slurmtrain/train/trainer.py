@@ -111,7 +111,10 @@ class Trainer:
         """Train step ``step``, beat, log and evaluate when due."""
         cfg = self.recipe.train
         lr = self.engine.lr()
+        began = time.perf_counter()
         loss, grad_norm = self._train_step()
+        if self.recipe.debug.step_seconds:
+            time.sleep(max(0.0, self.recipe.debug.step_seconds - (time.perf_counter() - began)))
         self.step = step
         loop.probe.maybe(step)
         # Progress and speed, for the supervisor's hang and straggler checks; paced: saves and

@@ -23,8 +23,10 @@ from survival_util import (TRAIN, Reference, assert_nothing_lost, describe, even
 
 pytestmark = pytest.mark.slurm
 
-STEPS = 300
-TRAIN_300 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "40"]
+# Steps paced at 0.4 s (debug.step_seconds): the faults need wall time between the saves,
+# and a paced step costs a fraction of the CPU of a step that takes as long by computing.
+STEPS = 180
+TRAIN_180 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "20", "--set", "debug.step_seconds=0.4"]
 MEMORY = ["--set", "train.memory_steps=5"]  # node memory between the durable saves
 
 
@@ -51,10 +53,10 @@ def of_rank(run: Path, rank: str) -> int:
 
 
 def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, workdir, runs_dir):
-    reference = Reference(workdir, TRAIN_300, "four-faults-reference")
+    reference = Reference(workdir, TRAIN_180, "four-faults-reference")
     run, job = submit(runs_dir, workdir, ["--name", "four", "--nodes", "2", "--partition", "low", "--set",
                                           "slurm.spare_nodes=1", "--set", "resilience.hang_timeout=20"],
-                      TRAIN_300 + MEMORY)
+                      TRAIN_180 + MEMORY)
     two_ranks = lambda: len(rank_pids(run)) == 2  # noqa: E731
     wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved") and two_ranks(), 240, job)
 

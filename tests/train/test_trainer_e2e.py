@@ -111,6 +111,16 @@ def test_stop_after_the_last_step_finishes(tmp_path, how):
     assert "after the last step: finishing" in proc.stdout + proc.stderr
 
 
+def test_paced_steps_last_at_least_step_seconds(tmp_path):
+    """debug.step_seconds: a test's faults get wall time between the steps, not CPU."""
+    recipe = setup_run(tmp_path, steps=2)
+    proc = train(["--recipe", str(recipe), "--run-dir", "run", "--log-steps", "1", "--set", "debug.step_seconds=0.5"],
+                 tmp_path)
+    assert proc.returncode == 0, show(proc)
+    assert [r["step"] for r in records(tmp_path / "run")] == [1, 2]
+    assert all(r["step_time"] >= 0.5 for r in records(tmp_path / "run")), records(tmp_path / "run")
+
+
 def test_stop_signal_saves_and_exits_75(tmp_path):
     import signal
     import subprocess
