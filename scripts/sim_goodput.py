@@ -41,7 +41,7 @@ class Costs:
     """Every assumption, each printed with its help: ``--costs-json FILE`` (a later script's
     measured values) or ``--field-name`` overrides any of them."""
     node_mtbf_h: float = _f(MTBF_SOURCES["llama3"][0], "one node's mean time between failures, hours")
-    checkpoint_s: float = _f(60.0, "training stalls this long per checkpoint save (synchronous)")
+    checkpoint_s: float = _f(60.0, "training stalls this long per durable checkpoint save")
     load_s: float = _f(120.0, "reading the newest checkpoint back, on every restart")
     restart_s: float = _f(180.0, "in-job relaunch: processes, imports, rendezvous, NCCL init")
     cold_start_s: float = _f(600.0, "new allocation: prolog/health checks, container/env, init")
@@ -55,19 +55,26 @@ class Costs:
     min_spares: int = _f(0, "in-job: spare nodes at least (requeue-only holds none)")
     restarts_in_job: int = _f(0, "in-job restarts per job start before it requeues; 0: no limit")
     interval_s: float | None = _f(None, "checkpoint interval, s; null: Young-Daly, sqrt(2*checkpoint_s*job MTBF)")
+    memory_stall_s: float | None = _f(None, "training stalls this long per copy in node memory (train.memory_steps);"
+                                      " null: no memory tier")
+    memory_load_s: float = _f(15.0, "in-job restart with the memory tier: loading the copy in node memory "
+                              "(own, or the peer's for a lost node)")
+    memory_interval_s: float | None = _f(None, "interval of the copies in node memory, s; null: Young-Daly on "
+                                         "memory_stall_s (the durable saves stay at interval_s)")
     days: float = _f(30.0, "wall-clock days per simulated run")
     runs: int = _f(1000, "runs per scale and policy (the figures are their totals)")
 
 
-POSITIVE = {"node_mtbf_h", "checkpoint_s", "interval_s", "days", "runs"}
+POSITIVE = {"node_mtbf_h", "checkpoint_s", "interval_s", "memory_interval_s", "days", "runs"}
 SHARES = {"hardware_share", "replace_share", "hang_share", "spare_share"}
-MAY_BE_INFINITE = {"node_mtbf_h", "interval_s"}  # no faults; never checkpoint
+MAY_BE_INFINITE = {"node_mtbf_h", "interval_s", "memory_interval_s"}  # no faults; never checkpoint
+NULLABLE = {"interval_s", "memory_stall_s", "memory_interval_s"}
 TYPES = {f.name: f.type for f in fields(Costs)}
 
 
 def check(name: str, value) -> str | None:
     """What is wrong with one field's value, or None."""
-    if value is None and name == "interval_s":
+    if value is None and name in NULLABLE:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return f"must be a number, not {value!r}"
@@ -113,6 +120,43 @@ def interval(nodes: int, costs: Costs) -> float:
     return costs.interval_s or young_daly(costs.checkpoint_s, costs.node_mtbf_h * HOUR / nodes)
 
 
+@dataclass(frozen=True)
+class Cadence:
+    """Copies in node memory every ``tau`` of training, each stalling ``stall``; every
+    ``k``-th copy is the durable save instead, stalling ``durable_stall``. No memory tier:
+    k = 1, every copy durable."""
+    tau: float
+    stall: float
+    durable_stall: float
+    k: int
+
+    @classmethod
+    def of(cls, nodes: int, costs: Costs) -> "Cadence":
+        durable = interval(nodes, costs)
+        if costs.memory_stall_s is None or not math.isfinite(durable):
+            return cls(durable, costs.checkpoint_s, costs.checkpoint_s, 1)
+        tau = costs.memory_interval_s or young_daly(max(costs.memory_stall_s, 1e-3), costs.node_mtbf_h * HOUR / nodes)
+        k = max(1, round(durable / tau)) if tau < durable else 1
+        return cls(durable / k, costs.memory_stall_s, costs.checkpoint_s, k)
+
+    def train(self, work: float, phase: int) -> tuple[float, int, float]:
+        """``work`` seconds of a start, ``phase`` copies in memory since the last durable save:
+        (training made durable by the saves in it, the earlier copies' included; the copies in
+        memory after it; the training after the last copy or save, for a planned end)."""
+        if not math.isfinite(self.tau):
+            return 0.0, 0, work
+        step = self.tau + self.stall
+        to_durable = (self.k - phase) * self.tau + (self.k - phase - 1) * self.stall + self.durable_stall
+        if work < to_durable:
+            done = min(self.k - phase - 1, math.floor(work / step))
+            return 0.0, phase + done, min(work - done * step, self.tau)
+        group = self.k * self.tau + (self.k - 1) * self.stall + self.durable_stall
+        groups = math.floor((work - to_durable) / group)
+        rest = work - to_durable - groups * group
+        done = min(self.k - 1, math.floor(rest / step))
+        return (1 + groups) * self.k * self.tau, done, min(rest - done * step, self.tau)
+
+
 @dataclass
 class Result:
     kept: float = 0.0      # node-seconds of training whose steps were kept
@@ -138,19 +182,20 @@ def simulate(policy: str, gpus: int, costs: Costs, rng: random.Random) -> Result
     then trains in cycles of interval + checkpoint stall; what a fault interrupts is lost."""
     nodes = gpus // GPUS_PER_NODE
     pool = spares(nodes, costs) if policy == "in-job" else 0
-    tau, stall = interval(nodes, costs), costs.checkpoint_s
+    cadence = Cadence.of(nodes, costs) if policy == "in-job" else Cadence.of(nodes, replace(costs, memory_stall_s=None))
+    memory = cadence.k > 1                       # in-job restarts resume from the copies in node memory
     rate = nodes / (costs.node_mtbf_h * HOUR)    # spares idle: their faults go unseen
     end, t, recovery = costs.days * DAY, 0.0, 0.0
-    left, restarts, r = pool, 0, Result()
+    left, restarts, phase, r = pool, 0, 0, Result()
     while t < end:
         fault = t + (rng.expovariate(rate) if rate > 0 else math.inf)
         busy = min(fault, end) - t
         work = max(0.0, busy - recovery)
-        cycles = math.floor(work / (tau + stall)) if math.isfinite(tau) else 0
-        r.kept += nodes * cycles * tau
+        durable, phase, since = cadence.train(work, phase)
+        r.kept += nodes * durable
         r.held += (nodes + pool) * busy
         if fault >= end:                          # a run's planned end saves what it trained
-            r.kept += nodes * min(work - cycles * (tau + stall), tau)
+            r.kept += nodes * (phase * cadence.tau + since)
             break
         t, r.faults = fault, r.faults + 1
         detect = costs.hang_timeout_s if rng.random() < costs.hang_share else 0.0
@@ -158,7 +203,7 @@ def simulate(policy: str, gpus: int, costs: Costs, rng: random.Random) -> Result
         limit = costs.restarts_in_job
         if policy == "in-job" and (left or not needs_node) and (not limit or restarts < limit):
             left, restarts = left - needs_node, restarts + 1
-            recovery = detect + costs.restart_s + costs.load_s
+            recovery = detect + costs.restart_s + (costs.memory_load_s if memory else costs.load_s)
             continue
         # The job ends once the fault is seen; a new allocation (fresh spares) after the queue.
         r.requeues += 1
@@ -166,7 +211,7 @@ def simulate(policy: str, gpus: int, costs: Costs, rng: random.Random) -> Result
         wait = min(costs.queue_wait_s, max(0.0, end - t - detect))
         r.queued += (nodes + pool) * wait
         t += detect + wait
-        left, restarts, recovery = pool, 0, costs.cold_start_s + costs.load_s
+        left, restarts, phase, recovery = pool, 0, 0, costs.cold_start_s + costs.load_s  # memory copies lost
     return r
 
 
@@ -200,8 +245,10 @@ def assumptions(costs: Costs) -> list[str]:
     lines += [f"faults: Poisson over the working nodes, {GPUS_PER_NODE} GPUs a node; node MTBF used: "
               f"{costs.node_mtbf_h:,.1f} h; job MTBF = node MTBF / nodes",
               "in-job: a fault costs its detection (a hang: hang_timeout_s; a crash: 0) + restart_s + "
-              "load_s + the steps since the last checkpoint; one that needs a node takes a spare, and "
-              "with none left the job requeues as below (a new allocation brings new spares)",
+              "load_s + the steps since the last checkpoint (with a memory tier: memory_load_s, and the "
+              "steps since the last copy in node memory, where that is the newer); one that needs a node "
+              "takes a spare, and with none left the job requeues as below (a new allocation brings new "
+              "spares; the copies in node memory are lost)",
               "requeue-only: every fault ends the job: detection + queue_wait_s + cold_start_s + load_s "
               "+ the steps since the last checkpoint",
               "goodput: kept node time / (allocated node time, idle spares included, + node time "

@@ -168,3 +168,57 @@ def test_help_lists_every_cost_with_its_percent_signs():
     out = run("--help")
     assert out.returncode == 0, out.stderr
     assert "78%" in out.stdout and "--hardware-share" in out.stdout
+
+
+def test_the_cadence_without_a_memory_tier_is_one_durable_save_a_cycle():
+    cad = sim.Cadence.of(128, FEW)
+    assert (cad.k, cad.tau, cad.stall) == (1, sim.interval(128, FEW), FEW.checkpoint_s)
+    # 2.5 cycles of training: two saves made it durable, half a cycle is left for a planned end
+    assert cad.train(2.5 * (cad.tau + cad.stall), 0) == pytest.approx((2 * cad.tau, 0, 0.5 * (cad.tau + cad.stall)))
+
+
+def test_copies_in_node_memory_between_the_durable_saves():
+    """k copies a durable interval: training is durable only at every k-th; the copies between
+    carry across an in-job restart (the phase), and are lost at a requeue."""
+    c = dataclasses.replace(FEW, interval_s=1000, checkpoint_s=10, memory_stall_s=1, memory_interval_s=250)
+    cad = sim.Cadence.of(128, c)
+    assert (cad.k, cad.tau, cad.stall, cad.durable_stall) == (4, 250, 1, 10)
+    durable, phase, since = cad.train(2 * 251 + 100, 0)  # two copies, then 100 s
+    assert (durable, phase, since) == (0, 2, pytest.approx(100))
+    durable, phase, _ = cad.train(2 * 251 + 10 + 5, phase)  # the copy and the save: all four durable
+    assert (durable, phase) == (1000, 0)
+
+
+def test_the_memory_tier_raises_in_job_goodput_and_leaves_requeue_only_alone():
+    slow = dataclasses.replace(FEW, checkpoint_s=60, load_s=120)
+    tiered = dataclasses.replace(slow, memory_stall_s=2, memory_load_s=15)
+    before, after = goodputs(slow), goodputs(tiered)
+    assert after[16384][0] > before[16384][0] + 0.02
+    assert all(after[g][1] == before[g][1] for g in sim.SCALES)  # requeue-only keeps no copies
+
+
+GOODPUT_COSTS = SCRIPT.parent / "goodput_costs.py"
+
+
+def test_goodput_costs_scales_the_measured_rates_to_the_model():
+    proc = subprocess.run([sys.executable, str(GOODPUT_COSTS), "--params", "405e9", "--gpus", "16384"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = dict(line[3:].split(" = ") for line in proc.stdout.splitlines() if line.startswith("=> "))
+    gpu_bytes = 405e9 * 12 / 16384
+    save = json.loads((SCRIPT.parent / "measured" / "bench_save_gpu_h200.json").read_text())
+    model = next(iter(save["models"].values()))
+    d2h = model["checkpoint_mb"] * 2**20 / model["async"]["stall"]
+    assert float(got["checkpoint_s"]) == pytest.approx(gpu_bytes / d2h, rel=1e-2)
+    assert float(got["memory_stall_s"]) > float(got["checkpoint_s"])
+    from slurmtrain.job.hangs import HANG_FLOOR_S
+    assert float(got["hang_timeout_s"]) == HANG_FLOOR_S
+
+
+def test_goodput_costs_says_which_file_lacks_what(tmp_path):
+    bad = tmp_path / "load.json"
+    bad.write_text('{"checkpoint_mb": 1}')
+    proc = subprocess.run([sys.executable, str(GOODPUT_COSTS), "--load", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "load.json: no durable, memory, own, memory, peer" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
