@@ -18,6 +18,9 @@ Fixtures (use them by name; a ``slurm``-marked test gets ``sandbox`` without ask
 ``sandbox_three_nodes``
     A sandbox of its own with three nodes (module-scoped, in ``THREE_NODES_DIR``: its own
     ports and job ids), taken down after the file; for runs with a spare node.
+``sandbox_networked``
+    Likewise, two networked nodes (``NETWORKED_DIR``; netns.py): each its own network
+    namespace, hostname, /tmp and /dev/shm.
 
 While the Slurm tests run, a thread per sandbox releases every requeued job from Slurm's
 ~2-minute hold 5 s after its requeue (tests/slurm_hold.py).
@@ -204,28 +207,28 @@ def sandbox_no_accounting(_sandbox_session):
 
 
 THREE_NODES_DIR = "/var/lib/slurmtrain-sandbox-3nodes"  # its own ports and job ids (from 501): beside the lanes'
+NETWORKED_DIR = "/var/lib/slurmtrain-sandbox-net"
 
 
-@pytest.fixture(scope="module")
-def sandbox_three_nodes():
-    """A sandbox of its own with three nodes (a run on two and a spare), in
-    ``THREE_NODES_DIR``, for one test file; taken down after it (a test kills its nodes)."""
+def _own_sandbox(state_dir: str, **settings):
+    """A sandbox of its own in ``state_dir`` (its own ports and job ids), up for one test file
+    and taken down after it, with its requeued jobs released 5 s after the requeue."""
     from slurmtrain import sandbox as lib
 
     saved = {k: os.environ.get(k) for k in ("SLURMTRAIN_SANDBOX_DIR", "SLURM_CONF")}
-    os.environ["SLURMTRAIN_SANDBOX_DIR"] = THREE_NODES_DIR
+    os.environ["SLURMTRAIN_SANDBOX_DIR"] = state_dir
     reason = lib.unavailable_reason()
     if reason:
         _unavailable(reason)
     try:
         if lib.status() is not None:  # left from an interrupted run, perhaps with a killed node
             lib.down(progress=_progress)
-        info = lib.up(nodes=3, progress=_progress)
+        info = lib.up(progress=_progress, **settings)
     except lib.SandboxUnavailable as err:
         _unavailable(str(err))
     os.environ["SLURM_CONF"] = str(info.slurm_conf)
     from slurm_hold import Releaser
-    releaser = Releaser(str(info.slurm_conf))  # its requeued jobs start 5 s after the requeue, as the lanes'
+    releaser = Releaser(str(info.slurm_conf))  # as the lanes'
     releaser.start()
     yield info
     releaser.stop()
@@ -237,11 +240,27 @@ def sandbox_three_nodes():
             os.environ[key] = value
 
 
+@pytest.fixture(scope="module")
+def sandbox_three_nodes():
+    """Three nodes (a run on two and a spare), in ``THREE_NODES_DIR``, for one test file; a
+    test kills its nodes."""
+    yield from _own_sandbox(THREE_NODES_DIR, nodes=3)
+
+
+@pytest.fixture(scope="module")
+def sandbox_networked(tmp_path_factory):
+    """Two networked nodes (``sandbox up --network``: a namespace each, eth0 on a bridge, its
+    hostname, a private /tmp and /dev/shm), in ``NETWORKED_DIR``, for one test file."""
+    tmp_path_factory.getbasetemp()  # made before `up`: the nodes see pytest's folders under /tmp
+    yield from _own_sandbox(NETWORKED_DIR, nodes=2, network=True)
+
+
 @pytest.fixture(autouse=True)
 def _slurm_marker(request):
     """Give every ``@pytest.mark.slurm`` test a sandbox, unless it asks for a specific one."""
     if request.node.get_closest_marker("slurm") is None:
         return
     names = request.fixturenames
-    if not any(n in names for n in ("sandbox", "sandbox_accounting", "sandbox_no_accounting", "sandbox_three_nodes")):
+    if not any(n in names for n in ("sandbox", "sandbox_accounting", "sandbox_no_accounting", "sandbox_three_nodes",
+                                    "sandbox_networked")):
         request.getfixturevalue("sandbox")

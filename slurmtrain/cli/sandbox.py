@@ -41,7 +41,10 @@ def sandbox() -> None:
               help="CPUs each node offers Slurm (may exceed this machine's cores).")
 @click.option("--accounting/--no-accounting", default=False, show_default=True,
               help="Also run MariaDB and slurmdbd so that sacct works.")
-def up(nodes: int, cpus_per_node: int, accounting: bool) -> None:
+@click.option("--network/--loopback", default=False, show_default=True,
+              help="Each node a machine of its own: its network namespace (eth0 on the sandbox's "
+                   "bridge), its hostname, a private /tmp and /dev/shm (root only).")
+def up(nodes: int, cpus_per_node: int, accounting: bool, network: bool) -> None:
     """Start the sandbox (installing Slurm with apt-get if missing).
 
     Does nothing if it already runs with the same settings; refuses if it runs
@@ -50,7 +53,8 @@ def up(nodes: int, cpus_per_node: int, accounting: bool) -> None:
     """
     from .. import sandbox as lib
 
-    info = lib.up(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting, progress=_progress)
+    info = lib.up(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting, progress=_progress,
+                  network=network)
     click.echo(f"SLURM_CONF={info.slurm_conf}")
 
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import config, daemons, hosts, install, procs
+from . import config, daemons, hosts, install, netns, procs
 from .config import Settings
-from .errors import DaemonFailed, SandboxError
+from .errors import DaemonFailed, SandboxError, SandboxUnavailable
 from .layout import Layout
 from .. import slurmversion
 from ..errors import UsageError
@@ -87,7 +87,7 @@ def _info(layout: Layout, settings: Settings, query_nodes: bool = True) -> Sandb
         slurm_conf=layout.slurm_conf,
         settings=settings,
         nodes=nodes,
-        node_addrs={n: config.node_addr(i) for i, n in enumerate(nodes, start=1)},
+        node_addrs=config.node_addrs(settings, layout),
         partitions=config.PARTITIONS,
         pids=_running(layout, settings),
         logs={name: (layout.log(name)) for name in names},
@@ -108,19 +108,25 @@ def _exclusive(layout: Layout):
 
 
 def up(nodes: int = 2, cpus_per_node: int = 4, accounting: bool = False,
-       progress: Progress = print) -> SandboxInfo:
+       progress: Progress = print, network: bool = False) -> SandboxInfo:
     """Start the sandbox (or check that it already runs with these settings).
 
-    Raises UsageError if it runs with other settings, SandboxUnavailable where this
-    machine cannot run it, DaemonFailed naming the daemon and its log otherwise."""
+    ``network``: each node in namespaces of its own (netns.py). Raises UsageError if it
+    runs with other settings, SandboxUnavailable where this machine cannot run it,
+    DaemonFailed naming the daemon and its log otherwise."""
     layout = Layout.current()
     with _exclusive(layout):
-        return _up(layout, nodes, cpus_per_node, accounting, progress)
+        return _up(layout, Settings(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting,
+                                    network=network), progress)
 
 
-def _up(layout: Layout, nodes: int, cpus_per_node: int, accounting: bool, progress: Progress) -> SandboxInfo:
-    settings = Settings(nodes=nodes, cpus_per_node=cpus_per_node, accounting=accounting)
+def _up(layout: Layout, settings: Settings, progress: Progress) -> SandboxInfo:
+    accounting = settings.accounting
     install.ensure_installed(accounting, progress)
+    if settings.network:
+        reason = netns.unavailable_reason()
+        if reason:
+            raise SandboxUnavailable(reason)
 
     saved = _saved_settings(layout)
     if saved is not None and _running(layout, saved):
@@ -146,13 +152,13 @@ def _up(layout: Layout, nodes: int, cpus_per_node: int, accounting: bool, progre
     _write_cgroup_conf(layout, progress)
     if accounting:
         _write_if_changed(layout.slurmdbd_conf, config.slurmdbd_conf(layout), mode=0o600)
-    lines = config.hosts_lines(settings)
+    lines = [] if settings.network else config.hosts_lines(settings, layout)  # networked: each node's own
     if not hosts.resolves(config.controller_host()):
         # Slurm 24.11's controller looks up the name of every client that calls it (and
         # scancel timed out while it retried for 6 s): a container's or chroot's own
         # name must resolve too.
         lines.append(f"127.0.0.1 {config.controller_host()}")
-    if hosts.ensure(lines):
+    if lines and hosts.ensure(lines):
         progress(f"added {', '.join(ln.split()[1] for ln in lines)} to {hosts.HOSTS}")
     # Written before the daemons start, so a half-started sandbox can still be taken down.
     _write_if_changed(layout.settings, settings.to_json())
@@ -166,13 +172,21 @@ def _up(layout: Layout, nodes: int, cpus_per_node: int, accounting: bool, progre
             progress(f"starting {name}")
             fn()
 
+    names = config.node_names(settings)
+    if settings.network and not any(daemons.slurmd_name(n) in running for n in names):
+        # Before any daemon: the controller's address is on the bridge, and an address of the
+        # subnet without its bridge would go out through the default route.
+        progress(f"making {len(names)} networked node(s) on bridge {netns.bridge(layout)}")
+        netns.make(layout, names, config.hosts_lines(settings, layout) +
+                   [f"{config.controller_addr(settings, layout)} {config.controller_host()}"])
     start("munged", lambda: daemons.start_munged(layout))
     if accounting:
         start("mariadb", lambda: daemons.start_mariadb(layout, progress))
         start("slurmdbd", lambda: daemons.start_slurmdbd(layout))
     start("slurmctld", lambda: daemons.start_slurmctld(layout))
-    for node in config.node_names(settings):
-        start(daemons.slurmd_name(node), lambda node=node: daemons.start_slurmd(layout, node))
+    for node in names:
+        start(daemons.slurmd_name(node),
+              lambda node=node: daemons.start_slurmd(layout, node, settings.network))
     _wait_nodes_ready(layout, settings, progress)
     progress(f"sandbox up in {time.monotonic() - started:.1f}s; "
              f"use it with: eval \"$(slurmtrain sandbox env)\"")
@@ -296,6 +310,8 @@ def _down(layout: Layout, progress: Progress) -> list[str]:
         procs.stop(strays, timeout=5)
     for f in layout.run_dir.glob("*.pid") if layout.run_dir.is_dir() else []:
         f.unlink(missing_ok=True)
+    if saved is not None and saved.network:
+        netns.remove(layout, config.node_names(saved))
     if saved is not None:
         layout.settings.unlink(missing_ok=True)
     # The /etc/hosts block stays: a sandbox in another state directory may use it.

@@ -13,6 +13,7 @@ import socket
 from dataclasses import asdict, dataclass
 
 from ..errors import UsageError
+from . import netns
 from .layout import Layout
 
 NODE_PREFIX = "stnode"
@@ -39,6 +40,7 @@ class Settings:
     cpus_per_node: int = 4
     accounting: bool = False
     memory_mb_per_node: int = 4096
+    network: bool = False  # each node in namespaces of its own (netns.py), else loopback addresses
 
     def __post_init__(self):
         if not isinstance(self.nodes, int) or not 1 <= self.nodes <= MAX_NODES:
@@ -50,13 +52,14 @@ class Settings:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True) + "\n"
 
+    def describe(self) -> str:
+        acct = "with accounting" if self.accounting else "without accounting"
+        net = ", networked nodes" if self.network else ""
+        return f"{self.nodes} node(s) x {self.cpus_per_node} CPUs, {acct}{net}"
+
     @classmethod
     def from_json(cls, text: str) -> "Settings":
         return cls(**json.loads(text))
-
-    def describe(self) -> str:
-        acct = "with accounting" if self.accounting else "without accounting"
-        return f"{self.nodes} node(s) x {self.cpus_per_node} CPUs, {acct}"
 
 
 def node_names(settings: Settings) -> list[str]:
@@ -72,9 +75,20 @@ def node_port(layout: Layout, index: int) -> int:
     return layout.port_base + FIRST_SLURMD_PORT + index - 1
 
 
-def hosts_lines(settings: Settings) -> list[str]:
+def node_addrs(settings: Settings, layout: Layout) -> dict[str, str]:
+    """Each node's address: on the sandbox's bridge for networked nodes, else on loopback."""
+    return {name: netns.node_addr(layout, i) if settings.network else node_addr(i)
+            for i, name in enumerate(node_names(settings), start=1)}
+
+
+def controller_addr(settings: Settings, layout: Layout) -> str:
+    """Where the nodes reach slurmctld (and slurmdbd): this machine's end of the bridge."""
+    return netns.bridge_addr(layout) if settings.network else "127.0.0.1"
+
+
+def hosts_lines(settings: Settings, layout: Layout) -> list[str]:
     """The ``/etc/hosts`` lines that make node names resolve."""
-    return [f"{node_addr(i)} {name}" for i, name in enumerate(node_names(settings), start=1)]
+    return [f"{addr} {name}" for name, addr in node_addrs(settings, layout).items()]
 
 
 def controller_host() -> str:
@@ -84,17 +98,18 @@ def controller_host() -> str:
 
 def slurm_conf(settings: Settings, layout: Layout) -> str:
     """Text of slurm.conf for these settings."""
-    lines = [*_daemons(layout), *_scheduling(layout), *_accounting(settings, layout), "",
+    lines = [*_daemons(layout, controller_addr(settings, layout)), *_scheduling(layout),
+             *_accounting(settings, layout), "",
              *_nodes_and_partitions(settings, layout)]
     return "\n".join(lines)
 
 
-def _daemons(layout: Layout) -> list[str]:
+def _daemons(layout: Layout, controller: str) -> list[str]:
     """Who the controller and the nodes are, where their state, pids and logs live."""
     return [
         "# Written by `slurmtrain sandbox up`; rewritten on every start. Do not edit.",
         f"ClusterName={CLUSTER_NAME}",
-        f"SlurmctldHost={controller_host()}(127.0.0.1)",
+        f"SlurmctldHost={controller_host()}({controller})",
         f"SlurmctldPort={layout.port_base + CTLD_PORT}",
         "SlurmUser=root",
         "SlurmdUser=root",
@@ -152,7 +167,7 @@ def _accounting(settings: Settings, layout: Layout) -> list[str]:
     if settings.accounting:
         return [
             "AccountingStorageType=accounting_storage/slurmdbd",
-            "AccountingStorageHost=127.0.0.1",
+            f"AccountingStorageHost={controller_addr(settings, layout)}",
             f"AccountingStoragePort={layout.port_base + DBD_PORT}",
             # For slurmdbd connections Slurm takes the munge socket from here, not AuthInfo.
             f"AccountingStoragePass={layout.munge_socket}",
@@ -169,10 +184,11 @@ def _nodes_and_partitions(settings: Settings, layout: Layout) -> list[str]:
     """Each node's address and port; the partitions: only `low` is preemptible."""
     names = node_names(settings)
     node_list = ",".join(names)
+    addrs = node_addrs(settings, layout)
     lines = []
     for i, name in enumerate(names, start=1):
         lines.append(
-            f"NodeName={name} NodeHostname={name} NodeAddr={node_addr(i)} Port={node_port(layout, i)} "
+            f"NodeName={name} NodeHostname={name} NodeAddr={addrs[name]} Port={node_port(layout, i)} "
             f"CPUs={settings.cpus_per_node} RealMemory={settings.memory_mb_per_node} State=UNKNOWN"
         )
     lines += [

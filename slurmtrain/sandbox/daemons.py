@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from . import procs
+from . import netns, procs
 from .config import CLUSTER_NAME, MYSQL_PORT
 from .errors import DaemonFailed
 from .install import which
@@ -192,10 +192,12 @@ def slurmd_name(node: str) -> str:
     return f"slurmd-{node}"
 
 
-def start_slurmd(layout: Layout, node: str) -> int:
+def start_slurmd(layout: Layout, node: str, network: bool = False) -> int:
+    """``network``: in the node's own namespaces (netns.py), with every step it starts."""
     name = slurmd_name(node)
     (layout.spool / name).mkdir(parents=True, exist_ok=True)
-    return _start_self_daemonizing(name, "slurmd", [which("slurmd") or "slurmd", "-N", node], layout,
+    cmd = [which("slurmd") or "slurmd", "-N", node]
+    return _start_self_daemonizing(name, "slurmd", netns.wrap(layout, node, cmd) if network else cmd, layout,
                                    layout.pid_file(name), layout.log(name))
 
 

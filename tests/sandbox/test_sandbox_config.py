@@ -60,6 +60,38 @@ def test_other_state_dirs_get_other_ports_and_job_ids():
     assert firsts == {501, 1001, 1501}
 
 
+def test_networked_nodes_are_on_the_bridge_and_the_controller_on_its_end():
+    from slurmtrain.sandbox import netns
+
+    layout = Layout(Path(DEFAULT_STATE_DIR))
+    text = config.slurm_conf(config.Settings(nodes=2, network=True), layout)
+    assert "NodeName=stnode2 NodeHostname=stnode2 NodeAddr=10.77.168.12 Port=16822" in text
+    assert "\nSlurmctldHost=" in text and f"({netns.bridge_addr(layout)})\n" in text
+    assert netns.bridge_addr(layout) == "10.77.168.1" and netns.bridge(layout) == "stbr168"
+    assert config.hosts_lines(config.Settings(nodes=2, network=True), layout) == [
+        "10.77.168.11 stnode1", "10.77.168.12 stnode2"]
+    # each sandbox (port block) its own /24, bridge and namespaces: lanes side by side
+    blocks = {netns.bridge_addr(Layout(Path(f"/var/lib/sb-{i}"))) for i in range(40)} | {"10.77.168.1"}
+    assert len(blocks) == len({Layout(Path(f"/var/lib/sb-{i}")).port_base for i in range(40)}) + 1
+
+
+def test_a_networked_slurmd_starts_in_its_node_with_its_own_tmp_and_shm():
+    from slurmtrain.sandbox import netns
+
+    layout = Layout(Path("/s"))
+    argv = netns.wrap(layout, "stnode1", ["/usr/sbin/slurmd", "-N", "stnode1"])
+    assert argv[:2] == ["nsenter", f"--net=/run/netns/{netns.namespace(layout, 'stnode1')}"]
+    assert argv[-3:] == ["/usr/sbin/slurmd", "-N", "stnode1"]
+    script = argv[argv.index("-ec") + 1]
+    assert "hostname stnode1" in script and "mount --bind /s/nodes/stnode1/tmp /tmp" in script
+    assert "tmpfs /dev/shm" in script and "mount --bind /s/nodes/stnode1/hosts /etc/hosts" in script
+
+
+def test_settings_saved_before_networked_nodes_read_as_loopback():
+    assert config.Settings.from_json('{"nodes": 2, "cpus_per_node": 4, "accounting": false, '
+                                     '"memory_mb_per_node": 4096}').network is False
+
+
 @pytest.mark.parametrize("kw", [{"nodes": 0}, {"nodes": 65}, {"cpus_per_node": 0}])
 def test_bad_settings_are_usage_errors(kw):
     with pytest.raises(UsageError, match="sandbox: --"):

@@ -1,0 +1,78 @@
+"""Networked sandbox nodes (`slurmtrain sandbox up --network`, slurmtrain/sandbox/netns.py):
+each node a machine of its own, its network namespace (eth0 on the sandbox's bridge), its
+hostname, its private /tmp and /dev/shm; a two-node job talks over eth0, not loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from e2e_util import PROGRAM, cli, ranks, submit, wait_final  # noqa: E402
+
+pytestmark = pytest.mark.slurm
+
+PROBE = r"""
+import json, os, socket, subprocess
+node = os.environ["SLURMD_NODENAME"]
+open(f"/tmp/mine-{node}", "w").close()
+open(f"/dev/shm/mine-{node}", "w").close()
+addrs = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True).stdout
+print(json.dumps({"node": node, "hostname": socket.gethostname(), "tmp": sorted(os.listdir("/tmp")),
+                  "shm": sorted(os.listdir("/dev/shm")), "resolves": socket.gethostbyname(node),
+                  "addrs": {a["ifname"]: a["addr_info"][0]["local"] for a in json.loads(addrs)}}))
+"""
+
+
+def test_each_node_has_its_own_name_address_tmp_and_shm(sandbox_networked, tmp_path):
+    proc = subprocess.run(["srun", "-N2", "--ntasks-per-node=1", "--time=2", sys.executable, "-c", PROBE],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+    seen = {r["node"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    assert sorted(seen) == ["stnode1", "stnode2"], proc.stdout
+    for node, r in seen.items():
+        addr = sandbox_networked.node_addrs[node]
+        assert r["hostname"] == node and r["resolves"] == addr, r
+        assert r["addrs"]["eth0"] == addr and set(r["addrs"]) == {"lo", "eth0"}, r
+        other = next(n for n in seen if n != node)
+        # each sees its own file, not the other node's; this machine's /tmp and /dev/shm see neither
+        assert f"mine-{node}" in r["tmp"] and f"mine-{other}" not in r["tmp"], r
+        assert r["shm"] == [f"mine-{node}"], r
+        assert not Path(f"/tmp/mine-{node}").exists() and not Path(f"/dev/shm/mine-{node}").exists()
+        node_tmp = Path(sandbox_networked.state_dir) / "nodes" / node / "tmp"
+        assert (node_tmp / f"mine-{node}").exists()  # the node's /tmp, seen from here
+
+
+def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_path):
+    name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "over-eth0",
+                  "--set", "fabric.socket_ifname=eth0", "--", "python", str(PROGRAM))
+    final = wait_final(tmp_path, [name], timeout=240)[name]
+    assert (final["state"], final["exit_code"]) == ("COMPLETED", 0), cli(tmp_path, "logs", name).stdout[-3000:]
+    got = ranks(tmp_path, name)
+    assert sorted(r["rank"] for r in got) == [0, 1, 2, 3] and {r["sum"] for r in got} == {10.0}, got
+    assert sorted({r["node"] for r in got}) == ["stnode1", "stnode2"], got
+
+
+def test_down_removes_the_namespaces_and_the_bridge(sandbox_networked):
+    from slurmtrain import sandbox as lib
+    from slurmtrain.sandbox import netns
+    from slurmtrain.sandbox.layout import Layout
+
+    layout = Layout(Path(sandbox_networked.state_dir))
+    spaces = [netns.namespace(layout, n) for n in sandbox_networked.nodes]
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert all(ns in listed for ns in spaces), listed
+    lib.down(progress=print)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not any(ns in listed for ns in spaces), listed
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert netns.bridge(layout) not in links, links
+    # an address of the sandbox's block, now without its bridge, goes nowhere
+    route = subprocess.run(["ip", "route", "get", sandbox_networked.node_addrs["stnode1"]],
+                           capture_output=True, text=True)
+    assert route.returncode != 0 or "unreachable" in route.stdout, route.stdout
