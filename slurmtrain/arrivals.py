@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FAILED_SUFFIX = ".setup-failed"
+CHECK = "check: "  # a failure of the job script's own check before the setup lines (task.j2)
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class SetupFailure:
     line: str
 
     def describe(self) -> str:
+        if self.line.startswith(CHECK):  # the job script's own check, which says what failed
+            return self.line.removeprefix(CHECK)
         return f"setup line `{self.line}` exited with status {self.status}"
 
 

@@ -386,6 +386,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "rdzv_port_spread": p.launch.rdzv_port_spread,
         "procs_per_node": procs_per_node(p),
         "setup_lines": _setup_lines(p),
+        "socket_ifname": p.fabric.socket_ifname or "",
         "task_exec": _task_exec(p, job),
         "srun_options": _srun_options(p, job),
         "task_log_redirect": p.container.runtime != "pyxis",

@@ -68,10 +68,18 @@ class StartUp:
         launch was ended: a setup line killed by that end is the watchdog's timeout."""
         failed = {n: f for n, f in arrivals.setup_failures(self.arrived_dir).items() if n in failed_nodes}
         r = self.record
+        # A setup that failed on every node says nothing of any one node: the profile's or the
+        # program's doing (a missing interface, a module that is nowhere), not for the ledger.
+        everywhere = len(failed) > 1 and set(failed) >= set(missing) and not arrivals.arrived(self.arrived_dir)
         for f in failed.values():
             r.event(Ev.SETUP_FAILED, node=f.node, line=f.line, exit_code=f.status)
-            r.ledger_add(f.node, "setup", f.describe())
-        if failed:
+            if not everywhere:
+                r.ledger_add(f.node, "setup", f.describe())
+        if everywhere:
+            first = next(iter(failed.values()))
+            r.say(f"slurmtrain: error: setup failed on every node ({' '.join(failed)}), so no node is to blame; "
+                  f"{first.node}: {first.describe()}; stopping the job")
+        elif failed:
             why = "; ".join(f"{f.node}: {f.describe()}" for f in failed.values())
             r.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not start: {why}; "
                   "stopping the job")

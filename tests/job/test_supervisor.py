@@ -134,6 +134,7 @@ class FakeSlurm:
         self.preempt_time = "None"
         self.version = "22.05.8"     # scontrol show config's SLURM_VERSION
         self.requeue_flag = 1        # the job's Requeue=
+        self.state = "RUNNING"       # the job's JobState
         self.unhealthy: list[str] = []
         self.dead: list[str] = []   # nodes that no longer answer: a probe's srun fails on them
         self.pending = self.held = False
@@ -179,7 +180,7 @@ class FakeSlurm:
             nodes = self.nodes if argv[-1] == NODELIST else hostnames(argv[-1])
             return Answer(0, "".join(f"{n}\n" for n in nodes))
         if name == "show job":
-            return Answer(0, f"JobId={JOB} JobName=train Restarts={self.restarts} NodeList=n[1-2] "
+            return Answer(0, f"JobId={JOB} JobName=train JobState={self.state} Restarts={self.restarts} NodeList=n[1-2] "
                              f"ExcNodeList={self.excluded} PreemptTime={self.preempt_time} Reason=None\n")
         if name == "squeue":
             return Answer(0, self.end + "\n")
@@ -852,6 +853,30 @@ def test_a_failed_setup_line_ends_the_start(rig):
     assert rig.clock.now() < 5  # at once, not after the rendezvous timeout
     assert rig.summary() == "failed at start-up: setup failed on n2, exit status 4"
     assert "setup line `pip install -e .` exited with status 7" in rig.said()
+
+
+def test_a_setup_that_fails_on_every_node_blames_none_and_says_so_in_one_line(rig):
+    """The job script's check of fabric.socket_ifname (a profile naming an interface the
+    nodes lack) fails the same on every node: the profile's doing, not the nodes'."""
+    check = "check: fabric.socket_ifname=ib0: no such interface on {} (it has: lo eth0)"
+    rig.task = Plan([(1, setup_fails("n1", 1, check.format("n1"))), (1, setup_fails("n2", 1, check.format("n2")))])
+    assert rig.run() == 4
+    assert rig.ledger() == [] and [e["node"] for e in rig.events() if e["event"] == "setup_failed"] == ["n1", "n2"]
+    assert ("setup failed on every node (n1 n2), so no node is to blame; n1: fabric.socket_ifname=ib0: "
+            "no such interface on n1 (it has: lo eth0)") in rig.said()
+    assert rig.summary() == "failed at start-up: setup failed on n1 n2, exit status 4"
+
+
+def test_a_launch_srun_refuses_as_the_job_is_cancelled_blames_no_node(rig):
+    """A cancel as the launch starts: srun fails at once ("job has expired") before the
+    cancel's SIGTERM reaches the supervisor, with no node arrived. Slurm says CANCELLED:
+    no watchdog, no ledger; the run ends as a cancel."""
+    rig.slurm.state = "CANCELLED"
+    rig.task = Plan([(1, exits(1))])
+    rig.run(rendezvous_timeout=600)
+    assert rig.ledger() == [] and "watchdog_timeout" not in rig.names(), rig.names()
+    assert "cancelled" in rig.names() and "the job is CANCELLED in Slurm" in rig.said()
+    assert "not requeueing" in rig.said() and rig.clock.now() < 10
 
 
 def test_the_preflight_gate_requeues_without_the_odd_node_out(rig):

@@ -58,6 +58,23 @@ def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_pat
     assert sorted({r["node"] for r in got}) == ["stnode1", "stnode2"], got
 
 
+def test_a_profile_naming_an_interface_the_nodes_lack_fails_in_one_line_before_training(sandbox_networked,
+                                                                                       tmp_path):
+    """fabric.socket_ifname=ib0 on nodes that have eth0: each node's setup says so, no node
+    is blamed (the profile's doing), the job ends at start-up: no hang, no requeue."""
+    name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "bad-ifname",
+                  "--set", "fabric.socket_ifname=ib0", "--", "python", str(PROGRAM))
+    final = wait_final(tmp_path, [name], timeout=120)[name]
+    assert final["state"] == "FAILED" and final["restarts"] == 0, final
+    log = (tmp_path / "runs" / name / "logs").glob("job-*.out")
+    said = "".join(p.read_text() for p in log)
+    assert ("setup failed on every node (stnode1 stnode2), so no node is to blame; stnode1: "
+            "fabric.socket_ifname=ib0: no such interface on stnode1 (it has: lo eth0)") in said, said
+    assert not ranks(tmp_path, name)  # the program never started
+    nodes = cli(tmp_path, "nodes")
+    assert "stnode1" not in nodes.stdout and "stnode2" not in nodes.stdout, nodes.stdout
+
+
 def test_down_removes_the_namespaces_and_the_bridge(sandbox_networked):
     from slurmtrain import sandbox as lib
     from slurmtrain.sandbox import netns
