@@ -96,3 +96,38 @@ def env() -> None:
     from .. import sandbox as lib
 
     click.echo(f"export SLURM_CONF={shlex.quote(str(lib.state_dir() / 'slurm.conf'))}")
+
+
+@sandbox.command()
+@click.argument("node")
+@click.argument("what", type=click.Choice(["link-down", "link-up", "slow-link", "heal"]))
+@click.option("--for", "seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="link-down: bring the link back up after this many seconds.")
+@click.option("--rate", default="10mbit", show_default=True, help="slow-link: each direction's rate (tc's units).")
+def fault(node: str, what: str, seconds: float | None, rate: str) -> None:
+    """A fault through a networked node's link (`sandbox up --network`).
+
+    \b
+    link-down   its link goes down: its packets go nowhere, its processes live on
+                (a NIC, cable or switch port that fails); --for S: back up after S s
+    link-up     the link back up
+    slow-link   both directions limited to --rate (tc tbf)
+    heal        the link up, no limit
+    """
+    from .. import sandbox as lib
+    from ..errors import UsageError
+    from ..sandbox import netns
+    from ..sandbox.layout import Layout
+
+    info = lib.status()
+    if info is None:
+        raise UsageError(f"sandbox fault: no sandbox runs in {lib.state_dir()}")
+    if not info.settings.network:
+        raise UsageError("sandbox fault: the sandbox's nodes share this machine's loopback; faults through the "
+                         "network need networked nodes: `slurmtrain sandbox down`, then `slurmtrain sandbox up "
+                         "--network`")
+    if node not in info.nodes:
+        raise UsageError(f"sandbox fault: no node {node!r} (the nodes: {' '.join(info.nodes)})")
+    if seconds is not None and what != "link-down":
+        raise UsageError("sandbox fault: --for goes with link-down")
+    click.echo("sandbox: " + netns.fault(Layout(info.state_dir), list(info.nodes), node, what, rate, seconds))

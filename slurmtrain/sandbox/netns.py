@@ -148,3 +148,52 @@ def wrap(layout: Layout, node: str, command: list[str]) -> list[str]:
     # wants this machine's /sys/fs/cgroup.
     return ["nsenter", f"--net=/run/netns/{namespace(layout, node)}", "unshare", "--uts", "--mount",
             "--propagation", "private", "sh", "-ec", script, "sh", *command]
+
+
+# ---- faults through the network (`slurmtrain sandbox fault`) -------------------------------
+
+FAULTS = ("link-down", "link-up", "slow-link", "heal")
+
+
+def _node_index(node: str, nodes: list[str]) -> int:
+    return nodes.index(node) + 1
+
+
+def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "10mbit",
+          seconds: float | None = None) -> str:
+    """Do ``what`` to ``node``'s link; returns what was done, in words.
+
+    ``link-down``: its end on the bridge goes down: the node's packets go nowhere, its
+    processes live on, as when a NIC, cable or switch port fails (``seconds``: back up after
+    that long). ``slow-link``: both directions limited to ``rate`` (``tc tbf``). ``heal``:
+    the link up, no limit."""
+    veth, ns = _veth(layout, _node_index(node, nodes)), namespace(layout, node)
+    if what == "link-down":
+        _must("link", "set", veth, "down")
+        if seconds:
+            subprocess.Popen(["setsid", "sh", "-c", f"sleep {seconds:g}; ip link set {veth} up"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return f"{node}'s link is down for {seconds:g} s"
+        return f"{node}'s link is down"
+    if what == "link-up":
+        _must("link", "set", veth, "up")
+        return f"{node}'s link is up"
+    if what == "slow-link":
+        tbf = ["root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
+        _must("-n", ns, "link", "set", INTERFACE, "up")  # nothing to slow on a link that is down
+        _tc("qdisc", "replace", "dev", veth, *tbf)             # toward the node
+        _tc("-n", ns, "qdisc", "replace", "dev", INTERFACE, *tbf)  # from it
+        return f"{node}'s link is limited to {rate} each way"
+    if what == "heal":
+        _must("link", "set", veth, "up")
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True, timeout=30)
+        subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", INTERFACE, "root"], capture_output=True, timeout=30)
+        return f"{node}'s link is up, at full speed"
+    raise ValueError(f"unknown fault {what!r} (known: {', '.join(FAULTS)})")
+
+
+def _tc(*args: str) -> None:
+    proc = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        from .errors import SandboxError
+        raise SandboxError(f"`tc {' '.join(args)}` failed: {proc.stderr.strip()}")

@@ -75,6 +75,69 @@ def test_a_profile_naming_an_interface_the_nodes_lack_fails_in_one_line_before_t
     assert "stnode1" not in nodes.stdout and "stnode2" not in nodes.stdout, nodes.stdout
 
 
+SINK = r"""
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(); print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    while c.recv(65536):
+        pass
+    c.close()
+"""
+
+
+def _send(addr: str, port: int, nbytes: int, timeout: float) -> float | None:
+    """Seconds to send ``nbytes`` to ``addr:port`` from this machine; None if it could not."""
+    import socket
+    import time
+    start = time.monotonic()
+    try:
+        with socket.create_connection((addr, port), timeout=timeout) as s:
+            s.sendall(b"x" * nbytes)
+            s.shutdown(socket.SHUT_WR)
+            s.recv(1)  # the sink closes once it has read everything
+    except OSError:
+        return None
+    return time.monotonic() - start
+
+
+def test_sandbox_faults_cut_slow_and_heal_a_nodes_link(sandbox_networked, tmp_path):
+    from slurmtrain.sandbox import netns
+    from slurmtrain.sandbox.layout import Layout
+
+    layout, addr, port = Layout(Path(sandbox_networked.state_dir)), sandbox_networked.node_addrs["stnode2"], 29990
+    sink = subprocess.Popen(["nsenter", f"--net=/run/netns/{netns.namespace(layout, 'stnode2')}", sys.executable,
+                             "-c", SINK, str(port)], stdout=subprocess.PIPE, text=True)
+
+    def fault(*args: str) -> str:
+        proc = cli(tmp_path, "sandbox", "fault", "stnode2", *args)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    try:
+        assert sink.stdout.readline().strip() == "ready"
+        assert _send(addr, port, 10_000, 5) is not None
+        assert "stnode2's link is down" in fault("link-down")
+        assert _send(addr, port, 10_000, 2) is None  # packets go nowhere: the connection times out
+        fault("heal")
+        assert _send(addr, port, 10_000, 5) is not None
+        fault("link-down", "--for", "2")
+        assert _send(addr, port, 10_000, 1) is None
+        assert _send(addr, port, 10_000, 15) is not None  # back up by itself
+        full = _send(addr, port, 400_000, 10)
+        assert "limited to 1mbit each way" in fault("slow-link", "--rate", "1mbit")
+        slow = _send(addr, port, 400_000, 30)
+        assert slow is not None and slow >= 2.5 and slow > 5 * full, (slow, full)  # 3.2 Mbit at 1 Mbit/s
+        fault("heal")
+        assert _send(addr, port, 400_000, 10) < 1.0
+    finally:
+        sink.kill()
+        cli(tmp_path, "sandbox", "fault", "stnode2", "heal")
+    bad = cli(tmp_path, "sandbox", "fault", "stnode9", "link-down")
+    assert bad.returncode == 2 and "no node 'stnode9' (the nodes: stnode1 stnode2)" in bad.stderr, bad.stderr
+
+
 def test_down_removes_the_namespaces_and_the_bridge(sandbox_networked):
     from slurmtrain import sandbox as lib
     from slurmtrain.sandbox import netns

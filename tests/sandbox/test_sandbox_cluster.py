@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -187,3 +188,10 @@ def test_without_accounting_sacct_fails(sandbox_no_accounting):
     proc = subprocess.run(["sacct", "-j", "1"], capture_output=True, text=True, env=os.environ)
     assert proc.returncode != 0
     assert "accounting storage is disabled" in proc.stdout + proc.stderr
+
+
+def test_a_fault_through_the_network_needs_networked_nodes(sandbox):
+    proc = subprocess.run([sys.executable, "-m", "slurmtrain", "sandbox", "fault", "stnode1", "link-down"],
+                          capture_output=True, text=True, timeout=60, env=os.environ)
+    assert proc.returncode == 2 and "need networked nodes: `slurmtrain sandbox down`" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
