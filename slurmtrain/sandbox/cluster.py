@@ -129,17 +129,10 @@ def _up(layout: Layout, settings: Settings, progress: Progress) -> SandboxInfo:
             raise SandboxUnavailable(reason)
 
     saved = _saved_settings(layout)
-    if saved is not None and _running(layout, saved):
-        if saved != settings:
-            raise UsageError(
-                f"the sandbox in {layout.root} already runs with {saved.describe()}; "
-                f"you asked for {settings.describe()}. Run `slurmtrain sandbox down` first.")
-        if len(_running(layout, saved)) == len(_daemon_programs(saved)):
-            info = _info(layout, settings)
-            if all(s in daemons.READY_STATES for s in info.node_states.values()) and info.node_states:
-                progress(f"sandbox already up ({settings.describe()}); nothing changed")
-                return info
-
+    info = _already_up(layout, saved, settings)
+    if info is not None:
+        progress(f"sandbox already up ({settings.describe()}); nothing changed")
+        return info
     started = time.monotonic()
     progress(f"starting sandbox in {layout.root}: {settings.describe()}")
     layout.make_dirs()
@@ -148,18 +141,7 @@ def _up(layout: Layout, settings: Settings, progress: Progress) -> SandboxInfo:
         for f in layout.ctld_state.iterdir():
             if f.is_file():
                 f.unlink()
-    _write_if_changed(layout.slurm_conf, config.slurm_conf(settings, layout))
-    _write_cgroup_conf(layout, progress)
-    if accounting:
-        _write_if_changed(layout.slurmdbd_conf, config.slurmdbd_conf(layout), mode=0o600)
-    lines = [] if settings.network else config.hosts_lines(settings, layout)  # networked: each node's own
-    if not hosts.resolves(config.controller_host()):
-        # Slurm 24.11's controller looks up the name of every client that calls it (and
-        # scancel timed out while it retried for 6 s): a container's or chroot's own
-        # name must resolve too.
-        lines.append(f"127.0.0.1 {config.controller_host()}")
-    if lines and hosts.ensure(lines):
-        progress(f"added {', '.join(ln.split()[1] for ln in lines)} to {hosts.HOSTS}")
+    _write_files(layout, settings, progress)
     # Written before the daemons start, so a half-started sandbox can still be taken down.
     _write_if_changed(layout.settings, settings.to_json())
 
@@ -191,6 +173,38 @@ def _up(layout: Layout, settings: Settings, progress: Progress) -> SandboxInfo:
     progress(f"sandbox up in {time.monotonic() - started:.1f}s; "
              f"use it with: eval \"$(slurmtrain sandbox env)\"")
     return _info(layout, settings)
+
+
+def _already_up(layout: Layout, saved: Settings | None, settings: Settings) -> SandboxInfo | None:
+    """The sandbox, if it runs with ``settings`` and every node is ready; UsageError if it
+    runs with others."""
+    if saved is None or not _running(layout, saved):
+        return None
+    if saved != settings:
+        raise UsageError(
+            f"the sandbox in {layout.root} already runs with {saved.describe()}; "
+            f"you asked for {settings.describe()}. Run `slurmtrain sandbox down` first.")
+    if len(_running(layout, saved)) < len(_daemon_programs(saved)):
+        return None
+    info = _info(layout, settings)
+    ready = all(s in daemons.READY_STATES for s in info.node_states.values()) and info.node_states
+    return info if ready else None
+
+
+def _write_files(layout: Layout, settings: Settings, progress: Progress) -> None:
+    """slurm.conf, cgroup.conf, slurmdbd.conf, and the node names in /etc/hosts."""
+    _write_if_changed(layout.slurm_conf, config.slurm_conf(settings, layout))
+    _write_cgroup_conf(layout, progress)
+    if settings.accounting:
+        _write_if_changed(layout.slurmdbd_conf, config.slurmdbd_conf(layout), mode=0o600)
+    lines = [] if settings.network else config.hosts_lines(settings, layout)  # networked: each node's own
+    if not hosts.resolves(config.controller_host()):
+        # Slurm 24.11's controller looks up the name of every client that calls it (and
+        # scancel timed out while it retried for 6 s): a container's or chroot's own
+        # name must resolve too.
+        lines.append(f"127.0.0.1 {config.controller_host()}")
+    if lines and hosts.ensure(lines):
+        progress(f"added {', '.join(ln.split()[1] for ln in lines)} to {hosts.HOSTS}")
 
 
 def _write_cgroup_conf(layout: Layout, progress: Progress) -> None:
