@@ -15,6 +15,7 @@ system, as a cluster's home and project directories are.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -60,8 +61,6 @@ def node_tmp(layout: Layout, node: str) -> Path:
 
 def unavailable_reason() -> str | None:
     """Why networked nodes cannot be made here, or None."""
-    import os
-
     if os.geteuid() != 0:
         return "networked nodes need root (network namespaces, a bridge)"
     for tool in ("ip", "nsenter", "unshare", "tc"):
