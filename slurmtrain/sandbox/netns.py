@@ -106,13 +106,30 @@ def make(layout: Layout, nodes: list[str], hosts: list[str]) -> None:
         node_tmp(layout, node).mkdir(parents=True, exist_ok=True)
         _hosts(layout, node).write_text("\n".join(["127.0.0.1 localhost", *hosts]) + "\n")
         node_tmp(layout, node).chmod(0o1777)
+        # Memory, as /dev/shm is; mounted on this side so that a test can look into it.
+        node_shm(layout, node).mkdir(parents=True, exist_ok=True)
+        _mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(node_shm(layout, node)))
 
 
 def remove(layout: Layout, nodes: list[str]) -> None:
     """The namespaces (their links with them) and the bridge; what is not there is skipped."""
     for node in nodes:
         _ip("netns", "del", namespace(layout, node))
+        if os.path.ismount(node_shm(layout, node)):
+            subprocess.run(["umount", "-l", str(node_shm(layout, node))], capture_output=True, timeout=30)
     _ip("link", "del", bridge(layout))
+
+
+def node_shm(layout: Layout, node: str) -> Path:
+    """The tmpfs that is the node's ``/dev/shm``."""
+    return layout.root / "nodes" / node / "shm"
+
+
+def _mount(*args: str) -> None:
+    proc = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        from .errors import SandboxError
+        raise SandboxError(f"`mount {' '.join(args)}` failed: {proc.stderr.strip()}")
 
 
 def _hosts(layout: Layout, node: str) -> Path:
@@ -138,7 +155,7 @@ def wrap(layout: Layout, node: str, command: list[str]) -> list[str]:
     binds = [f"mkdir -p {shlex.quote(str(a))} && mount --bind {shlex.quote(str(p))} {shlex.quote(str(a))}"
              for p, a in zip(shared, aside)]
     binds += [f"mount --bind {shlex.quote(str(node_tmp(layout, node)))} /tmp",
-              "mount -t tmpfs -o mode=1777 tmpfs /dev/shm",
+              f"mount --bind {shlex.quote(str(node_shm(layout, node)))} /dev/shm",
               f"mount --bind {shlex.quote(str(_hosts(layout, node)))} /etc/hosts"]
     binds += [f"mkdir -p {shlex.quote(str(p))} && mount --bind {shlex.quote(str(a))} {shlex.quote(str(p))}"
               for p, a in zip(shared, aside)]

@@ -44,8 +44,8 @@ def test_each_node_has_its_own_name_address_tmp_and_shm(sandbox_networked, tmp_p
         assert f"mine-{node}" in r["tmp"] and f"mine-{other}" not in r["tmp"], r
         assert r["shm"] == [f"mine-{node}"], r
         assert not Path(f"/tmp/mine-{node}").exists() and not Path(f"/dev/shm/mine-{node}").exists()
-        node_tmp = Path(sandbox_networked.state_dir) / "nodes" / node / "tmp"
-        assert (node_tmp / f"mine-{node}").exists()  # the node's /tmp, seen from here
+        here = Path(sandbox_networked.state_dir) / "nodes" / node
+        assert (here / "tmp" / f"mine-{node}").exists() and (here / "shm" / f"mine-{node}").exists()  # seen from here
 
 
 def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_path):
@@ -152,6 +152,7 @@ def test_down_removes_the_namespaces_and_the_bridge(sandbox_networked):
     assert not any(ns in listed for ns in spaces), listed
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     assert netns.bridge(layout) not in links, links
+    assert not any(os.path.ismount(netns.node_shm(layout, n)) for n in sandbox_networked.nodes)
     # an address of the sandbox's block, now without its bridge, goes nowhere
     route = subprocess.run(["ip", "route", "get", sandbox_networked.node_addrs["stnode1"]],
                            capture_output=True, text=True)

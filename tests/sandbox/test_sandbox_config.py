@@ -84,7 +84,8 @@ def test_a_networked_slurmd_starts_in_its_node_with_its_own_tmp_and_shm():
     assert argv[-3:] == ["/usr/sbin/slurmd", "-N", "stnode1"]
     script = argv[argv.index("-ec") + 1]
     assert "hostname stnode1" in script and "mount --bind /s/nodes/stnode1/tmp /tmp" in script
-    assert "tmpfs /dev/shm" in script and "mount --bind /s/nodes/stnode1/hosts /etc/hosts" in script
+    assert "mount --bind /s/nodes/stnode1/shm /dev/shm" in script
+    assert "mount --bind /s/nodes/stnode1/hosts /etc/hosts" in script
 
 
 def test_settings_saved_before_networked_nodes_read_as_loopback():
