@@ -62,6 +62,9 @@ def rows(nodes: list[str], results: dict[str, dict], checks: tuple[str, ...], ex
             f = setup_failed[node]
             out.append(Row(node, "setup", f"setup line failed (exit {f.status})", FAIL,
                            f"{f.describe()} (see its log in the run directory's logs/)"))
+        elif setup_failed:  # srun ended every task once one node's setup failed: not this node's doing
+            out.append(Row(node, "setup", "not started", SKIP,
+                           f"the job ended when {' '.join(sorted(setup_failed))}'s setup failed"))
         else:
             out.append(Row(node, "setup", "did not start", FAIL,
                            "the node did not get through its setup lines, container or launcher start "

@@ -88,7 +88,8 @@ class StartUp:
                   f"{self.cfg.rendezvous_timeout} s (launch.setup, container start or file system on those "
                   "nodes); stopping the job")
         r.event(Ev.WATCHDOG_TIMEOUT, missing=" ".join(missing))
-        for node in (n for n in missing if n not in failed):
+        # Where a setup line failed, srun ended every node's task: the others' absence is its doing.
+        for node in (n for n in missing if not failed):
             r.ledger_add(node, "watchdog", "start-up watchdog: did not join (its setup, container or launcher start "
                          f"failed, or {self.cfg.rendezvous_timeout} s passed)")
         what = f"setup failed on {' '.join(failed)}" if failed else f"node(s) {' '.join(missing)} did not join"

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from slurmtrain.cli import main
 from slurmtrain import ledger
+from slurmtrain.arrivals import SetupFailure
 from slurmtrain.doctor import checks, report
 from slurmtrain.doctor.report import FAIL, PASS, SKIP, WARN, Expect
 from slurmtrain.errors import UsageError
@@ -75,6 +76,16 @@ def test_setup_failure_blames_the_node_that_did_not_start_only():
     # every node started, one wrote nothing: that node fails
     rows = report.rows(NODES, results, checks.DEFAULT, Expect(), arrived=set(NODES))
     assert {(r.node, r.check) for r in report.failures(rows)} == {("n2", "checks"), ("n3", "checks")}
+
+
+def test_a_node_taken_down_by_another_nodes_failed_setup_is_not_blamed():
+    """srun ends every task once one fails: a node still in its setup lines then never
+    arrives, and that is the failed node's doing."""
+    failed = {"n2": SetupFailure("n2", 1, 'test "$SLURMD_NODENAME" != n2')}
+    rows = report.rows(NODES, {}, checks.DEFAULT, Expect(), arrived={"n3"}, setup_failed=failed)
+    v = verdicts(rows)
+    assert (v[("n1", "setup")], v[("n2", "setup")], v[("n3", "setup")]) == (SKIP, FAIL, PASS)
+    assert [(r.node, r.check) for r in report.failures(rows)] == [("n2", "setup")]
 
 
 def test_rundir_blames_the_reader_not_a_writer_that_failed():

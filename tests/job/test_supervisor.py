@@ -855,6 +855,15 @@ def test_a_failed_setup_line_ends_the_start(rig):
     assert "setup line `pip install -e .` exited with status 7" in rig.said()
 
 
+def test_a_node_still_in_its_setup_when_another_nodes_fails_is_not_blamed(rig):
+    """srun (--kill-on-bad-exit) ends every task once one node's setup line fails: a node
+    still in its setup lines then never arrives, and that is the failed node's doing."""
+    rig.task = Plan([(2, setup_fails("n2", 1, 'test "$SLURMD_NODENAME" != n2')), (2, exits(1))])
+    assert rig.run() == 4
+    assert rig.ledger() == [("n2", "setup")]
+    assert rig.summary() == "failed at start-up: setup failed on n2, exit status 4"
+
+
 def test_a_setup_that_fails_on_every_node_blames_none_and_says_so_in_one_line(rig):
     """The job script's check of fabric.socket_ifname (a profile naming an interface the
     nodes lack) fails the same on every node: the profile's doing, not the nodes'."""
