@@ -89,7 +89,7 @@ class StartUp:
                   "nodes); stopping the job")
         r.event(Ev.WATCHDOG_TIMEOUT, missing=" ".join(missing))
         # Where a setup line failed, srun ended every node's task: the others' absence is its doing.
-        for node in (n for n in missing if not failed):
+        for node in missing if not failed else ():
             r.ledger_add(node, "watchdog", "start-up watchdog: did not join (its setup, container or launcher start "
                          f"failed, or {self.cfg.rendezvous_timeout} s passed)")
         what = f"setup failed on {' '.join(failed)}" if failed else f"node(s) {' '.join(missing)} did not join"
