@@ -78,11 +78,12 @@ def _ip(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
 
 
-def _must(*args: str) -> None:
-    proc = _ip(*args)
+def _must(*args: str, tool: str = "ip") -> None:
+    """``tool ARGS`` (ip, tc, mount), or SandboxError saying what failed."""
+    proc = subprocess.run([tool, *args], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         from .errors import SandboxError
-        raise SandboxError(f"`ip {' '.join(args)}` failed: {proc.stderr.strip()}")
+        raise SandboxError(f"`{tool} {' '.join(args)}` failed: {proc.stderr.strip()}")
 
 
 def make(layout: Layout, nodes: list[str], hosts: list[str]) -> None:
@@ -108,7 +109,7 @@ def make(layout: Layout, nodes: list[str], hosts: list[str]) -> None:
         node_tmp(layout, node).chmod(0o1777)
         # Memory, as /dev/shm is; mounted on this side so that a test can look into it.
         node_shm(layout, node).mkdir(parents=True, exist_ok=True)
-        _mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(node_shm(layout, node)))
+        _must("-t", "tmpfs", "-o", "mode=1777", "tmpfs", str(node_shm(layout, node)), tool="mount")
 
 
 def remove(layout: Layout, nodes: list[str]) -> None:
@@ -125,11 +126,6 @@ def node_shm(layout: Layout, node: str) -> Path:
     return layout.root / "nodes" / node / "shm"
 
 
-def _mount(*args: str) -> None:
-    proc = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        from .errors import SandboxError
-        raise SandboxError(f"`mount {' '.join(args)}` failed: {proc.stderr.strip()}")
 
 
 def _hosts(layout: Layout, node: str) -> Path:
@@ -197,8 +193,8 @@ def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "1
     if what == "slow-link":
         tbf = ["root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
         _must("-n", ns, "link", "set", INTERFACE, "up")  # nothing to slow on a link that is down
-        _tc("qdisc", "replace", "dev", veth, *tbf)             # toward the node
-        _tc("-n", ns, "qdisc", "replace", "dev", INTERFACE, *tbf)  # from it
+        _must("qdisc", "replace", "dev", veth, *tbf, tool="tc")             # toward the node
+        _must("-n", ns, "qdisc", "replace", "dev", INTERFACE, *tbf, tool="tc")  # from it
         return f"{node}'s link is limited to {rate} each way"
     if what == "heal":
         _must("link", "set", veth, "up")
@@ -206,10 +202,3 @@ def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "1
         subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", INTERFACE, "root"], capture_output=True, timeout=30)
         return f"{node}'s link is up, at full speed"
     raise ValueError(f"unknown fault {what!r} (known: {', '.join(FAULTS)})")
-
-
-def _tc(*args: str) -> None:
-    proc = subprocess.run(["tc", *args], capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        from .errors import SandboxError
-        raise SandboxError(f"`tc {' '.join(args)}` failed: {proc.stderr.strip()}")
