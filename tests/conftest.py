@@ -46,6 +46,8 @@ The first lane's state directory is ``/var/lib/slurmtrain-sandbox`` unless
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 
 import pytest
 
@@ -85,6 +87,27 @@ def _bring_up(accounting: bool | None):
             _unavailable(str(err))
     os.environ["SLURM_CONF"] = str(info.slurm_conf)
     return info
+
+
+def _clear_queue(info) -> None:
+    """Cancel every job the sandbox's controller recovered from its saved state: jobs of an
+    earlier, interrupted run (a requeued one, eligible again, would take the nodes from this
+    run's tests for minutes). Called once per sandbox and test session, before its first test."""
+    env = {**os.environ, "SLURM_CONF": str(info.slurm_conf)}
+
+    def queued() -> list[str]:
+        proc = subprocess.run(["squeue", "-h", "-a", "-o", "%i"], capture_output=True, text=True,
+                              timeout=30, env=env)
+        return proc.stdout.split()
+
+    left = queued()
+    if not left:
+        return
+    _progress(f"cancelling {len(left)} job(s) left from an earlier run: {', '.join(left)}")
+    subprocess.run(["scancel", *left], capture_output=True, timeout=30, env=env)
+    deadline = time.monotonic() + 120
+    while queued() and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 # The container tests run only in the container lane (scripts/container_lane.sh), as an
@@ -169,6 +192,7 @@ def _sandbox_session(request, _releasers):
     _enter_lane(name)
     if name not in _LANES:
         info = _bring_up(None)
+        _clear_queue(info)
         from slurm_hold import Releaser
         releaser = Releaser(str(info.slurm_conf))
         releaser.start()
@@ -227,6 +251,7 @@ def _own_sandbox(state_dir: str, **settings):
     except lib.SandboxUnavailable as err:
         _unavailable(str(err))
     os.environ["SLURM_CONF"] = str(info.slurm_conf)
+    _clear_queue(info)
     from slurm_hold import Releaser
     releaser = Releaser(str(info.slurm_conf))  # as the lanes'
     releaser.start()

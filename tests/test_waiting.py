@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -22,6 +23,24 @@ def test_a_wait_that_keeps_progressing_outlasts_the_stall_window():
 def test_a_wait_without_progress_fails_naming_what_it_waited_for():
     with pytest.raises(AssertionError, match=r"no progress for 0 s .* waiting for nothing\ndetails"):
         waiting.wait_for("nothing", lambda: False, lambda: 0, poll=0.05, stall=0.3, details=lambda: "details")
+
+
+def test_a_failed_wait_shows_the_slurm_queue(tmp_path, monkeypatch):
+    """A stalled job's cause is often another job (one left from an earlier run holding the
+    nodes) or a node that is down: the failure shows squeue and sinfo of the sandbox."""
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    for tool, text in (("squeue", "1840 RUNNING None wrap root stnode[1-2] 9:59"), ("sinfo", "stnode1 down* x")):
+        (stand_in / tool).write_text(f"#!/bin/sh\necho '{text}'\n")
+        (stand_in / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in}:{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    with pytest.raises(AssertionError) as err:
+        waiting.wait_for("a job", lambda: False, lambda: 0, poll=0.05, stall=0.2)
+    assert "$ squeue -a" in str(err.value) and "1840 RUNNING None wrap" in str(err.value)
+    assert "stnode1 down* x" in str(err.value)
+    monkeypatch.delenv("SLURM_CONF")
+    assert waiting.slurm_queue() == "(no SLURM_CONF: no queue to show)"
 
 
 def test_the_cap_ends_even_a_progressing_wait():

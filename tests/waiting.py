@@ -61,10 +61,25 @@ class Progress:
             self.last, self.moved = current, now
         if now - self.moved > self.stall:
             raise AssertionError(f"no progress for {self.stall:.0f} s (after {now - self.started:.0f} s in all) "
-                                 f"waiting for {what}\n{details()}")
+                                 f"waiting for {what}\n{details()}\n{slurm_queue()}")
         if now - self.started > self.cap:
             raise AssertionError(f"still waiting for {what} after {self.cap:.0f} s, though it progressed "
-                                 f"{now - self.moved:.0f} s ago\n{details()}")
+                                 f"{now - self.moved:.0f} s ago\n{details()}\n{slurm_queue()}")
+
+
+def slurm_queue() -> str:
+    """Every job of the sandbox in use (SLURM_CONF) and its nodes' states: whether a stalled
+    job waits on another one (say, a job left from an earlier run) or on a node that is down."""
+    if not os.environ.get("SLURM_CONF"):
+        return "(no SLURM_CONF: no queue to show)"
+    lines = []
+    for argv in (["squeue", "-a", "-o", "%i %T %r %j %u %N %M"], ["sinfo", "-N", "-o", "%N %T %E"]):
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=15)
+            lines.append(f"$ {' '.join(argv)}\n{(proc.stdout + proc.stderr).strip()}")
+        except (OSError, subprocess.TimeoutExpired) as err:
+            lines.append(f"$ {' '.join(argv)}: {err}")
+    return "\n".join(lines)
 
 
 def wait_for(what: str, pred: Callable[[], T], fingerprint: Callable[[], object], poll: float = 1.0,
