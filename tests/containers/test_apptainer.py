@@ -36,7 +36,8 @@ def test_tiny_demo_on_2_nodes_x_2_ranks_in_the_image_writes_through_each_bind_an
     profile.write_text(profile_text([f"{host}:{inside}" for inside, host in binds.items()]))
     runs = workdir / "runs-binds"
     run, job = submit(runs, workdir, ["--profile", str(profile), "--set", "launch.procs_per_node=2"],
-                      ["python", "probe.py", *binds, "--", *TRAIN[3:], "--train-steps", "20"])  # 2 nodes x 2 ranks
+                      ["python", "probe.py", *binds, "--", *TRAIN[3:], "--train-steps", "20",  # 2 nodes x 2 ranks
+                       "--set", "train.micro_batch_size=2"])
     assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
     assert named(run, "finished")[0]["step"] == 20, describe(run)
     log = "".join(p.read_text() for p in (run / "logs").glob("*.out"))

@@ -26,10 +26,16 @@ import waiting
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
-# Small and fast: one process per node (2 ranks on 2 nodes), the trainer's global
-# batch of 16 as 2 x micro-batch 8, no evaluation.
-TRAIN = ["python3", "-m", "slurmtrain.train", "--recipe", "tiny-demo", "--eval-steps", "0",
-         "--log-steps", "10"]
+# Small and fast: one process per node (2 ranks on 2 nodes), tiny-demo without evaluation.
+# The test that measures the steps' speed (stragglers) computes every step in full.
+TRAIN_COMPUTING = ["python3", "-m", "slurmtrain.train", "--recipe", "tiny-demo", "--eval-steps", "0",
+                   "--log-steps", "10"]
+# The others inject faults between steps: a quarter of the tokens (global batch 8 of 64
+# tokens: one micro-batch of 4 a rank, no accumulation) at a quarter of the CPU, each step
+# paced to at least 0.3 s (debug.step_seconds), about what a full step took on the loaded
+# machine, so that the room between a save and the next fault stays what it was.
+TRAIN = TRAIN_COMPUTING + ["--set", "data.max_seq_len=64", "--set", "train.global_batch_size=8",
+                           "--set", "debug.step_seconds=0.3"]
 PROFILE_SETS = ["--set", "launch.procs_per_node=1", "--set", "resilience.rendezvous_timeout=60"]
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from slurmtrain import ledger
 
-from survival_util import (TRAIN, describe, named, rank_of, rank_pids, run_cli, submit, wait_job_gone,
+from survival_util import (TRAIN_COMPUTING, describe, named, rank_of, rank_pids, run_cli, submit, wait_job_gone,
                            wait_until)
 
 pytestmark = pytest.mark.slurm
@@ -39,7 +39,7 @@ def throttle(pid: int, done: threading.Event) -> None:
 
 def test_a_slowed_node_is_named_a_straggler_in_status_and_the_ledger(workdir, runs_dir):
     run, job = submit(runs_dir, workdir, ["--name", "straggler", "--set", "resilience.straggler_pct=30"],
-                      TRAIN + ["--train-steps", "3000", "--save-steps", "500"])
+                      TRAIN_COMPUTING + ["--train-steps", "3000", "--save-steps", "500"])
     wait_until(run, "both ranks training", lambda: named(run, "first_step") and len(rank_pids(run)) == 2, 240, job)
     victim = rank_pids(run)[-1]
     _, node = rank_of(victim)
