@@ -15,11 +15,17 @@ from slurmtrain import resources
 pytestmark = pytest.mark.slurm
 
 
-def short_recipe(path, steps: int = 12):
-    """tiny-demo, shortened: a recipe file of the test's own, passed to --recipe by path."""
+def short_recipe(path, steps: int = 12, paced: bool = False):
+    """tiny-demo, shortened: a recipe file of the test's own, passed to --recipe by path.
+    ``paced``: a quarter of the tokens a step (global batch 8 of 64 tokens), each step at
+    least 0.3 s (room for a fault between steps, at a quarter of the CPU)."""
     text = (resources.recipes_dir() / "tiny-demo.toml").read_text()
     data = tomllib.loads(text)
-    assert data["train"]["steps"] > steps
+    assert data["train"]["steps"] > steps and "debug" not in data
+    if paced:
+        text = text.replace(f"max_seq_len = {data['data']['max_seq_len']}", "max_seq_len = 64", 1)
+        text = text.replace(f"global_batch_size = {data['train']['global_batch_size']}", "global_batch_size = 8", 1)
+        text += "\n[debug]\nstep_seconds = 0.3\n"
     text = text.replace(f"steps = {data['train']['steps']}", f"steps = {steps}", 1)
     text = text.replace(f"save_steps = {data['train']['save_steps']}", "save_steps = 6", 1)
     text = text.replace(f"eval_steps = {data['train']['eval_steps']}", "eval_steps = 6", 1)

@@ -105,7 +105,7 @@ def test_two_learning_rates_in_one_array_one_preempted_resumes_bitwise(tmp_path)
     from test_e2e_trainer import short_recipe
 
     assert cli(tmp_path, "demo-corpus", "--max-mb", "0.3").returncode == 0
-    recipe = short_recipe(tmp_path / "short.toml", steps=60)  # long enough to be preempted in
+    recipe = short_recipe(tmp_path / "short.toml", steps=60, paced=True)  # long enough to be preempted in
     reference = Reference(tmp_path, [sys.executable, "-m", "slurmtrain.train", "--recipe", str(recipe),
                                      "--set", "train.lr=3e-3"], "reference")
     # A whole node per task (exclusive): preempting one node stops one task.
