@@ -52,6 +52,7 @@ class Requeue:
             say(f"slurmtrain: Slurm requeues a preempted job itself when its script ends: leaving the requeue of "
                 f"job {self.job.ref} to it{left}")
             return Over(None, eventlog.EXIT_OK)
+        bad = self.fitting(bad) if bad else bad
         if bad:
             say(f"slurmtrain: requeueing without the bad-node ledger's node(s) {','.join(bad)}")
             ok, held, why = self.excluding(bad)
@@ -86,13 +87,40 @@ class Requeue:
         if self.job.restarts >= self.cfg.max_requeues:
             self.record.event(Ev.REQUEUE_LIMIT, max_requeues=self.cfg.max_requeues, **(cause or {}))
             return Over(f"{what}; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
-        self.record.event(Ev.REQUEUE, reason=reason, exclude=" ".join(bad), **(cause or {}))
-        self.record.summary(f"{what}; requeued without them", 0)
-        ok, _, why = self.excluding(list(bad))
+        out = self.fitting(list(bad))
+        waits = [n for n in bad if n not in out]
+        self.record.event(Ev.REQUEUE, reason=reason, exclude=" ".join(out), **(cause or {}),
+                          **({"waits_for": " ".join(waits)} if waits else {}))
+        back = f"{' '.join(waits)} {'are' if len(waits) > 1 else 'is'} back in service (too few nodes without"
+        self.record.summary(f"{what}; requeued, to start when {back} {'them' if len(waits) > 1 else 'it'})"
+                            if waits else f"{what}; requeued without them", 0)
+        if not out:  # nothing to leave out: the job's node list as it is
+            return self.plain()
+        ok, _, why = self.excluding(out)
         if not ok:
             self.record.event(Ev.REQUEUE_FAILED, message=why)
             return Over(f"{what}; the requeue failed: {why}", eventlog.EXIT_FAILED)
         return Over(None, eventlog.EXIT_OK)
+
+    def fitting(self, nodes: list[str]) -> list[str]:
+        """The nodes of ``nodes`` the job can be requeued without and still start: a partition
+        of 2 nodes cannot run a job of 2 without one (Slurm would hold it PENDING for ever,
+        Reason=BadConstraints). The others stay in the job's reach, where Slurm starts it once
+        they are back in service (they stay in the bad-node ledger); said in the batch log."""
+        room = self.slurm.room()
+        if room is None:  # Slurm did not say: leave them out, as asked
+            return nodes
+        parts, pool, need = room
+        already = set(self.slurm.excluded() or [])
+        others = [n for n in pool if n not in already]
+        spare = max(len(others) - need, 0)
+        out = [n for n in nodes if n in already or n not in pool] + [n for n in nodes if n in others][:spare]
+        kept = [n for n in nodes if n not in out]
+        if kept:
+            self.record.say(f"slurmtrain: not leaving out {','.join(kept)}: partition {parts} has {len(others)} "
+                            f"node(s) for a job of {need}; the requeued job starts once "
+                            f"{'they are' if len(kept) > 1 else 'it is'} back in service (in the bad-node ledger still)")
+        return out
 
     def excluding(self, nodes: list[str]) -> tuple[bool, bool, str]:
         """Requeue with ``nodes`` added to the job's ExcNodeList: (done, held, why not). Slurm

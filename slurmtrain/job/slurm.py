@@ -90,6 +90,22 @@ class Slurm:
         value = job.get("ExcNodeList", "(null)")
         return [] if value in ("", "(null)") else (self.hostnames(value) or None)
 
+    def room(self) -> tuple[str, list[str], int] | None:
+        """(its partition(s), their nodes, the nodes the job asks for): whether a requeue
+        that leaves nodes out can ever start. None when Slurm did not answer."""
+        job = self._job()
+        need = (job or {}).get("NumNodes", "").split("-")[0]
+        if job is None or not need.isdigit():
+            return None
+        parts, pool = job.get("Partition", ""), []
+        for part in filter(None, parts.split(",")):
+            a = self.call("scontrol", "-o", "show", "partition", part, timeout=5)
+            nodes = parse_key_values(a.out.splitlines()[0]).get("Nodes", "") if a.ok and a.out.strip() else ""
+            if not nodes:
+                return None
+            pool += [n for n in self.hostnames(nodes) if n not in pool]
+        return (parts, pool, int(need)) if pool else None
+
     def end_time(self) -> str:
         """When the job ends as Slurm plans it now; a cancel moves it to the cancel's moment."""
         a = self.call("squeue", "-h", "-j", self.ref, "-o", "%e", timeout=5)

@@ -137,6 +137,7 @@ class FakeSlurm:
         self.state = "RUNNING"       # the job's JobState
         self.unhealthy: list[str] = []
         self.dead: list[str] = []   # nodes that no longer answer: a probe's srun fails on them
+        self.partition: list[str] | None = None  # the nodes of the job's partition (None: Slurm does not say)
         self.pending = self.held = False
         self.hung = False
         self.killed: list[str] = []  # the commands the job's SIGTERM killed
@@ -180,8 +181,11 @@ class FakeSlurm:
             nodes = self.nodes if argv[-1] == NODELIST else hostnames(argv[-1])
             return Answer(0, "".join(f"{n}\n" for n in nodes))
         if name == "show job":
+            room = f"Partition=debug NumNodes={len(self.nodes)} " if self.partition else ""
             return Answer(0, f"JobId={JOB} JobName=train JobState={self.state} Restarts={self.restarts} NodeList=n[1-2] "
-                             f"ExcNodeList={self.excluded} PreemptTime={self.preempt_time} Reason=None\n")
+                             f"{room}ExcNodeList={self.excluded} PreemptTime={self.preempt_time} Reason=None\n")
+        if name == "partition" and self.partition:
+            return Answer(0, f"PartitionName=debug Nodes={','.join(self.partition)} TotalNodes={len(self.partition)}\n")
         if name == "squeue":
             return Answer(0, self.end + "\n")
         if name == "sinfo":
@@ -1292,6 +1296,31 @@ def test_without_a_spare_a_dead_node_requeues_the_job_without_it_not_a_program_e
     assert rig.summary() == "node(s) n2 lost; requeued without them, exit status 0"
     from slurmtrain.runs import classify
     assert classify.classify(rig.run_dir).kind == classify.NODE_FAILURE
+
+
+def test_a_dead_node_the_partition_cannot_spare_is_not_left_out_and_the_job_waits_for_it(rig):
+    """A partition of two nodes cannot run a job of two without one: excluded, the job would
+    pend for ever (Reason=BadConstraints). It is requeued with its node list as it was, to start
+    once the node is back in service, and the batch log, the event and the summary say so."""
+    rig.slurm.partition = ["n1", "n2"]
+    rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(1))])]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.names() == ["started", "nodes_lost", "requeue"]
+    assert rig.slurm.excluded == "(null)" and rig.event("requeue")["exclude"] == ""
+    assert rig.event("requeue")["waits_for"] == "n2"
+    assert rig.ledger() == [("n2", "node_failure")]  # in the ledger still
+    assert ("slurmtrain: not leaving out n2: partition debug has 2 node(s) for a job of 2; the requeued job "
+            "starts once it is back in service") in rig.said()
+    assert rig.summary() == ("node(s) n2 lost; requeued, to start when n2 is back in service (too few nodes "
+                             "without it), exit status 0")
+
+
+def test_a_partition_with_room_leaves_the_dead_node_out(rig):
+    rig.slurm.partition = ["n1", "n2", "n7"]
+    rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(1))])]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.slurm.excluded == "n2" and "waits_for" not in rig.event("requeue")
+    assert "not leaving out" not in rig.said()
 
 
 def test_a_node_whose_rank_hangs_twice_is_left_out_and_the_spare_takes_its_place(rig, monkeypatch):
