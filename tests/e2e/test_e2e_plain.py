@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
+import subprocess
 import sys
 
 import pytest
@@ -13,6 +13,22 @@ import waiting
 from e2e_util import PROGRAM, cli
 
 pytestmark = pytest.mark.slurm
+
+
+def run_script(script, cwd, what: str) -> str:
+    """Submit ``script`` and wait until its job ends; its final JobState. Not `sbatch --wait`:
+    it polls at growing intervals, up to 30 s after the job ended."""
+    sub = subprocess.run(["sbatch", "--parsable", str(script)], cwd=cwd, capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+
+    def state() -> str:
+        out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
+        return next((w.split("=", 1)[1] for w in out.split() if w.startswith("JobState=")), "")
+
+    return waiting.wait_for(what, lambda: (s := state()) not in ("", "PENDING", "RUNNING", "COMPLETING",
+                                                                   "CONFIGURING") and s,
+                            lambda: (state(), waiting.files_fingerprint(cwd / "runs")))
 
 
 @pytest.mark.parametrize("launcher,port", [("torchrun", 29930), ("srun-loop", 29931), ("deepspeed", 29932)])
@@ -25,9 +41,7 @@ def test_the_plain_script_runs_the_program_on_every_node(tmp_path, launcher, por
     script = tmp_path / "plain.sbatch"
     script.write_text(gen.stdout)
     runs = tmp_path / "runs"
-    proc = waiting.run(["sbatch", "--wait", str(script)], f"the plain {launcher} script", [runs],
-                       cwd=tmp_path, env=dict(os.environ))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert run_script(script, tmp_path, f"the plain {launcher} script") == "COMPLETED"
     [run] = runs.iterdir()
     ranks = [json.loads(line) for line in (run / "ranks.jsonl").read_text().splitlines()]
     assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
@@ -42,9 +56,7 @@ def test_a_failing_setup_line_ends_the_plain_job_with_its_status(tmp_path):
     assert gen.returncode == 0, gen.stderr
     script = tmp_path / "plainfail.sbatch"
     script.write_text(gen.stdout)
-    proc = waiting.run(["sbatch", "--wait", str(script)], "the plain script whose setup fails", [tmp_path / "runs"],
-                       cwd=tmp_path, env=dict(os.environ))
-    assert proc.returncode != 0
+    assert run_script(script, tmp_path, "the plain script whose setup fails") == "FAILED"
     [run] = (tmp_path / "runs").iterdir()
     node_log = next((run / "logs").glob("*-stnode2.out")).read_text()
     assert 'setup line failed on stnode2 with exit status 1: test "$SLURMD_NODENAME" != stnode2' in node_log
