@@ -274,10 +274,11 @@ def sandbox_three_nodes():
 
 @pytest.fixture(scope="module")
 def sandbox_networked(tmp_path_factory):
-    """Two networked nodes (``sandbox up --network``: a namespace each, eth0 on a bridge, its
-    hostname, a private /tmp and /dev/shm), in ``NETWORKED_DIR``, for one test file."""
+    """Three networked nodes (``sandbox up --network``: a namespace each, eth0 on a bridge,
+    its hostname, a private /tmp and /dev/shm; two for a run and a spare), in
+    ``NETWORKED_DIR``, for one test file."""
     tmp_path_factory.getbasetemp()  # made before `up`: the nodes see pytest's folders under /tmp
-    yield from _own_sandbox(NETWORKED_DIR, nodes=2, network=True)
+    yield from _own_sandbox(NETWORKED_DIR, nodes=3, network=True)
 
 
 @pytest.fixture(autouse=True)

@@ -107,14 +107,21 @@ def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbe
     folder.mkdir(parents=True, exist_ok=True)
     spy = shutil.which("py-spy")
     here = os.environ.get("SLURMD_NODENAME", "")
-    missed = []
+    missed, silent = [], set()  # silent: nodes srun could not reach (a link or a slurmd down)
     for b in beats:
         out = folder / f"rank{b.rank}-{b.node}.txt"
+        if b.node in silent:
+            out.write_text(f"no stack: {b.node} did not answer (see the node's other ranks)\n")
+            continue
         why = "py-spy is not installed where the supervisor runs (pip install py-spy)"
         if spy is not None:
             answer = slurm.call(*_on_node(b.node, here, [spy, "dump", "--nonblocking", "--pid", str(b.pid)]))
             if answer.ok:
                 out.write_text(answer.out)
+                continue
+            if answer.rc == 124 and b.node != here:  # not even srun got through: ask nothing more there
+                silent.add(b.node)
+                out.write_text(f"no stack: {b.node} did not answer ({answer.text}): its link or its slurmd is down?\n")
                 continue
             why = f"py-spy: {answer.text.strip()}"
         missed.append((b, out, why))

@@ -95,3 +95,27 @@ def test_a_stopped_rank_cannot_answer_and_the_file_says_so(tmp_path, no_ptrace):
 def test_the_stack_signal_does_nothing_to_a_program_that_never_asked_for_it():
     assert signal.getsignal(heartbeat.STACK_SIGNAL) == signal.SIG_DFL  # this test process: default
     os.kill(os.getpid(), heartbeat.STACK_SIGNAL)  # SIGURG's default action: ignore; we are still here
+
+
+def test_a_node_srun_cannot_reach_is_asked_once_and_each_of_its_ranks_says_why(tmp_path, monkeypatch):
+    """A node whose link is down: srun reaches nothing there, so its other ranks are not
+    asked again (8 ranks a node: 80 s of timeouts), and no rank signal is sent its way."""
+    from slurmtrain.job.slurm import Answer
+    monkeypatch.setattr(hangs.shutil, "which", lambda name: "/usr/bin/py-spy")
+    monkeypatch.setenv("SLURMD_NODENAME", "stnode1")
+    asked = []
+
+    def run(argv, timeout):
+        asked.append(argv)
+        if "-w" in argv and argv[argv.index("-w") + 1] == "stnode2":
+            return Answer(124, "", f"srun timed out after {timeout:g} s")
+        return Answer(0, "Thread 1 (idle): MainThread\n    all_reduce (c10d.py:1)\n")
+
+    beats = [heartbeat.Beat(rank=r, node=n, pid=100 + r, step=7, time=0.0)
+             for r, n in ((0, "stnode1"), (1, "stnode2"), (2, "stnode2"), (3, "stnode1"))]
+    out = hangs.dump_stacks(Slurm("1", run=run), beats, tmp_path / "stacks")
+    assert sum("stnode2" in argv for argv in asked) == 1
+    assert "all_reduce" in (out / "rank0-stnode1.txt").read_text()
+    assert (out / "rank1-stnode2.txt").read_text() == (
+        "no stack: stnode2 did not answer (srun timed out after 10 s): its link or its slurmd is down?\n")
+    assert (out / "rank2-stnode2.txt").read_text() == "no stack: stnode2 did not answer (see the node's other ranks)\n"

@@ -49,8 +49,7 @@ def test_each_node_has_its_own_name_address_tmp_and_shm(sandbox_networked, tmp_p
 
 
 def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_path):
-    name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "over-eth0",
-                  "--set", "fabric.socket_ifname=eth0", "--", "python", str(PROGRAM))
+    name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "over-eth0", "--", "python", str(PROGRAM))
     final = wait_final(tmp_path, [name], timeout=240)[name]
     assert (final["state"], final["exit_code"]) == ("COMPLETED", 0), cli(tmp_path, "logs", name).stdout[-3000:]
     got = ranks(tmp_path, name)
@@ -135,7 +134,7 @@ def test_sandbox_faults_cut_slow_and_heal_a_nodes_link(sandbox_networked, tmp_pa
         sink.kill()
         cli(tmp_path, "sandbox", "fault", "stnode2", "heal")
     bad = cli(tmp_path, "sandbox", "fault", "stnode9", "link-down")
-    assert bad.returncode == 2 and "no node 'stnode9' (the nodes: stnode1 stnode2)" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "no node 'stnode9' (the nodes: stnode1 stnode2 stnode3)" in bad.stderr, bad.stderr
 
 
 def test_down_removes_the_namespaces_and_the_bridge(sandbox_networked):
