@@ -162,6 +162,21 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=order)  # stable: file order within each group
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """``SLURMTRAIN_TEST_TIMELINE=FILE``: a JSON line per test (worker, start, end, test), to
+    see which worker's tests end last: which lane, or the computing tests, bound the suite's time."""
+    path = os.environ.get("SLURMTRAIN_TEST_TIMELINE")
+    start = time.time()
+    yield
+    if path:
+        import json
+        line = json.dumps({"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "start": round(start, 1),
+                           "end": round(time.time(), 1), "test": item.nodeid})
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
 _LANES: dict[str, object] = {}  # lane -> its sandbox's SandboxInfo, once brought up
 
 
