@@ -91,9 +91,11 @@ class Requeue:
         waits = [n for n in bad if n not in out]
         self.record.event(Ev.REQUEUE, reason=reason, exclude=" ".join(out), **(cause or {}),
                           **({"waits_for": " ".join(waits)} if waits else {}))
-        back = f"{' '.join(waits)} {'are' if len(waits) > 1 else 'is'} back in service (too few nodes without"
-        self.record.summary(f"{what}; requeued, to start when {back} {'them' if len(waits) > 1 else 'it'})"
-                            if waits else f"{what}; requeued without them", 0)
+        if waits:
+            them = "them" if len(waits) > 1 else "it"
+            self.record.summary(f"{what}; requeued, to start when {_back(waits)} (too few nodes without {them})", 0)
+        else:
+            self.record.summary(f"{what}; requeued without them", 0)
         if not out:  # nothing to leave out: the job's node list as it is
             return self.plain()
         ok, _, why = self.excluding(out)
@@ -118,8 +120,8 @@ class Requeue:
         kept = [n for n in nodes if n not in out]
         if kept:
             self.record.say(f"slurmtrain: not leaving out {','.join(kept)}: partition {parts} has {len(others)} "
-                            f"node(s) for a job of {need}; the requeued job starts once "
-                            f"{'they are' if len(kept) > 1 else 'it is'} back in service (in the bad-node ledger still)")
+                            f"node(s) for a job of {need}; the requeued job starts once {_back(kept)} (in the "
+                            "bad-node ledger still)")
         return out
 
     def excluding(self, nodes: list[str]) -> tuple[bool, bool, str]:
@@ -155,3 +157,7 @@ class Requeue:
         the command that asked for it died (Slurm's SIGTERM) or was not answered. A busy
         controller shows it a moment late: asked for up to 5 s."""
         return bool(self.retry(5, lambda: (self.slurm.restarts() or 0) > self.job.restarts))
+
+
+def _back(nodes: list[str]) -> str:
+    return f"{' '.join(nodes)} {'are' if len(nodes) > 1 else 'is'} back in service"

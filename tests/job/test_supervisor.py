@@ -1310,7 +1310,7 @@ def test_a_dead_node_the_partition_cannot_spare_is_not_left_out_and_the_job_wait
     assert rig.event("requeue")["waits_for"] == "n2"
     assert rig.ledger() == [("n2", "node_failure")]  # in the ledger still
     assert ("slurmtrain: not leaving out n2: partition debug has 2 node(s) for a job of 2; the requeued job "
-            "starts once it is back in service") in rig.said()
+            "starts once n2 is back in service") in rig.said()
     assert rig.summary() == ("node(s) n2 lost; requeued, to start when n2 is back in service (too few nodes "
                              "without it), exit status 0")
 
