@@ -32,7 +32,7 @@ BUSY_S = 600           # a save or evaluation that still beats is a hang after t
 
 @dataclass(frozen=True)
 class Hang:
-    quiet: float                   # seconds since the newest heartbeat
+    quiet: float                   # since the newest heartbeat (the others busy: the silent rank's last)
     timeout: float
     beats: list[heartbeat.Beat]    # every rank's last
     behind: list[heartbeat.Beat]   # the ranks that reported last (longest ago)
@@ -86,12 +86,17 @@ class HangWatch:
             self.slowest_gap = max(self.slowest_gap, newest - self.last)
         self.last = max(newest, self.last or newest)
         quiet, timeout = now - newest, self.timeout()
+        oldest = min(b.time for b in beats)
         busy_since = min((b.busy_since for b in beats if b.busy_since is not None), default=None)
-        if busy_since is not None and quiet < timeout:
+        if busy_since is not None and quiet < timeout and now - oldest < timeout:
+            # A save or evaluation beats from a thread on every rank, its collectives inside:
+            # a rank silent for the timeout meanwhile is stopped or gone, and its peers busy
+            # only because they wait for it (a copy into its node memory, say).
             quiet, timeout = now - busy_since, max(timeout, BUSY_S)
+        elif busy_since is not None and quiet < timeout:
+            quiet = now - oldest
         if quiet < timeout:
             return None
-        oldest = min(b.time for b in beats)
         behind = [b for b in beats if b.time - oldest <= heartbeat.EVERY_S + 1]
         return Hang(quiet, timeout, beats, behind, self.folder)
 

@@ -54,15 +54,34 @@ def test_a_save_that_keeps_beating_is_given_ten_minutes_and_then_named(tmp_path)
     watch = hangs.HangWatch(folder, 0)
     last = beat_steps(watch, folder, 10, "paced")
     since = last + 1
-    write(folder, 1, since + 1, f"10 n2 101 paced busy=save@{since}")  # rank 1 stopped mid-save
-    for at in range(int(since) + 5, int(since) + hangs.BUSY_S - 5, 5):  # rank 0's save beats from its thread
+    for at in range(int(since) + 5, int(since) + hangs.BUSY_S - 5, 5):  # both ranks' saves beat from a thread
+        write(folder, 1, at - 2, f"10 n2 101 paced busy=save@{since}")
         write(folder, 0, at, f"10 n1 100 paced busy=save@{since}")
         assert watch.check(at) is None, at
     at = since + hangs.BUSY_S + 1
     write(folder, 0, at, f"10 n1 100 paced busy=save@{since}")
     found = watch.check(at)
     assert found is not None and found.timeout == hangs.BUSY_S
-    assert found.ranks == "1" and found.nodes == "n2"  # the one that stopped beating is named
+    assert found.ranks == "1" and found.nodes == "n2"  # the one that beat last longest ago is named
+
+
+def test_a_rank_silent_while_its_peers_are_busy_is_a_hang_after_the_usual_timeout(tmp_path):
+    """A busy rank beats from a thread: one that goes silent mid-save is stopped or gone, and
+    its peers beat on only because they wait for it (a copy into its node memory). Named after
+    the usual timeout (two minutes, paced), not the ten minutes a save that beats is given."""
+    folder = tmp_path / "hb"
+    watch = hangs.HangWatch(folder, 0)
+    last = beat_steps(watch, folder, 10, "paced")
+    since = last + 1
+    write(folder, 1, since + 1, f"10 n2 101 paced busy=save@{since}")  # rank 1 stopped mid-save
+    for at in range(int(since) + 5, int(since) + hangs.HANG_FLOOR_S, 5):  # rank 0's save beats on
+        write(folder, 0, at, f"10 n1 100 paced busy=save@{since}")
+        assert watch.check(at) is None, at
+    at = since + hangs.HANG_FLOOR_S + 5
+    write(folder, 0, at, f"10 n1 100 paced busy=save@{since}")
+    found = watch.check(at)
+    assert found is not None and found.timeout == hangs.HANG_FLOOR_S and found.quiet >= hangs.HANG_FLOOR_S
+    assert found.ranks == "1" and found.nodes == "n2"
 
 
 def test_busy_beats_from_a_thread_while_the_work_runs_and_clears_after(tmp_path, monkeypatch):
