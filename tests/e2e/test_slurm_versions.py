@@ -131,11 +131,12 @@ def test_requeue_limit_counts_stops(tmp_path, version):
 
 
 def test_time_limit_stops_requeues_and_resumes(tmp_path, version):
-    # The warning comes 90 s before the 2-minute limit, on Slurm's 30-second tick: 30 to 60 s
-    # after the start, before 300 steps of 0.25 s are done, and after the program's first
-    # save even on a busy machine (with a 1-minute limit it once came before the program
-    # had started: stopped with nothing saved, rightly not requeued).
-    name = submit(tmp_path, *USER, "--time", "2", "--set", "resilience.signal_seconds=90", "--name", "timelimit",
+    # Slurm sends the warning on its 30-second tick once the time left is at most the
+    # warning's plus 30 s: 60 s before the 2-minute limit, so 30 to 60 s after the start,
+    # before 300 steps of 0.25 s are done, and after the program's first save even on a busy
+    # machine. (90 s before it came on the first tick, 2 s after the start in one CI run,
+    # and with a 1-minute limit once: stopped with nothing saved, rightly not requeued.)
+    name = submit(tmp_path, *USER, "--time", "2", "--set", "resilience.signal_seconds=60", "--name", "timelimit",
                   *counter(300, 0.25, 10))
     wait_for_file(tmp_path, name, "the time-limit stop and requeue", lambda: named(tmp_path, name, "requeue"))
     job = json.loads((run_dir(tmp_path, name) / "manifest.json").read_text())["job_ids"][-1]
