@@ -19,7 +19,9 @@ SECOND_LANE = frozenset({
     "tests/survival/test_stragglers_e2e.py",
     "tests/survival/test_four_faults_e2e.py",
     "tests/e2e/test_sweeps.py",
-    "tests/survival/test_network_faults_e2e.py",  # its own networked sandbox; here for the balance
+    "tests/survival/test_network_faults_e2e.py",  # the networked sandbox: each file that uses it in one lane
+    "tests/sandbox/test_networked_nodes.py",
+    "tests/sandbox/test_sandbox_cluster.py",
 })
 SECOND_LANE_DIR = "/var/lib/slurmtrain-sandbox-lane2"
 FIRST_LANE_DIR = os.environ.get("SLURMTRAIN_SANDBOX_DIR")  # None: the default

@@ -41,3 +41,20 @@ def test_every_sandbox_the_suite_and_its_lanes_bring_up_has_ports_of_its_own():
     assert len(named) >= 5, named  # the default, lane2, three nodes, Slurm 24.11, containers
     blocks = {d: Layout(Path(d)).port_base for d in named}
     assert len(set(blocks.values())) == len(blocks), blocks
+
+
+def test_the_files_on_a_sandbox_of_their_own_share_a_lane():
+    """A sandbox of one state directory (the networked one, the three-node one) is brought up
+    and taken down by each file that uses it: two files on it in two lanes could run at once,
+    and one's teardown would take the other's nodes away."""
+    import re
+
+    users: dict[str, set[str]] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        rel, text = path.relative_to(REPO).as_posix(), path.read_text()
+        if "pytest.mark.slurm" not in text or path == Path(__file__).resolve():
+            continue
+        for fixture in set(re.findall(r"\b(sandbox_networked|sandbox_three_nodes)\b", text)):
+            users.setdefault(fixture, set()).add("slurm2" if rel in lanes.SECOND_LANE else "slurm")
+    assert set(users) == {"sandbox_networked", "sandbox_three_nodes"}, users
+    assert all(len(where) == 1 for where in users.values()), users

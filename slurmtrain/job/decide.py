@@ -31,6 +31,15 @@ def term_cause(restarts_now: int | None, restarts_at_start: int, end_at_start: s
     return CANCEL
 
 
+def end_at_start(end: str, wall: float) -> str:
+    """squeue's end as read when the supervisor starts, or "" when it is not ahead of now: a
+    cancel that came before the supervisor asked (a job cancelled as it started) has already
+    moved it to the cancel's moment, and an end equal to it would make the cancel's SIGTERM
+    read as the time limit. A job's planned end is at least its time limit away at its start."""
+    t = _epoch(end)
+    return end if t is None or t > wall else ""
+
+
 def gate_rejects(nodes: list[str], answers: dict[str, str]) -> list[str]:
     """The preflight gate's verdict: a node that gave no answer, or one that differs from
     most nodes' (versions, GPU count), is left out."""

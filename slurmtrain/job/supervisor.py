@@ -129,7 +129,7 @@ class Supervisor:
         self.stop_file.unlink(missing_ok=True)
         self.clear_marks()
         # Asked again if Slurm does not answer: without it every time-limit SIGTERM would read as a cancel.
-        self.end_at_start = str(self.retry(3, self.slurm.end_time) or "")
+        self.end_at_start = decide.end_at_start(str(self.retry(3, self.slurm.end_time) or ""), self.clock.wall())
         self.say(f"slurmtrain: job {j.ref} on {' '.join(self.nodes)}; run directory {c.run_dir}: each node's "
                  f"output in logs/{j.tag}-<node>.out, events in events.jsonl")
         self.feed(decide.Tick(self.clock.now(), self.clock.wall()))

@@ -18,6 +18,14 @@ from pathlib import Path
 import waiting
 
 PROGRAM = Path(__file__).resolve().parent / "allreduce.py"
+
+
+def make_venv(where: Path) -> str:
+    """A virtualenv that sees this interpreter's packages (torch) but is its own
+    environment: sys.prefix in it is the venv, so a rank can tell which Python ran it."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)],
+                   check=True, capture_output=True, timeout=120)
+    return str(where / "bin" / "python")
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
          "OUT_OF_MEMORY", "REVOKED", "REFUSED"}
 

@@ -11,16 +11,17 @@ fixed port would collide between jobs sharing a node, which every sandbox job do
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
 
-from e2e_util import (FINAL, PROGRAM, batch_log, cli, ranks, script_decided, statuses, submit, wait_final,
-                      wait_for_file, wait_until)
+from e2e_util import (FINAL, PROGRAM, batch_log, cli, make_venv, ranks, script_decided, statuses, submit,
+                      wait_final, wait_for_file, wait_until)
 
 pytestmark = pytest.mark.slurm
 
-LAUNCHERS = ("torchrun", "srun-loop", "deepspeed")
+LAUNCHERS = ("torchrun", "srun-loop", "deepspeed", "srun")
 # Arguments a shell would act on: they must reach the program unchanged.
 TRICKY = ["a b", "$(touch {marker})", "it's \"quoted\"", "`touch {marker}`; echo"]
 
@@ -39,10 +40,15 @@ def batch(_sandbox_session, tmp_path_factory):
         sandbox.up(accounting=False, progress=print)
     cwd = tmp_path_factory.mktemp("e2e")
     marker = cwd / "INJECTED"
+    # Each launcher's world runs a virtualenv's interpreter that is not on the job's PATH
+    # (the job gets the submitting PATH); the failing jobs below run `python` from the PATH.
+    venv = cwd / "venv"
+    venv_python = make_venv(venv)
+    assert str(venv) not in os.environ["PATH"]
     names = {}
     for port, launcher in enumerate(LAUNCHERS, start=29710):
         names[launcher] = submit(cwd, "--profile", "local", "--launcher", launcher, "--name", f"ar-{launcher}",
-                                 "--set", f"launch.rdzv_port={port}", "--", "python", str(PROGRAM),
+                                 "--set", f"launch.rdzv_port={port}", "--", venv_python, str(PROGRAM),
                                  *_tricky(marker))
     for port, launcher in ((29720, "deepspeed"), (29721, "torchrun")):
         names[f"exit3-{launcher}"] = submit(cwd, "--launcher", launcher, "--name", f"exit3-{launcher}",
@@ -50,7 +56,7 @@ def batch(_sandbox_session, tmp_path_factory):
                                             "python", str(PROGRAM), "--exit-code", "3")
     # gen for the same inputs, right after the submit (the templates may be edited meanwhile)
     gen = cli(cwd, "gen", "--profile", "local", "--launcher", "torchrun", "--name", "ar-torchrun",
-              "--set", "launch.rdzv_port=29710", "--", "python", str(PROGRAM), *_tricky(marker)).stdout
+              "--set", "launch.rdzv_port=29710", "--", venv_python, str(PROGRAM), *_tricky(marker)).stdout
     names["cancel"] = submit(cwd, "--name", "to-cancel", "--set", "launch.rdzv_port=29722", "--", "sleep", "600")
     cancelled = []
 
@@ -63,7 +69,7 @@ def batch(_sandbox_session, tmp_path_factory):
     started = time.monotonic()
     final = wait_final(cwd, list(names.values()), on_poll=cancel_when_running)
     print(f"e2e batch: {len(names)} jobs final after {time.monotonic() - started:.0f} s")
-    return {"cwd": cwd, "marker": marker, "names": names, "final": final, "cancel_output": cancelled,
+    return {"cwd": cwd, "marker": marker, "venv": str(venv), "names": names, "final": final, "cancel_output": cancelled,
             "gen_torchrun": gen}
 
 
@@ -91,6 +97,27 @@ def test_arguments_arrive_literally(batch, launcher):
     got = ranks(batch["cwd"], batch["names"][launcher])
     assert got and all(r["args"] == _tricky(batch["marker"]) for r in got)
     assert not batch["marker"].exists()
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_the_venv_python_not_on_path_runs_every_rank(batch, launcher):
+    got = ranks(batch["cwd"], batch["names"][launcher])
+    assert len(got) == 4 and {r["prefix"] for r in got} == {batch["venv"]}, got
+
+
+def test_srun_launcher_runs_one_task_per_process_without_an_agent(batch):
+    """The srun launcher: every process is a Slurm task (no agent), as submitit and Lightning expect."""
+    script = (batch["cwd"] / "runs" / batch["names"]["srun"] / "job.sbatch").read_text()
+    assert "#SBATCH --ntasks-per-node=2" in script and "torch.distributed.run" not in script
+
+
+def test_batch_log_says_where_everything_is(batch):
+    run = batch["cwd"] / "runs" / batch["names"]["torchrun"]
+    (log,) = (run / "logs").glob("job-*.out")
+    text = log.read_text()
+    assert f"run directory {run}" in text and "each node's output in logs/" in text
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("slurmtrain: job ") and "finished, exit status 0" in last, last
 
 
 @pytest.mark.parametrize("launcher", ["deepspeed", "torchrun"])

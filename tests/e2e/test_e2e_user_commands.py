@@ -1,25 +1,22 @@
-"""Users' own commands end to end on the sandbox: a virtualenv's interpreter that is not
-on the job's PATH, with every launcher, and launchers written into the command
-(torchrun, `python -m torch.distributed.run`, deepspeed), each one world of 4 ranks.
+"""Users' own commands end to end on the sandbox: launchers written into the command
+(torchrun, `python -m torch.distributed.run` of a virtualenv's interpreter, deepspeed), each
+one world of 4 ranks, and a failing program's batch log. (A virtualenv's interpreter under
+each of slurmtrain's launchers: tests/e2e/test_e2e_jobs.py.)
 
 One batch of jobs is submitted at once and followed with one status query per poll.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
-from e2e_util import PROGRAM, cli, ranks, submit, wait_final
+from e2e_util import PROGRAM, cli, make_venv, ranks, submit, wait_final
 
 pytestmark = pytest.mark.slurm
 
-LAUNCHERS = ("torchrun", "srun-loop", "deepspeed", "srun")
 NESTED = {
     "torchrun": ["torchrun", "--nproc_per_node", "2", str(PROGRAM), "x y"],
     "python-m": ["{venv_python}", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
@@ -28,26 +25,12 @@ NESTED = {
 }
 
 
-def make_venv(where) -> str:
-    """A virtualenv that sees this interpreter's packages (torch) but is its own
-    environment: sys.prefix in it is the venv, so a rank can tell which Python ran it."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(where)],
-                   check=True, capture_output=True, timeout=120)
-    return str(where / "bin" / "python")
-
-
 @pytest.fixture(scope="module")
 def batch(_sandbox_session, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("usercmd")
     venv = cwd / "venv"
     venv_python = make_venv(venv)
-    path = os.environ["PATH"]
-    assert str(venv) not in path  # the job gets the submitting PATH, which lacks the venv
     names = {}
-    for port, launcher in enumerate(LAUNCHERS, start=29730):
-        names[f"venv-{launcher}"] = submit(cwd, "--profile", "local", "--launcher", launcher,
-                                           "--name", f"venv-{launcher}", "--set", f"launch.rdzv_port={port}",
-                                           "--", venv_python, str(PROGRAM), "a b")
     for port, (form, command) in enumerate(NESTED.items(), start=29740):
         command = [w.format(venv_python=venv_python) for w in command]
         names[f"nested-{form}"] = submit(cwd, "--profile", "local", "--name", f"nested-{form}",
@@ -72,36 +55,12 @@ def one_world_of_four(batch, key: str) -> list[dict]:
     return got
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_the_venv_python_not_on_path_runs_every_rank(batch, launcher):
-    got = one_world_of_four(batch, f"venv-{launcher}")
-    assert {r["prefix"] for r in got} == {batch["venv"]}, got
-    assert all(r["args"] == ["a b"] for r in got)
-
-
 @pytest.mark.parametrize("form", list(NESTED))
 def test_a_launcher_in_the_command_runs_one_world(batch, form):
     got = one_world_of_four(batch, f"nested-{form}")
     assert all(r["args"] == ["x y"] for r in got)
     if form == "python-m":
         assert {r["prefix"] for r in got} == {batch["venv"]}
-
-
-def test_batch_log_says_where_everything_is(batch):
-    name = batch["names"]["venv-torchrun"]
-    run = batch["cwd"] / "runs" / name
-    (log,) = (run / "logs").glob("job-*.out")
-    text = log.read_text()
-    assert f"run directory {run}" in text and "each node's output in logs/" in text
-    last = text.strip().splitlines()[-1]
-    assert last.startswith("slurmtrain: job ") and "finished, exit status 0" in last, last
-
-
-def test_srun_launcher_runs_one_task_per_process_without_an_agent(batch):
-    """The srun launcher: every process is a Slurm task (no agent), as submitit and Lightning expect."""
-    name = batch["names"]["venv-srun"]
-    script = (batch["cwd"] / "runs" / name / "job.sbatch").read_text()
-    assert "#SBATCH --ntasks-per-node=2" in script and "torch.distributed.run" not in script
 
 
 def test_batch_log_ends_with_the_failure_and_its_node(batch):

@@ -5,6 +5,7 @@ the verdict after the launch (tests/job/test_supervisor.py drives them through t
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 
 import pytest
 
@@ -39,6 +40,19 @@ def test_term_cause_without_a_planned_end_is_never_a_time_limit(end_at_start):
     """No end known at the start (squeue failed, or a job without a time limit: N/A): an
     equal end now proves nothing, so it is not taken for the time limit."""
     assert decide.term_cause(0, 0, end_at_start, end_at_start) == decide.CANCEL
+
+
+def test_an_end_already_behind_the_start_is_no_planned_end():
+    """A cancel that came before the supervisor read the end moved it to the cancel's moment:
+    kept, it would make the cancel's SIGTERM read as the time limit (a CI run's "stopped,
+    nothing saved" for a job cancelled 2 s after it started)."""
+    at = datetime.fromisoformat(END).timestamp()
+    assert decide.end_at_start(END, at - 60) == END   # ahead: the planned end
+    assert decide.end_at_start(END, at) == ""          # the cancel's moment
+    assert decide.end_at_start(END, at + 1) == ""
+    assert decide.term_cause(0, 0, decide.end_at_start(END, at + 1), END) == decide.CANCEL
+    assert decide.end_at_start("N/A", at) == "N/A"     # no time limit: nothing to compare
+    assert decide.end_at_start("", at) == ""
 
 
 # ---- gate_rejects ----------------------------------------------------------------------

@@ -18,8 +18,11 @@ import pytest
 from conftest import HOME, LOGIN_PORT, LOGIN_USER, SETS, handshakes, laptop, on_login, status, submitted, wait_state
 
 pytestmark = pytest.mark.remote
+# As the survival tests' trainer (tests/survival/survival_util.TRAIN): a quarter of the tokens a
+# step, paced to at least 0.3 s, so that the run lasts as long at a quarter of the CPU.
 TRAIN = ["python3", "-m", "slurmtrain.train", "--recipe", "tiny-demo", "--eval-steps", "0", "--log-steps", "5",
-         "--train-steps", "100", "--save-steps", "10"]
+         "--train-steps", "100", "--save-steps", "10", "--set", "data.max_seq_len=64",
+         "--set", "train.global_batch_size=8", "--set", "debug.step_seconds=0.3"]
 SRUN_1 = ["--profile", "local", "--launcher", "srun", "-N", "1", *SETS]
 # Each reaches the program as one argument, or the test fails.
 HOSTILE = ["a b", "$(touch /tmp/remote-pwned)", "x; touch /tmp/remote-pwned2", "it's", '"q"', "`id`", "*",

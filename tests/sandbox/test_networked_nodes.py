@@ -137,6 +137,29 @@ def test_sandbox_faults_cut_slow_and_heal_a_nodes_link(sandbox_networked, tmp_pa
     assert bad.returncode == 2 and "no node 'stnode9' (the nodes: stnode1 stnode2 stnode3)" in bad.stderr, bad.stderr
 
 
+def test_doctor_names_the_node_on_a_slow_link(sandbox_networked, tmp_path):
+    """stnode2's link limited to 50 Mbit/s each way: the all-reduce of all three nodes slows
+    to its pace, and the pairwise all-reduces (each node with its ring neighbours) tell which
+    node it is: both pairs of stnode2 are slow, each other node has one fast pair."""
+    import waiting
+
+    assert cli(tmp_path, "sandbox", "fault", "stnode2", "slow-link", "--rate", "50mbit").returncode == 0
+    try:
+        proc = waiting.run([sys.executable, "-m", "slurmtrain", "doctor", "-N", "3", "--checks", "allreduce",
+                            "--seconds", "1", "--runs-dir", "doctor"], "doctor on a slow link", [tmp_path / "doctor"],
+                           cwd=tmp_path, env=dict(os.environ))
+    finally:
+        cli(tmp_path, "sandbox", "fault", "stnode2", "heal")
+    [path] = (tmp_path / "doctor").glob("doctor-*/doctor.json")
+    rows = {r["node"]: r for r in json.loads(path.read_text())["rows"] if r["check"] == "allreduce"}
+    assert sorted(rows) == ["stnode1", "stnode2", "stnode3"], proc.stdout + proc.stderr
+    slow = rows["stnode2"]
+    assert slow["verdict"] == "warn" and slow["detail"].startswith("slow link: pairs with stnode1 "), slow
+    assert "with stnode3 " in slow["detail"], slow
+    assert [rows[n]["verdict"] for n in ("stnode1", "stnode3")] == ["pass", "pass"], rows
+    assert "stnode2  allreduce" in proc.stdout and "slow link" in proc.stdout, proc.stdout
+
+
 def test_down_removes_the_namespaces_and_the_bridge(sandbox_networked):
     from slurmtrain import sandbox as lib
     from slurmtrain.sandbox import netns

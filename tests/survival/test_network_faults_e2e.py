@@ -2,8 +2,8 @@
 each node its own network namespace, eth0 on the sandbox's bridge): a node's link goes down
 mid-run. Its ranks live on, blocked in a collective with their peers; no signal, no exit. The
 supervisor sees a hang (no heartbeat), records the stacks it can reach, finds the node that
-does not answer its probe, and puts the spare in its place; the run ends bitwise those of an
-uninterrupted run."""
+does not answer its probe, and puts the spare in its place, or, without one, requeues the job
+without the node; either run ends bitwise those of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -22,16 +22,31 @@ STEPS = 120
 TRAIN_120 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "20"]
 
 
-def test_a_link_down_mid_run_is_a_hang_and_the_spare_takes_the_nodes_place(sandbox_networked, workdir, runs_dir):
-    reference = Reference(workdir, TRAIN_120, "link-down-reference")
-    run, job = submit(runs_dir, workdir, ["--name", "link-down", "--nodes", "2", "--set", "slurm.spare_nodes=1",
-                                          "--set", "resilience.hang_timeout=20"],
-                      TRAIN_120)
+@pytest.fixture(scope="module")
+def reference(workdir):
+    ref = Reference(workdir, TRAIN_120, "link-down-reference")
+    yield ref
+    if ref.proc.poll() is None:
+        ref.proc.kill()
+
+
+def cut_a_link(run: Path, job: str, workdir: Path, seconds: int) -> tuple[str, str]:
+    """Once the run has saved, the link of its node that is not the batch host (the
+    supervisor's) goes down for ``seconds``: (the batch host, the cut node)."""
     wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved") and len(rank_pids(run)) == 2, 240, job)
     host = job_field(job, "BatchHost")
     node = next(n for n in sorted({rank_of(pid)[1] for pid in rank_pids(run)}) if n != host)
-    cut = run_cli(["sandbox", "fault", node, "link-down", "--for", "150"], cwd=workdir)
+    cut = run_cli(["sandbox", "fault", node, "link-down", "--for", str(seconds)], cwd=workdir)
     assert f"{node}'s link is down" in cut.stdout, cut.stdout + cut.stderr
+    return host, node
+
+
+def test_a_link_down_mid_run_is_a_hang_and_the_spare_takes_the_nodes_place(sandbox_networked, workdir, runs_dir,
+                                                                            reference):
+    run, job = submit(runs_dir, workdir, ["--name", "link-down", "--nodes", "2", "--set", "slurm.spare_nodes=1",
+                                          "--set", "resilience.hang_timeout=20"],
+                      TRAIN_120)
+    host, node = cut_a_link(run, job, workdir, 150)
     try:
         assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
     finally:
@@ -47,4 +62,30 @@ def test_a_link_down_mid_run_is_a_hang_and_the_spare_takes_the_nodes_place(sandb
     assert job_field(job, "Restarts") == "0", describe(run)  # all in the job: no requeue
     assert [e["why"] for e in named(run, "relaunched")][-1:] == ["nodes lost"], describe(run)
     assert_nothing_lost(run)  # the relaunch resumed from the newest save before the hang
+    reference.assert_same_weights(run)
+
+
+def test_a_link_down_without_a_spare_requeues_the_job_without_the_node(sandbox_networked, workdir, runs_dir,
+                                                                       reference):
+    """No spare: the node whose link is down is left out of a requeue (the partition has a
+    third node), and the run resumes on the other two from its newest save."""
+    run, job = submit(runs_dir, workdir, ["--name", "link-down-requeue", "--nodes", "2",
+                                          "--set", "resilience.hang_timeout=20"], TRAIN_120)
+    host, node = cut_a_link(run, job, workdir, 90)
+    try:
+        assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
+    finally:
+        run_cli(["sandbox", "fault", node, "heal"], cwd=workdir, check=False)
+
+    [hang] = named(run, "hang")
+    assert hang["seconds"] >= 20, hang
+    [requeue] = named(run, "requeue")
+    assert (requeue["reason"], requeue["exclude"]) == ("node", node), describe(run)
+    assert job_field(job, "Restarts") == "1" and node in (job_field(job, "ExcNodeList") or ""), describe(run)
+    starts = [e["nodes"].split() for e in named(run, "started")]
+    assert len(starts) == 2 and node in starts[0] and node not in starts[1] and host in starts[1], starts
+    assert (node, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
+    status = run_cli(["status", str(run)], cwd=workdir).stdout
+    assert node in status, status
+    assert_nothing_lost(run)
     reference.assert_same_weights(run)
