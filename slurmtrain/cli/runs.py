@@ -170,6 +170,10 @@ def _print_status(st) -> None:
     for i, s in enumerate(st.stragglers):
         row("stragglers" if i == 0 else "", f"{s['node']}: {s['pct']}% slower than the other nodes ({s['compute_ms']} "
             f"ms against {s['others_ms']} ms for the same work), since {_clock(s['time'])}")
+    if st.slow:
+        from ..runs import pace
+
+        row("slow", pace.describe(st.slow))
     row("submitted", _short_time(st.submitted))
     for label, text in _tracking_rows(st):  # the W&B run (link or offline folders), TensorBoard
         row(label, text)

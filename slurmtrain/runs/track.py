@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, TextIO
 from .. import eventlog, launchers
 from ..errors import UsageError
 from ..slurmtext import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
-from . import classify, goodput, slurmquery, sweeps
+from . import classify, goodput, pace, progress, slurmquery, sweeps
 from .rundir import RunDir, events_of, log_label
 from .states import JobState, aggregate
 
@@ -56,6 +56,7 @@ class RunStatus:
     events: list[dict[str, Any]] = field(default_factory=list)
     goodput: dict[str, Any] | None = None  # runs/goodput.py's report (to_json), once the job was submitted
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # the supervisor's `straggler` events
+    slow: list[dict[str, Any]] = field(default_factory=list)  # stretches of slow steps (runs/pace.py)
     checkpoint_interval: dict[str, Any] | None = None  # the trainer's latest choice under checkpoint_every = "auto"
     ended: bool = False  # the job will not run again by itself (Slurm's state, or its PREEMPTED and the events)
     sweep: list[dict[str, Any]] = field(default_factory=list)  # a sweep's points (runs/sweeps.py rows)
@@ -141,6 +142,8 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
         st.state, st.note = JobState.REFUSED, manifest.get("refusal")
         return st
     _from_run_events(st, evs)
+    if with_events:  # metrics.jsonl is read for one run's full status, not for a table of runs
+        st.slow = [s.to_json() for s in pace.slow_stretches(progress.read_metrics(target.path)[0], evs)]
     if st.job_id is None:
         st.note = "not submitted (no job id in manifest.json)"
         return st

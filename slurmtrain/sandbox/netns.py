@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -171,6 +172,23 @@ def _node_index(node: str, nodes: list[str]) -> int:
     return nodes.index(node) + 1
 
 
+def _timer_file(layout: Layout, node: str) -> Path:
+    return layout.run_dir / f"link-timer-{node}.pid"
+
+
+def _cancel_timer(layout: Layout, node: str) -> None:
+    """End the pending `link-down --for` of ``node``, if any: it would bring the link up in
+    the middle of a later fault (found when one test's timer ended the next test's cut)."""
+    path = _timer_file(layout, node)
+    try:
+        pid = int(path.read_text())
+        path.unlink()
+        if str(path) in Path(f"/proc/{pid}/cmdline").read_text():  # that timer still, not a reused pid
+            os.killpg(pid, signal.SIGKILL)  # setsid: the timer's shell leads its own group, its sleep in it
+    except (OSError, ValueError):
+        pass
+
+
 def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "10mbit",
           seconds: float | None = None) -> str:
     """Do ``what`` to ``node``'s link; returns what was done, in words.
@@ -180,11 +198,14 @@ def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "1
     that long). ``slow-link``: both directions limited to ``rate`` (``tc tbf``). ``heal``:
     the link up, no limit."""
     veth, ns = _veth(layout, _node_index(node, nodes)), namespace(layout, node)
+    _cancel_timer(layout, node)  # a later fault or heal overrides an earlier `--for`
     if what == "link-down":
         _must("link", "set", veth, "down")
         if seconds:
-            subprocess.Popen(["setsid", "sh", "-c", f"sleep {seconds:g}; ip link set {veth} up"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            done = shlex.quote(str(_timer_file(layout, node)))
+            timer = subprocess.Popen(["setsid", "sh", "-c", f"sleep {seconds:g}; ip link set {veth} up; rm -f {done}"],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _timer_file(layout, node).write_text(str(timer.pid))
             return f"{node}'s link is down for {seconds:g} s"
         return f"{node}'s link is down"
     if what == "link-up":

@@ -23,7 +23,8 @@ node = os.environ["SLURMD_NODENAME"]
 open(f"/tmp/mine-{node}", "w").close()
 open(f"/dev/shm/mine-{node}", "w").close()
 addrs = subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True).stdout
-print(json.dumps({"node": node, "hostname": socket.gethostname(), "tmp": sorted(os.listdir("/tmp")),
+mine = lambda d: sorted(n for n in os.listdir(d) if n.startswith("mine-"))  # short lines: srun interleaves long ones
+print(json.dumps({"node": node, "hostname": socket.gethostname(), "tmp": mine("/tmp"),
                   "shm": sorted(os.listdir("/dev/shm")), "resolves": socket.gethostbyname(node),
                   "addrs": {a["ifname"]: a["addr_info"][0]["local"] for a in json.loads(addrs)}}))
 """
@@ -124,6 +125,10 @@ def test_sandbox_faults_cut_slow_and_heal_a_nodes_link(sandbox_networked, tmp_pa
         fault("link-down", "--for", "2")
         assert _send(addr, port, 10_000, 1) is None
         assert _send(addr, port, 10_000, 15) is not None  # back up by itself
+        fault("link-down", "--for", "2")
+        assert "stnode2's link is down" in fault("link-down")  # for good: the earlier timer is cancelled
+        assert _send(addr, port, 10_000, 4) is None
+        fault("heal")
         full = _send(addr, port, 400_000, 10)
         assert "limited to 1mbit each way" in fault("slow-link", "--rate", "1mbit")
         slow = _send(addr, port, 400_000, 30)

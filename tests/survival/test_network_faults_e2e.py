@@ -7,6 +7,7 @@ without the node; either run ends bitwise those of an uninterrupted run."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,15 +31,16 @@ def reference(workdir):
         ref.proc.kill()
 
 
-def cut_a_link(run: Path, job: str, workdir: Path, seconds: int) -> tuple[str, str]:
-    """Once the run has saved, the link of its node that is not the batch host (the
-    supervisor's) goes down for ``seconds``: (the batch host, the cut node)."""
+def saved_nodes(run: Path, job: str) -> tuple[str, str]:
+    """Once the run has saved: (its batch host, where the supervisor runs; its other node)."""
     wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved") and len(rank_pids(run)) == 2, 240, job)
     host = job_field(job, "BatchHost")
-    node = next(n for n in sorted({rank_of(pid)[1] for pid in rank_pids(run)}) if n != host)
+    return host, next(n for n in sorted({rank_of(pid)[1] for pid in rank_pids(run)}) if n != host)
+
+
+def cut_link(node: str, workdir: Path, seconds: int) -> None:
     cut = run_cli(["sandbox", "fault", node, "link-down", "--for", str(seconds)], cwd=workdir)
     assert f"{node}'s link is down" in cut.stdout, cut.stdout + cut.stderr
-    return host, node
 
 
 def test_a_link_down_mid_run_is_a_hang_and_the_spare_takes_the_nodes_place(sandbox_networked, workdir, runs_dir,
@@ -46,7 +48,8 @@ def test_a_link_down_mid_run_is_a_hang_and_the_spare_takes_the_nodes_place(sandb
     run, job = submit(runs_dir, workdir, ["--name", "link-down", "--nodes", "2", "--set", "slurm.spare_nodes=1",
                                           "--set", "resilience.hang_timeout=20"],
                       TRAIN_120)
-    host, node = cut_a_link(run, job, workdir, 150)
+    host, node = saved_nodes(run, job)
+    cut_link(node, workdir, 150)
     try:
         assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
     finally:
@@ -65,14 +68,25 @@ def test_a_link_down_mid_run_is_a_hang_and_the_spare_takes_the_nodes_place(sandb
     reference.assert_same_weights(run)
 
 
-def test_a_link_down_without_a_spare_requeues_the_job_without_the_node(sandbox_networked, workdir, runs_dir,
-                                                                       reference):
-    """No spare: the node whose link is down is left out of a requeue (the partition has a
-    third node), and the run resumes on the other two from its newest save."""
-    run, job = submit(runs_dir, workdir, ["--name", "link-down-requeue", "--nodes", "2",
-                                          "--set", "resilience.hang_timeout=20"], TRAIN_120)
-    host, node = cut_a_link(run, job, workdir, 90)
+def test_a_slow_link_then_a_link_down_without_a_spare(sandbox_networked, workdir, runs_dir, reference):
+    """The node's link slowed to 5 Mbit/s for 8 steps: `status` shows the stretch of slow
+    steps and what it cost. Then its link goes down and there is no spare: the node is left
+    out of a requeue (the partition has a third node), and the run resumes on the other two
+    from its newest save."""
+    run, job = submit(runs_dir, workdir, ["--name", "slow-then-down", "--nodes", "2",
+                                          "--set", "resilience.hang_timeout=20"], TRAIN_120 + ["--log-steps", "1"])
+    host, node = saved_nodes(run, job)
     try:
+        slowed = run_cli(["sandbox", "fault", node, "slow-link", "--rate", "5mbit"], cwd=workdir)
+        assert "limited to 5mbit" in slowed.stdout, slowed.stdout + slowed.stderr
+        first = last_step(run)
+        wait_until(run, "8 slow steps", lambda: last_step(run) >= first + 8, 120, job)
+        run_cli(["sandbox", "fault", node, "heal"], cwd=workdir)
+        healed = last_step(run)
+        # the slow steps saved before the cut: the requeued run does not train them again
+        wait_until(run, "a save after the slow steps", lambda: named(run, "checkpoint_saved")[-1]["step"] > healed,
+                   120, job)
+        cut_link(node, workdir, 90)
         assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
     finally:
         run_cli(["sandbox", "fault", node, "heal"], cwd=workdir, check=False)
@@ -87,5 +101,14 @@ def test_a_link_down_without_a_spare_requeues_the_job_without_the_node(sandbox_n
     assert (node, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
     status = run_cli(["status", str(run)], cwd=workdir).stdout
     assert node in status, status
+    [slow] = json.loads(run_cli(["status", "--json", str(run)], cwd=workdir).stdout)["slow"]
+    assert first <= slow["first"] and slow["last"] <= healed + 2 and slow["factor"] >= 2, (slow, first, healed)
+    assert f"slow       steps {slow['first']}-{slow['last']} at " in status, status
     assert_nothing_lost(run)
     reference.assert_same_weights(run)
+
+
+def last_step(run: Path) -> int:
+    from slurmtrain.runs import progress
+
+    return progress.last_step(run)
