@@ -100,7 +100,7 @@ def env() -> None:
 
 @sandbox.command()
 @click.argument("node")
-@click.argument("what", type=click.Choice(["link-down", "link-up", "slow-link", "heal"]))
+@click.argument("what", type=click.Choice(["link-down", "link-up", "slow-link", "heal", "power-off", "power-on"]))
 @click.option("--for", "seconds", type=click.FloatRange(min=0, min_open=True), default=None,
               help="link-down: bring the link back up after this many seconds.")
 @click.option("--rate", default="10mbit", show_default=True, help="slow-link: each direction's rate (tc's units).")
@@ -113,6 +113,8 @@ def fault(node: str, what: str, seconds: float | None, rate: str) -> None:
     link-up     the link back up
     slow-link   both directions limited to --rate (tc tbf)
     heal        the link up, no limit
+    power-off   the machine dies: its link down, its slurmd, steps and tasks killed at once
+    power-on    healed and its slurmd started again (Slurm takes it back in service)
     """
     from .. import sandbox as lib
     from ..errors import UsageError
@@ -130,4 +132,12 @@ def fault(node: str, what: str, seconds: float | None, rate: str) -> None:
         raise UsageError(f"sandbox fault: no node {node!r} (the nodes: {' '.join(info.nodes)})")
     if seconds is not None and what != "link-down":
         raise UsageError("sandbox fault: --for goes with link-down")
-    click.echo("sandbox: " + netns.fault(Layout(info.state_dir), list(info.nodes), node, what, rate, seconds))
+    layout = Layout(info.state_dir)
+    if what == "power-on":
+        netns.fault(layout, list(info.nodes), node, "heal")
+        st = info.settings
+        lib.up(nodes=st.nodes, cpus_per_node=st.cpus_per_node, accounting=st.accounting, network=True,
+               progress=lambda line: None)  # starts the slurmd that is not running
+        click.echo(f"sandbox: {node} is on: its link up, its slurmd started")
+        return
+    click.echo("sandbox: " + netns.fault(layout, list(info.nodes), node, what, rate, seconds))

@@ -230,7 +230,8 @@ class State:
     stop: Stop = Stop.NONE
     now: float = 0.0               # the clock's (monotonic) seconds at the last Tick
     wall: float = 0.0              # ... and wall-clock seconds (file times, the job's end)
-    deadline: float = math.inf     # GATE: its SIGTERM; JOINING: the start-up watchdog; ENDING: SIGKILL
+    deadline: float = math.inf     # GATE: its SIGTERM; JOINING: the start-up watchdog; RUNNING: the probe
+                                   # if no rank has stepped by then; ENDING: SIGKILL
     stop_at: float | None = None
     term_at: float | None = None
     replacing: str | None = None   # the straggler the supervisor's own stop puts out of the launch
@@ -238,7 +239,7 @@ class State:
     cancelled: bool = False        # a SIGTERM came from scancel
     hung: bool = False             # this launch hung: the supervisor ended it
     failed_at: float | None = None # when srun reported this launch's first task error
-    probed: bool = False           # ... and the probe that follows it went out
+    probed: bool = False           # ... and the probe that follows it (or no first step) went out
     dead: tuple[str, ...] = ()     # ... and the nodes it found dead
     missing: tuple[str, ...] = ()  # the start-up watchdog ended this launch: the nodes that did not join
     setup_failed: tuple[str, ...] = ()  # ... and those whose setup line failed, as seen before the end
@@ -318,8 +319,10 @@ class Lagging:
 
 @dataclass(frozen=True)
 class Beats:
-    """The heartbeats' verdict on a running launch: a hang (hangs.Hang), or None."""
+    """The heartbeats' verdict on a running launch: a hang (hangs.Hang), or None; and
+    whether any rank has stepped (beaten) yet in this launch."""
     hang: object = None
+    stepping: bool = True
 
 
 @dataclass(frozen=True)
@@ -418,8 +421,8 @@ def _gate_answered(s: State, o: GateAnswered) -> tuple[State, list[Do]]:
 def _arrivals(s: State, o: Arrivals) -> tuple[State, list[Do]]:
     """The start-up watchdog: every node joined, or a setup line failed, the launch ended
     with nodes missing, or rendezvous_timeout passed (ended: exit 4 once it is over)."""
-    if not o.missing:
-        return _go(s, Phase.RUNNING), []
+    if not o.missing:  # a node that dies now leaves its peers waiting in the rendezvous: probed below
+        return _go(s, Phase.RUNNING, deadline=s.now + s.knobs.rendezvous_timeout), []
     if not o.failed and not o.exited and s.now < s.deadline:
         return s, []
     if o.exited and not o.failed and o.job_state not in ("", "RUNNING"):
@@ -454,15 +457,20 @@ def _beats(s: State, o: Beats) -> tuple[State, list[Do]]:
         return s, [Do("record_hang", (o.hang,))] + acts
     if s.failed_at is not None and not s.probed and s.now >= s.failed_at + STUCK_S:
         return replace(s, probed=True), [Do("probe")]
+    if not o.stepping and not s.probed and s.now >= s.deadline:
+        return replace(s, probed=True), [Do("probe")]
     return s, []
 
 
 def _probed(s: State, o: Probed) -> tuple[State, list[Do]]:
+    """A dead node ends the launch (its peers would wait for it until Slurm marks it down)."""
+    waited = (f"a task failed {STUCK_S} s ago and srun still waits" if s.failed_at is not None else
+              f"no rank has stepped {s.knobs.rendezvous_timeout:g} s after every node joined")
     if not o.dead:
-        return s, []
+        return s, ([] if s.failed_at is not None else
+                   [_say(f"slurmtrain: {waited}; every node answers, waiting on (a long first step or load)")])
     s, acts = _end_launch(s, dead=o.dead)
-    return s, [_say(f"slurmtrain: a task failed {STUCK_S} s ago and srun still waits: node(s) {' '.join(o.dead)} "
-                    "do not answer; ending the launch")] + acts
+    return s, [_say(f"slurmtrain: {waited}: node(s) {' '.join(o.dead)} do not answer; ending the launch")] + acts
 
 
 def _lagging(s: State, o: Lagging) -> tuple[State, list[Do]]:

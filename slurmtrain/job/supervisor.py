@@ -102,7 +102,7 @@ class Supervisor:
                 self.record.event(Ev.FIRST_STEP, step=self.hangs.first.step, at=round(self.hangs.first.time, 3))
             if hang is None and self.state.failed_at is None and self.record.first_failure(self.log_mark):
                 self.feed(decide.TaskFailed())
-            self.feed(decide.Beats(hang))
+            self.feed(decide.Beats(hang, stepping=self.hangs.first is not None))
             if self.state.phase != Phase.RUNNING:
                 return
         for s in self.stragglers.check(self.hangs.beats, self.clock.wall()):

@@ -165,7 +165,7 @@ def wrap(layout: Layout, node: str, command: list[str]) -> list[str]:
 
 # ---- faults through the network (`slurmtrain sandbox fault`) -------------------------------
 
-FAULTS = ("link-down", "link-up", "slow-link", "heal")
+FAULTS = ("link-down", "link-up", "slow-link", "heal", "power-off")  # power-on: cli/sandbox.py (slurmd again)
 
 
 def _node_index(node: str, nodes: list[str]) -> int:
@@ -189,6 +189,20 @@ def _cancel_timer(layout: Layout, node: str) -> None:
         pass
 
 
+def _power_off(veth: str, ns: str, node: str) -> str:
+    """The machine dies at once: its link down and every process in its network namespace
+    (its slurmd, the step daemons, the job's tasks) SIGKILLed, nothing told."""
+    _must("link", "set", veth, "down")
+    pids = [int(p) for p in _ip("netns", "pids", ns).stdout.split() if p.isdigit()]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return (f"{node} is off: its link down, its {len(pids)} process(es) killed (slurmd, the steps, their tasks); "
+            f"`slurmtrain sandbox fault {node} power-on` starts it again")
+
+
 def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "10mbit",
           seconds: float | None = None) -> str:
     """Do ``what`` to ``node``'s link; returns what was done, in words.
@@ -196,7 +210,7 @@ def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "1
     ``link-down``: its end on the bridge goes down: the node's packets go nowhere, its
     processes live on, as when a NIC, cable or switch port fails (``seconds``: back up after
     that long). ``slow-link``: both directions limited to ``rate`` (``tc tbf``). ``heal``:
-    the link up, no limit."""
+    the link up, no limit. ``power-off``: the machine dies (:func:`_power_off`)."""
     veth, ns = _veth(layout, _node_index(node, nodes)), namespace(layout, node)
     _cancel_timer(layout, node)  # a later fault or heal overrides an earlier `--for`
     if what == "link-down":
@@ -217,6 +231,8 @@ def fault(layout: Layout, nodes: list[str], node: str, what: str, rate: str = "1
         _must("qdisc", "replace", "dev", veth, *tbf, tool="tc")             # toward the node
         _must("-n", ns, "qdisc", "replace", "dev", INTERFACE, *tbf, tool="tc")  # from it
         return f"{node}'s link is limited to {rate} each way"
+    if what == "power-off":
+        return _power_off(veth, ns, node)
     if what == "heal":
         _must("link", "set", veth, "up")
         subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True, timeout=30)

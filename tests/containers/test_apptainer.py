@@ -11,8 +11,8 @@ import pytest
 
 from container_util import owned_by_root, profile_text
 from slurmtrain.runs import classify
-from survival_util import (TRAIN, Reference, describe, events, named, rank_of, rank_pids, resumes_where_it_stopped,
-                           stop_until_hang, submit, take_all_nodes, wait_job_gone, wait_until)
+from survival_util import (TRAIN, describe, events, named, rank_of, rank_pids, resumes_where_it_stopped,
+                           shared_reference, stop_until_hang, submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.container
 
@@ -61,10 +61,7 @@ ONE_CPU = ["--set", "slurm.cpus_per_task=1"]  # two jobs at once on the sandbox'
 
 @pytest.fixture(scope="module")
 def reference(workdir):
-    ref = Reference(workdir, TRAIN_100, "reference")
-    yield ref
-    if ref.proc.poll() is None:
-        ref.proc.kill()
+    yield from shared_reference(workdir, TRAIN_100, "reference")
 
 
 def submit_pair(workdir: Path, jobs: dict[str, tuple[str, list[str]]]) -> dict[str, tuple[Path, str]]:

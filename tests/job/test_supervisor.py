@@ -1382,6 +1382,37 @@ def test_srun_waiting_for_a_dead_node_after_a_task_failed_is_ended_and_the_node_
     assert sorted(a[a.index("-w") + 1] for a in probes) == ["n1", "n2"]  # one per node at once, and only once
 
 
+def test_a_node_that_dies_after_joining_before_the_first_step_is_found_by_the_probe(rig):
+    """Every node ran its setup lines, then n2 died: its peers wait for it in the rendezvous,
+    no task fails, no rank beats. rendezvous_timeout after the join the supervisor probes,
+    ends the launch and the spare takes n2's place (before: Slurm's SlurmdTimeout)."""
+    on_three_nodes(rig)
+    rig.task = [Plan([JOINS, (2, lambda step: rig.slurm.dead.append("n2"))]),  # srun waits for ever
+                FINISHES_ON_N1_N3]
+    assert rig.run(spare_nodes=1, rendezvous_timeout=30, restarts_in_job=3) == 0, rig.said()
+    assert "no rank has stepped 30 s after every node joined: node(s) n2 do not answer; ending the launch" \
+        in rig.said()
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
+    assert rig.names() == ["started", "nodes_lost", "relaunched", "finished"]
+    assert rig.event("nodes_lost")["nodes"] == "n2" and rig.ledger() == [("n2", "node_failure")]
+
+
+def test_without_a_spare_a_node_dead_before_the_first_step_is_left_out_of_a_requeue(rig):
+    rig.slurm.partition = ["n1", "n2", "n7"]
+    rig.task = Plan([JOINS, (2, lambda step: rig.slurm.dead.append("n2"))])
+    assert rig.run(rendezvous_timeout=30, restarts_in_job=3) == 0
+    assert rig.names() == ["started", "nodes_lost", "requeue"] and rig.slurm.excluded == "n2"
+
+
+def test_a_long_first_step_with_every_node_answering_is_waited_for(rig):
+    """No rank has stepped by the deadline, but every node answers: a long load or first
+    step, not a fault. Said once; the run goes on."""
+    rig.task = Plan([JOINS, (50, beats(0, 1, "n1", 100, 5.0)), (60, emit("finished", step=9)), (60, exits(0))])
+    assert rig.run(rendezvous_timeout=30) == 0
+    assert rig.said().count("no rank has stepped 30 s after every node joined; every node answers") == 1
+    assert rig.names() == ["started", "first_step", "finished"]
+
+
 # ---- stragglers (resilience.straggler_pct) ------------------------------------------------
 
 def beats_with(rank: int, node: str, pid: int, ms: float, step: int) -> Action:

@@ -69,7 +69,16 @@ TABLE = [
      Stop.NONE, []),
     ("dead node", S(phase=Phase.RUNNING, probed=True), Probed(("n2",)), Phase.ENDING, Stop.NONE,
      ["say", "send_step"]),
-    ("every node answers", S(phase=Phase.RUNNING, probed=True), Probed(()), Phase.RUNNING, Stop.NONE, []),
+    ("every node answers", S(phase=Phase.RUNNING, probed=True, failed_at=7), Probed(()), Phase.RUNNING, Stop.NONE,
+     []),
+    ("no rank stepped by the deadline: probe", S(phase=Phase.RUNNING, now=61, deadline=60),
+     Beats(None, stepping=False), Phase.RUNNING, Stop.NONE, ["probe"]),
+    ("no rank stepped yet, before the deadline", S(phase=Phase.RUNNING, now=30, deadline=60),
+     Beats(None, stepping=False), Phase.RUNNING, Stop.NONE, []),
+    ("stepping: no start-up probe", S(phase=Phase.RUNNING, now=61, deadline=60), Beats(None), Phase.RUNNING,
+     Stop.NONE, []),
+    ("start-up probe: every node answers, said once", S(phase=Phase.RUNNING, probed=True), Probed(()),
+     Phase.RUNNING, Stop.NONE, ["say"]),
     ("straggler replaced", S(phase=Phase.RUNNING), Lagging(SLOW, True), Phase.RUNNING, Stop.ASKED,
      ["report_straggler", "touch_stop_file", "send_stop"]),
     ("straggler, no spare", S(phase=Phase.RUNNING), Lagging(SLOW, False), Phase.RUNNING, Stop.NONE,
@@ -164,6 +173,9 @@ def test_what_step_decides_is_carried_in_the_state():
     assert (s.relaunches, s.stop_at, s.replacing) == (0, None, None)
     s, _ = decide.step(S(phase=Phase.ENDING, now=20, deadline=15), Due())
     assert s.deadline == math.inf  # SIGKILL once
+    # every node joined: the first step gets the rendezvous timeout again, from now
+    s, _ = decide.step(S(phase=Phase.JOINING, now=40, deadline=65), Arrivals((), (), False))
+    assert (s.phase, s.deadline) == (Phase.RUNNING, 40 + KNOBS.rendezvous_timeout)
 
 
 def test_a_launch_srun_refused_blames_no_node_and_a_cancel_settles_as_one():

@@ -205,6 +205,15 @@ class Reference:
         assert all(got[k].equal(want[k]) for k in want) and got.keys() == want.keys()
 
 
+def shared_reference(workdir: Path, train: list[str], name: str):
+    """A module's one Reference, for a fixture to ``yield from``: killed at the end if it
+    still runs (a failed test may never have waited for it)."""
+    ref = Reference(workdir, train, name)
+    yield ref
+    if ref.proc.poll() is None:
+        ref.proc.kill()
+
+
 def kill_machine(node: str, state_dir: Path) -> list[int]:
     """SIGKILL the node's slurmd and every process of a job step on it (its slurmstepd and
     the tasks below it): the sandbox's nodes share this machine, so by their environment."""

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from slurmtrain import ledger
+from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, Reference, assert_nothing_lost, describe, job_field, named, rank_of, rank_pids, run_cli,
-                           submit, wait_job_gone, wait_until)
+from survival_util import (TRAIN, assert_nothing_lost, describe, job_field, named, rank_of, rank_pids, run_cli,
+                           shared_reference, submit, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -25,10 +26,7 @@ TRAIN_120 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "20"]
 
 @pytest.fixture(scope="module")
 def reference(workdir):
-    ref = Reference(workdir, TRAIN_120, "link-down-reference")
-    yield ref
-    if ref.proc.poll() is None:
-        ref.proc.kill()
+    yield from shared_reference(workdir, TRAIN_120, "link-down-reference")
 
 
 def saved_nodes(run: Path, job: str) -> tuple[str, str]:
@@ -105,6 +103,73 @@ def test_a_slow_link_then_a_link_down_without_a_spare(sandbox_networked, workdir
     assert first <= slow["first"] and slow["last"] <= healed + 2 and slow["factor"] >= 2, (slow, first, healed)
     assert f"slow       steps {slow['first']}-{slow['last']} at " in status, status
     assert_nothing_lost(run)
+    reference.assert_same_weights(run)
+
+
+# The trainer, after a pause: a start-up long enough to lose a node between its joining (its
+# setup lines run) and the first step, as a large model's load would be.
+LATE_START = r"""
+import os, sys, time
+time.sleep(15)
+os.execv(sys.executable, [sys.executable, "-m", "slurmtrain.train", *sys.argv[1:]])
+"""
+
+
+def test_a_node_cut_off_before_the_first_step_is_found_by_the_probe(sandbox_networked, workdir, runs_dir,
+                                                                     reference):
+    """Every node joined, then one's link went down: no task fails, no rank steps, its peers
+    wait in the rendezvous. rendezvous_timeout (30 s) after the join the supervisor probes,
+    finds the node silent and puts the spare in its place; the run completes bitwise."""
+    from slurmtrain import arrivals
+
+    (workdir / "late_start.py").write_text(LATE_START)
+    run, job = submit(runs_dir, workdir, ["--name", "cut-at-start", "--nodes", "2", "--set", "slurm.spare_nodes=1",
+                                          "--set", "resilience.rendezvous_timeout=30"],
+                      ["python3", "late_start.py", *TRAIN_120[3:]])
+    wait_until(run, "both nodes joined", lambda: len(arrivals.arrived(arrivals.marks_dir(run, job))) == 2, 240, job)
+    host = job_field(job, "BatchHost")
+    node = next(n for n in arrivals.arrived(arrivals.marks_dir(run, job)) if n != host)
+    cut = run_cli(["sandbox", "fault", node, "link-down"], cwd=workdir)
+    assert f"{node}'s link is down" in cut.stdout, cut.stdout + cut.stderr
+    try:
+        assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
+    finally:
+        run_cli(["sandbox", "fault", node, "heal"], cwd=workdir, check=False)
+
+    log = "".join(p.read_text() for p in (run / "logs").glob("job-*.out"))
+    assert f"no rank has stepped 30 s after every node joined: node(s) {node} do not answer" in log, log[-3000:]
+    [lost] = named(run, "nodes_lost")
+    assert (lost["nodes"], lost["spares"]) == (node, "stnode3"), describe(run)
+    assert not named(run, "hang") and named(run, "first_step")[0]["launch"] == 2, describe(run)
+    assert (node, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
+    reference.assert_same_weights(run)
+
+
+def test_the_batch_host_powered_off_mid_run_is_a_node_failure_and_the_run_resumes(sandbox_networked, workdir,
+                                                                                    runs_dir, reference):
+    """The machine the supervisor runs on dies at once (`sandbox fault NODE power-off`: its link
+    down, its slurmd, steps and tasks killed). Nothing of the job is left to act: Slurm marks
+    the node down (SlurmdTimeout, 60 s here) and requeues the job, which starts on the
+    partition's other two nodes and resumes from the newest save; `status` says node failure
+    and names the node."""
+    run, job = submit(runs_dir, workdir, ["--name", "host-off", "--nodes", "2"], TRAIN_120)
+    host, _ = saved_nodes(run, job)
+    saved = named(run, "checkpoint_saved")[-1]["step"]
+    off = run_cli(["sandbox", "fault", host, "power-off"], cwd=workdir)
+    assert f"{host} is off" in off.stdout, off.stdout + off.stderr
+    try:
+        assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
+    finally:
+        on = run_cli(["sandbox", "fault", host, "power-on"], cwd=workdir, check=False)
+    assert on.returncode == 0 and f"{host} is on" in on.stdout, on.stdout + on.stderr
+
+    assert job_field(job, "Restarts") == "1", describe(run)
+    starts = [e["nodes"].split() for e in named(run, "started")]
+    assert len(starts) == 2 and host in starts[0] and host not in starts[1], starts
+    assert [o.kind for o in classify.ends(run)] == [classify.NODE_FAILURE, classify.COMPLETED], describe(run)
+    status = run_cli(["status", str(run)], cwd=workdir).stdout
+    assert "node failure" in status and host in status, status
+    assert named(run, "resumed")[0]["step"] >= saved, describe(run)  # the newest save: its steps since are lost
     reference.assert_same_weights(run)
 
 
