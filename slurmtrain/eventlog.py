@@ -78,7 +78,8 @@ class Ev:
     SIGNAL = "signal"                      # {signal}: the stop signal reached the script
     PREEMPTED = "preempted"                # {exit_code}: Slurm signalled the tasks (PreemptTime)
     REQUEUE = "requeue"                    # {exit_code}: written just before `scontrol requeue`
-    REQUEUED_BY_SLURM = "requeued_by_slurm"  # requeued from outside the script: `by` says who
+    REQUEUED_BY_SLURM = "requeued_by_slurm"  # requeued from outside the script: `by` says who; `silent`: said
+                                             # at the next start for one that ended without a word (its batch host died)
     REQUEUE_FAILED = "requeue_failed"      # {message}: scontrol refused the requeue
     REQUEUE_LIMIT = "requeue_limit"        # {max_requeues}
     WATCHDOG_TIMEOUT = "watchdog_timeout"  # {missing}: the nodes that never joined

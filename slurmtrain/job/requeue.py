@@ -38,6 +38,23 @@ class Requeue:
         self.record.event(Ev.REQUEUED_BY_SLURM, by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes
                                                            else {}))
 
+    def note_silent_end(self, evs: list[dict]) -> None:
+        """The previous start ended without a word (its batch host died, the supervisor with
+        it) and Slurm started the job again: where Slurm holds some of that start's nodes down,
+        it was a node failure; said for that start (before this one's ``started``), naming
+        them, and they go to the bad-node ledger. ``evs``: this job's (or array task's) events."""
+        starts = [s for s in eventlog.split(evs) if s.started is not None]
+        if not starts or eventlog.outcome(starts[-1]).kind != eventlog.RUNNING:
+            return  # no earlier start, or it said how it ended
+        nodes = str(starts[-1].started.get("nodes") or "").split()
+        down = self.slurm.unhealthy(",".join(nodes)) if nodes else []
+        if not down:
+            return  # a kill after a preemption's grace time, say: not a node's failure
+        self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_NODE_FAILURE, nodes=" ".join(down), silent=True)
+        for node in down:
+            self.record.ledger_add(node, "node_failure", f"down in Slurm when job {self.job.ref} started again "
+                                   "after its previous start ended without a word (its batch host died)")
+
     def do_note_requeue(self, final: bool) -> None:
         self.by_slurm(final)
 

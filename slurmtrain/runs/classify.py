@@ -126,7 +126,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
     if name == Ev.REQUEUED_BY_SLURM and eventlog.requeued_by_admin(e):
         return "requeued from outside the job (`scontrol requeue` by an administrator or another program)"
     if name == Ev.REQUEUED_BY_SLURM and e.get("nodes"):
-        return f"Slurm had requeued the job itself (node(s) {e['nodes']} of the job failed)"
+        silent = "; the batch script died with them, without a word: said at the next start" if e.get("silent") else ""
+        return f"Slurm had requeued the job itself (node(s) {e['nodes']} of the job failed{silent})"
     if name == Ev.RELAUNCHED and e.get("why") == "straggler":
         return "started again in the job from the checkpoint it stopped at, without the straggler"
     if name == Ev.RELAUNCHED and e.get("why") == "nodes lost":

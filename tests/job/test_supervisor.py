@@ -19,6 +19,7 @@ The stand-ins (all in the first part of this file):
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import sys
@@ -28,7 +29,7 @@ from typing import Callable
 
 import pytest
 
-from slurmtrain import events, ledger
+from slurmtrain import eventlog, events, ledger
 from slurmtrain.job.slurm import Answer, Slurm
 from slurmtrain.job.nodes import PROBE_S
 from slurmtrain.job.config import Config, Job
@@ -710,6 +711,43 @@ def test_srun_naming_a_failed_node_makes_it_a_node_failure(rig, tmp_path):
     rig.clock.at(10.5, TERM, cause=lambda: setattr(rig.slurm, "restarts", 1))
     assert rig.run() == 143
     assert (rig.events()[-1]["by"], rig.events()[-1]["nodes"]) == ("node failure", "n2")
+
+
+def _a_start_that_ended_without_a_word(rig) -> None:
+    """events.jsonl as a start leaves it when its batch host dies with the supervisor on it."""
+    lines = [{"time": 1.0, "event": "submitted", "job_id": JOB},
+             {"time": 2.0, "event": "started", "job_id": JOB, "restart": 0, "launch": 0, "nodes": "n1 n2"},
+             {"time": 3.0, "event": "checkpoint_saved", "step": 5}]
+    (rig.run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    rig.restarts = 1
+
+
+def test_a_start_silenced_by_its_batch_hosts_death_is_named_a_node_failure_at_the_next_start(rig):
+    """The supervisor died with its batch host; Slurm marked the host down and started the job
+    again. The next start asks Slurm which of the silent start's nodes are down: they end
+    that start (a node failure naming them) and go to the ledger."""
+    _a_start_that_ended_without_a_word(rig)
+    rig.slurm.unhealthy = ["n1"]
+    assert rig.run() == 0
+    evs = events.read(rig.run_dir)
+    names = [e["event"] for e in evs]
+    assert names.index("requeued_by_slurm") < names.index("started", 2)  # the first start's end
+    said = next(e for e in evs if e["event"] == "requeued_by_slurm")
+    assert (said["by"], said["nodes"], said["silent"]) == ("node failure", "n1", True)
+    first, last = eventlog.ends(evs)
+    assert first.kind == eventlog.NODE_FAILURE and "a node of the job failed (n1)" in first.detail, first
+    assert last.kind == eventlog.COMPLETED and rig.ledger() == [("n1", "node_failure")]
+    from slurmtrain.runs import classify
+    assert any("node(s) n1 of the job failed; the batch script died with them" in line
+               for line in classify.history(rig.run_dir))
+
+
+def test_a_silent_start_with_no_node_down_is_left_as_it_was(rig):
+    _a_start_that_ended_without_a_word(rig)
+    assert rig.run() == 0
+    evs = events.read(rig.run_dir)
+    assert "requeued_by_slurm" not in [e["event"] for e in evs] and rig.ledger() == []
+    assert "ended without a word" in eventlog.ends(evs)[0].detail
 
 
 def test_a_sigterm_with_the_restart_count_up_and_no_node_down_is_someones_scontrol_requeue(rig):
