@@ -28,7 +28,9 @@ While the Slurm tests run, a thread per sandbox releases every requeued job from
 Lanes. Under ``pytest -n 3`` (or more) the Slurm test files are split into two lanes
 (``SECOND_LANE`` in tests/lanes.py), each run by one xdist worker against its own sandbox: the
 first lane's in the default state directory, the second's in ``SECOND_LANE_DIR`` (its
-own ports and job ids; the same node names). With fewer workers, or none, every Slurm
+own ports and job ids; the same node names). Under ``-n 4`` (scripts/test.sh) a third lane
+runs the files that bring up sandboxes of their own (``THIRD_LANE``: networked nodes, three
+nodes); under ``-n 3`` they are the second lane's. With fewer workers, or none, every Slurm
 test uses the default sandbox. A module-scoped fixture that submits jobs must ask for
 ``_sandbox_session``: the lane's sandbox, with ``SLURMTRAIN_SANDBOX_DIR`` and
 ``SLURM_CONF`` set for the file's duration (module fixtures run before the ``sandbox``

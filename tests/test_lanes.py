@@ -10,8 +10,9 @@ import lanes
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_every_second_lane_file_exists_and_holds_slurm_tests():
-    for rel in sorted(lanes.SECOND_LANE):
+def test_every_second_and_third_lane_file_exists_and_holds_slurm_tests():
+    assert not lanes.SECOND_LANE & lanes.THIRD_LANE
+    for rel in sorted(lanes.SECOND_LANE | lanes.THIRD_LANE):
         path = REPO / rel
         assert path.is_file(), f"{rel} is in SECOND_LANE but does not exist"
         assert "pytest.mark.slurm" in path.read_text(), f"{rel} is in SECOND_LANE but has no Slurm tests"
@@ -55,6 +56,21 @@ def test_the_files_on_a_sandbox_of_their_own_share_a_lane():
         if "pytest.mark.slurm" not in text or path == Path(__file__).resolve():
             continue
         for fixture in set(re.findall(r"\b(sandbox_networked|sandbox_three_nodes)\b", text)):
-            users.setdefault(fixture, set()).add("slurm2" if rel in lanes.SECOND_LANE else "slurm")
+            users.setdefault(fixture, set()).add("slurm3" if rel in lanes.THIRD_LANE else
+                                                 "slurm2" if rel in lanes.SECOND_LANE else "slurm")
     assert set(users) == {"sandbox_networked", "sandbox_three_nodes"}, users
     assert all(len(where) == 1 for where in users.values()), users
+
+
+def test_every_test_of_the_third_lane_brings_up_a_sandbox_of_its_own():
+    """The third lane has no sandbox of its own: a test there that used the lane's (``sandbox``,
+    as every Slurm test does unless it asks for another) would bring up the first lane's."""
+    import ast
+
+    for rel in sorted(lanes.THIRD_LANE):
+        tree = ast.parse((REPO / rel).read_text())
+        tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+        assert tests, rel
+        for fn in tests:
+            args = {a.arg for a in fn.args.args}
+            assert args & {"sandbox_networked", "sandbox_three_nodes"}, f"{rel}::{fn.name} uses the lane's sandbox"
