@@ -465,10 +465,11 @@ def _beats(s: State, o: Beats) -> tuple[State, list[Do]]:
 def _probed(s: State, o: Probed) -> tuple[State, list[Do]]:
     """A dead node ends the launch (its peers would wait for it until Slurm marks it down)."""
     waited = (f"a task failed {STUCK_S} s ago and srun still waits" if s.failed_at is not None else
-              f"no rank has stepped {s.knobs.rendezvous_timeout:g} s after every node joined")
+              f"no heartbeat from any rank {s.knobs.rendezvous_timeout:g} s after every node joined")
     if not o.dead:
         return s, ([] if s.failed_at is not None else
-                   [_say(f"slurmtrain: {waited}; every node answers, waiting on (a long first step or load)")])
+                   [_say(f"slurmtrain: {waited}; every node answers (a long load, or a program that sends "
+                         "none): waiting")])
     s, acts = _end_launch(s, dead=o.dead)
     return s, [_say(f"slurmtrain: {waited}: node(s) {' '.join(o.dead)} do not answer; ending the launch")] + acts
 

@@ -1428,7 +1428,7 @@ def test_a_node_that_dies_after_joining_before_the_first_step_is_found_by_the_pr
     rig.task = [Plan([JOINS, (2, lambda step: rig.slurm.dead.append("n2"))]),  # srun waits for ever
                 FINISHES_ON_N1_N3]
     assert rig.run(spare_nodes=1, rendezvous_timeout=30, restarts_in_job=3) == 0, rig.said()
-    assert "no rank has stepped 30 s after every node joined: node(s) n2 do not answer; ending the launch" \
+    assert "no heartbeat from any rank 30 s after every node joined: node(s) n2 do not answer; ending the launch" \
         in rig.said()
     assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
     assert rig.names() == ["started", "nodes_lost", "relaunched", "finished"]
@@ -1447,7 +1447,7 @@ def test_a_long_first_step_with_every_node_answering_is_waited_for(rig):
     step, not a fault. Said once; the run goes on."""
     rig.task = Plan([JOINS, (50, beats(0, 1, "n1", 100, 5.0)), (60, emit("finished", step=9)), (60, exits(0))])
     assert rig.run(rendezvous_timeout=30) == 0
-    assert rig.said().count("no rank has stepped 30 s after every node joined; every node answers") == 1
+    assert rig.said().count("no heartbeat from any rank 30 s after every node joined; every node answers") == 1
     assert rig.names() == ["started", "first_step", "finished"]
 
 

@@ -137,7 +137,7 @@ def test_a_node_cut_off_before_the_first_step_is_found_by_the_probe(sandbox_netw
         run_cli(["sandbox", "fault", node, "heal"], cwd=workdir, check=False)
 
     log = "".join(p.read_text() for p in (run / "logs").glob("job-*.out"))
-    assert f"no rank has stepped 30 s after every node joined: node(s) {node} do not answer" in log, log[-3000:]
+    assert f"no heartbeat from any rank 30 s after every node joined: node(s) {node} do not answer" in log, log[-3000:]
     [lost] = named(run, "nodes_lost")
     assert (lost["nodes"], lost["spares"]) == (node, "stnode3"), describe(run)
     assert not named(run, "hang") and named(run, "first_step")[0]["launch"] == 2, describe(run)
