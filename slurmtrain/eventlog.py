@@ -367,6 +367,20 @@ def _stop_cause(start: Start) -> tuple[str, str]:
     return PREEMPTED, "the tasks stopped after a checkpoint"
 
 
+def requeued_how(e: Event) -> str:
+    """How a ``requeue`` event's requeue went: without nodes, or keeping one the partition
+    cannot spare (``waits_for``: the job starts once it is back in service)."""
+    waits = str(e.get("waits_for") or "").split()
+    if waits:
+        them = "them" if len(waits) > 1 else "it"
+        return f"requeued, to start when {back_in_service(waits)} (too few nodes without {them})"
+    return f"requeued without {e['exclude']}" if e.get("exclude") else "requeued"
+
+
+def back_in_service(nodes: list[str]) -> str:
+    return f"{' '.join(nodes)} {'are' if len(nodes) > 1 else 'is'} back in service"
+
+
 def signal_cause(e: Event) -> tuple[str, str]:
     """Why the stop a ``signal`` event records came: (kind, words), for every reader. The
     supervisor writes its ``cause``: the time limit, for the stop signal (Slurm's warning
@@ -451,7 +465,7 @@ def outcome(start: Start, later: bool = False) -> Outcome:
         if (refused := last(Ev.REQUEUE_FAILED)) is not None:  # requeue disabled, or refused
             return Outcome(kind, _with_step(f"{why}; not requeued ({refused.get('message')}): continue it with "
                                             "`slurmtrain resubmit`", step), True, step, refused)
-        return Outcome(kind, _with_step(f"{why}; requeued", step), False, step, e)
+        return Outcome(kind, _with_step(f"{why}; {requeued_how(e)}", step), False, step, e)
     if later:
         return Outcome(NODE_FAILURE, _with_step("the batch script ended without a word and Slurm started "
                                                 "the job again (a node failure, or a kill after the "

@@ -106,13 +106,10 @@ class Requeue:
             return Over(f"{what}; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
         out = self.fitting(list(bad))
         waits = [n for n in bad if n not in out]
-        self.record.event(Ev.REQUEUE, reason=reason, exclude=" ".join(out), **(cause or {}),
-                          **({"waits_for": " ".join(waits)} if waits else {}))
-        if waits:
-            them = "them" if len(waits) > 1 else "it"
-            self.record.summary(f"{what}; requeued, to start when {_back(waits)} (too few nodes without {them})", 0)
-        else:
-            self.record.summary(f"{what}; requeued without them", 0)
+        fields = {"reason": reason, "exclude": " ".join(out), **(cause or {}),
+                  **({"waits_for": " ".join(waits)} if waits else {})}
+        self.record.event(Ev.REQUEUE, **fields)
+        self.record.summary(f"{what}; {eventlog.requeued_how(fields)}", 0)
         if not out:  # nothing to leave out: the job's node list as it is
             return self.plain()
         ok, _, why = self.excluding(out)
@@ -137,8 +134,8 @@ class Requeue:
         kept = [n for n in nodes if n not in out]
         if kept:
             self.record.say(f"slurmtrain: not leaving out {','.join(kept)}: partition {parts} has {len(others)} "
-                            f"node(s) for a job of {need}; the requeued job starts once {_back(kept)} (in the "
-                            "bad-node ledger still)")
+                            f"node(s) for a job of {need}; the requeued job starts once "
+                            f"{eventlog.back_in_service(kept)} (in the bad-node ledger still)")
         return out
 
     def excluding(self, nodes: list[str]) -> tuple[bool, bool, str]:
@@ -175,6 +172,3 @@ class Requeue:
         controller shows it a moment late: asked for up to 5 s."""
         return bool(self.retry(5, lambda: (self.slurm.restarts() or 0) > self.job.restarts))
 
-
-def _back(nodes: list[str]) -> str:
-    return f"{' '.join(nodes)} {'are' if len(nodes) > 1 else 'is'} back in service"

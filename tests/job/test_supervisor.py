@@ -641,7 +641,7 @@ def test_a_release_that_fails_once_is_tried_again(rig):
     assert rig.run(preflight=True) == 0
     assert rig.slurm.names().count("release") == 2 and not rig.slurm.held
     assert "requeue_failed" not in rig.names()
-    assert rig.summary() == "preflight failed on n3; requeued without them, exit status 0"
+    assert rig.summary() == "preflight failed on n3; requeued without n3, exit status 0"
 
 
 def test_a_release_that_always_fails_after_a_stop_is_a_failed_requeue(rig):
@@ -939,7 +939,7 @@ def test_the_preflight_gate_requeues_without_the_odd_node_out(rig):
     assert rig.ledger() == [("n3", "gate")]
     assert rig.launched == ["gate"]  # the task never started on the rejected node
     excluded_and_released(rig)
-    assert rig.summary() == "preflight failed on n3; requeued without them, exit status 0"
+    assert rig.summary() == "preflight failed on n3; requeued without n3, exit status 0"
 
 
 def test_the_preflight_gate_at_the_requeue_limit_ends_with_exit_3(rig):
@@ -1331,7 +1331,7 @@ def test_without_a_spare_a_dead_node_requeues_the_job_without_it_not_a_program_e
     assert rig.event("requeue")["exclude"] == "n2" and rig.slurm.excluded == "n2"
     assert rig.event("nodes_lost")["spares"] == "none"
     assert rig.ledger() == [("n2", "node_failure")]
-    assert rig.summary() == "node(s) n2 lost; requeued without them, exit status 0"
+    assert rig.summary() == "node(s) n2 lost; requeued without n2, exit status 0"
     from slurmtrain.runs import classify
     assert classify.classify(rig.run_dir).kind == classify.NODE_FAILURE
 
@@ -1351,6 +1351,10 @@ def test_a_dead_node_the_partition_cannot_spare_is_not_left_out_and_the_job_wait
             "starts once n2 is back in service") in rig.said()
     assert rig.summary() == ("node(s) n2 lost; requeued, to start when n2 is back in service (too few nodes "
                              "without it), exit status 0")
+    # and `status` says the same of the start, while the job waits for n2
+    outcome = eventlog.latest(events.read(rig.run_dir))
+    assert outcome.detail.startswith("node(s) n2 were lost and no spare was left; requeued, to start when n2 is "
+                                     "back in service (too few nodes without it)"), outcome
 
 
 def test_a_partition_with_room_leaves_the_dead_node_out(rig):
@@ -1605,7 +1609,7 @@ def test_a_node_that_died_seen_first_as_a_hang_with_no_spare_requeues_as_a_node_
     assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
     assert rig.names() == ["started", "first_step", "hang", "nodes_lost", "requeue"]
     assert (rig.event("requeue")["cause"], rig.event("requeue")["seen_as"]) == ("node lost", "hang")
-    assert rig.summary() == "node(s) n2 lost (seen first as a hang); requeued without them, exit status 0"
+    assert rig.summary() == "node(s) n2 lost (seen first as a hang); requeued without n2, exit status 0"
     from slurmtrain.runs import classify
     outcome = classify.classify(rig.run_dir)
     assert outcome.kind == classify.NODE_FAILURE and "seen first as a hang" in outcome.detail, outcome

@@ -11,13 +11,14 @@ the run stops progressing (survival_util, tests/waiting.py).
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, describe, events, job_field, named, submit, take_all_nodes, wait_job_gone,
-                           wait_until)
+from survival_util import (TRAIN, describe, events, job_field, kill_machine, named, rank_pids, run_cli, submit,
+                           take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -41,6 +42,37 @@ def test_node_failure_requeues_and_resumes_from_checkpoint(workdir, runs_dir):
     resumed = named(run, "resumed")
     assert resumed and resumed[0]["step"] >= saved, describe(run)
     assert named(run, "finished")[0]["step"] == 60
+
+
+def test_a_lost_node_the_partition_cannot_spare_is_waited_for_and_the_run_completes(sandbox, workdir, runs_dir):
+    """The 2-node sandbox: the node that is not the batch host dies mid-run (its slurmd, step
+    daemon and ranks killed). The supervisor finds it dead; a requeue without it could never
+    start (2 nodes asked, 1 left: Slurm would hold the job PENDING for ever, BadConstraints),
+    so the requeue keeps it within reach and says so. Once the node is back in service the
+    job starts on both nodes again and completes from the newest save."""
+    from slurmtrain import sandbox as lib
+
+    run, job = submit(runs_dir, workdir, ["--name", "waits-for"], TRAIN + ["--train-steps", "60", "--save-steps", "20"])
+    wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved") and len(rank_pids(run)) == 2, 180, job)
+    saved = named(run, "checkpoint_saved")[-1]["step"]
+    host = job_field(job, "BatchHost")
+    node = next(n for n in ("stnode1", "stnode2") if n != host)
+    kill_machine(node, Path(sandbox.state_dir))
+    try:
+        wait_until(run, "the requeue", lambda: named(run, "requeue"), 180, job)
+    finally:
+        lib.up(progress=print)  # the node's slurmd again: Slurm takes it back in service
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+
+    [requeue] = named(run, "requeue")
+    assert (requeue["waits_for"], requeue["exclude"]) == (node, ""), requeue
+    log = "".join(p.read_text() for p in sorted((run / "logs").glob("job-*.out")))
+    assert f"not leaving out {node}: partition debug has 2 node(s) for a job of 2" in log, log[-3000:]
+    assert job_field(job, "Restarts") == "1" and (job_field(job, "ExcNodeList") or "(null)") == "(null)"
+    assert [e["nodes"] for e in named(run, "started")] == ["stnode1 stnode2"] * 2, describe(run)
+    assert named(run, "resumed")[0]["step"] >= saved, describe(run)
+    status = run_cli(["status", str(run)], cwd=workdir).stdout
+    assert f"to start when {node} is back in service (too few nodes without it)" in status, status
 
 
 def test_requeue_limit_stops_with_a_status_that_says_so(workdir, runs_dir):
