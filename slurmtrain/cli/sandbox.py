@@ -135,9 +135,7 @@ def fault(node: str, what: str, seconds: float | None, rate: str) -> None:
     layout = Layout(info.state_dir)
     if what == "power-on":
         netns.fault(layout, list(info.nodes), node, "heal")
-        st = info.settings
-        lib.up(nodes=st.nodes, cpus_per_node=st.cpus_per_node, accounting=st.accounting, network=True,
-               progress=lambda line: None)  # starts the slurmd that is not running
+        lib.revive(progress=lambda line: None)  # its slurmd again
         click.echo(f"sandbox: {node} is on: its link up, its slurmd started")
         return
     click.echo("sandbox: " + netns.fault(layout, list(info.nodes), node, what, rate, seconds))

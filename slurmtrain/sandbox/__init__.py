@@ -12,14 +12,14 @@ Talk to it with ``SLURM_CONF=<state dir>/slurm.conf`` (``slurm_env()`` gives tha
     sandbox.down()
 """
 
-from .cluster import SandboxInfo, down, is_up, slurm_env, status, up
+from .cluster import SandboxInfo, down, is_up, revive, slurm_env, status, up
 from .config import CLUSTER_NAME, NODE_PREFIX, PARTITIONS, Settings
 from .errors import DaemonFailed, SandboxError, SandboxUnavailable
 from .install import unavailable_reason
 from .layout import STATE_DIR_ENV, state_dir
 
 __all__ = [
-    "up", "down", "status", "is_up", "slurm_env", "state_dir", "unavailable_reason",
+    "up", "down", "revive", "status", "is_up", "slurm_env", "state_dir", "unavailable_reason",
     "SandboxInfo", "Settings", "SandboxError", "SandboxUnavailable", "DaemonFailed",
     "NODE_PREFIX", "PARTITIONS", "CLUSTER_NAME", "STATE_DIR_ENV",
 ]

@@ -120,6 +120,17 @@ def up(nodes: int = 2, cpus_per_node: int = 4, accounting: bool = False,
                                     network=network), progress)
 
 
+def revive(progress: Progress = print) -> SandboxInfo:
+    """Start again what died of the running sandbox (a node's slurmd killed with its machine),
+    with the settings it runs with; Slurm takes the node back in service."""
+    layout = Layout.current()
+    with _exclusive(layout):
+        saved = _saved_settings(layout)
+        if saved is None:
+            raise UsageError(f"no sandbox in {layout.root} to revive: `slurmtrain sandbox up` starts one")
+        return _up(layout, saved, progress)
+
+
 def _up(layout: Layout, settings: Settings, progress: Progress) -> SandboxInfo:
     accounting = settings.accounting
     install.ensure_installed(accounting, progress)

@@ -61,7 +61,7 @@ def test_a_lost_node_the_partition_cannot_spare_is_waited_for_and_the_run_comple
     try:
         wait_until(run, "the requeue", lambda: named(run, "requeue"), 180, job)
     finally:
-        lib.up(progress=print)  # the node's slurmd again: Slurm takes it back in service
+        lib.revive()  # the node's slurmd again: Slurm takes it back in service
     assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
 
     [requeue] = named(run, "requeue")
