@@ -239,7 +239,8 @@ class State:
     cancelled: bool = False        # a SIGTERM came from scancel
     hung: bool = False             # this launch hung: the supervisor ended it
     failed_at: float | None = None # when srun reported this launch's first task error
-    probed: bool = False           # ... and the probe that follows it (or no first step) went out
+    probed: bool = False           # ... and the probe that follows it went out
+    start_probed: bool = False     # RUNNING's deadline passed with no heartbeat: the nodes were probed
     dead: tuple[str, ...] = ()     # ... and the nodes it found dead
     missing: tuple[str, ...] = ()  # the start-up watchdog ended this launch: the nodes that did not join
     setup_failed: tuple[str, ...] = ()  # ... and those whose setup line failed, as seen before the end
@@ -401,7 +402,7 @@ def _began(s: State, o: Began) -> tuple[State, list[Do]]:
 def _launch(s: State) -> tuple[State, list[Do]]:
     """A launch starts: its watch afresh; a stop that came before it (in the gate) passed on."""
     s = _go(s, Phase.JOINING, deadline=s.now + s.knobs.rendezvous_timeout, hung=False, failed_at=None,
-            probed=False, dead=(), missing=(), setup_failed=(), launch=s.launch + 1)
+            probed=False, start_probed=False, dead=(), missing=(), setup_failed=(), launch=s.launch + 1)
     return s, [Do("start_launch")] + ([Do("send_stop")] if s.stop != Stop.NONE else [])
 
 
@@ -457,8 +458,8 @@ def _beats(s: State, o: Beats) -> tuple[State, list[Do]]:
         return s, [Do("record_hang", (o.hang,))] + acts
     if s.failed_at is not None and not s.probed and s.now >= s.failed_at + STUCK_S:
         return replace(s, probed=True), [Do("probe")]
-    if not o.stepping and not s.probed and s.now >= s.deadline:
-        return replace(s, probed=True), [Do("probe")]
+    if not o.stepping and not s.start_probed and s.now >= s.deadline:
+        return replace(s, start_probed=True), [Do("probe")]
     return s, []
 
 

@@ -77,8 +77,13 @@ TABLE = [
      Beats(None, stepping=False), Phase.RUNNING, Stop.NONE, []),
     ("stepping: no start-up probe", S(phase=Phase.RUNNING, now=61, deadline=60), Beats(None), Phase.RUNNING,
      Stop.NONE, []),
-    ("start-up probe: every node answers, said once", S(phase=Phase.RUNNING, probed=True), Probed(()),
+    ("start-up probe: every node answers, said once", S(phase=Phase.RUNNING, start_probed=True), Probed(()),
      Phase.RUNNING, Stop.NONE, ["say"]),
+    ("start-up probed once", S(phase=Phase.RUNNING, now=99, deadline=60, start_probed=True),
+     Beats(None, stepping=False), Phase.RUNNING, Stop.NONE, []),
+    ("a task failure after a start-up probe is probed too",
+     S(phase=Phase.RUNNING, now=7 + decide.STUCK_S, failed_at=7, start_probed=True), Beats(None), Phase.RUNNING,
+     Stop.NONE, ["probe"]),
     ("straggler replaced", S(phase=Phase.RUNNING), Lagging(SLOW, True), Phase.RUNNING, Stop.ASKED,
      ["report_straggler", "touch_stop_file", "send_stop"]),
     ("straggler, no spare", S(phase=Phase.RUNNING), Lagging(SLOW, False), Phase.RUNNING, Stop.NONE,
@@ -168,6 +173,8 @@ def test_what_step_decides_is_carried_in_the_state():
     s, _ = decide.step(S(phase=Phase.SETTLING, launch=1, relaunches=0, hung=True, failed_at=3, probed=True),
                        Settled("relaunch"))
     assert (s.launch, s.relaunches, s.hung, s.failed_at, s.probed) == (2, 1, False, None, False)
+    s, _ = decide.step(S(phase=Phase.SETTLING, launch=1, start_probed=True), Settled("relaunch"))
+    assert not s.start_probed  # each launch's start is watched afresh
     s, _ = decide.step(S(phase=Phase.SETTLING, launch=1, stop=Stop.ASKED, stop_at=4, replacing="n2"),
                        Settled("replace"))
     assert (s.relaunches, s.stop_at, s.replacing) == (0, None, None)
