@@ -99,8 +99,9 @@ def test_a_slow_link_then_a_link_down_without_a_spare(sandbox_networked, workdir
     assert (node, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
     status = run_cli(["status", str(run)], cwd=workdir).stdout
     assert node in status, status
-    [slow] = json.loads(run_cli(["status", "--json", str(run)], cwd=workdir).stdout)["slow"]
-    assert first <= slow["first"] and slow["last"] <= healed + 2 and slow["factor"] >= 2, (slow, first, healed)
+    stretches = json.loads(run_cli(["status", "--json", str(run)], cwd=workdir).stdout)["slow"]
+    slow = max(stretches, key=lambda x: x["cost_s"])  # a loaded machine may add a short one of its own
+    assert first <= slow["first"] and slow["last"] <= healed + 2 and slow["factor"] >= 2, (stretches, first, healed)
     assert f"slow       steps {slow['first']}-{slow['last']} at " in status, status
     assert_nothing_lost(run)
     reference.assert_same_weights(run)
