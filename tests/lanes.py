@@ -11,7 +11,6 @@ import os
 # the second lane, chosen so the two take about as long (their times in DEVELOPERS.md):
 SECOND_LANE = frozenset({
     "tests/survival/test_survival_limits.py",
-    "tests/survival/test_user_programs.py",
     "tests/survival/test_deepspeed_survival.py",
     "tests/survival/test_pipeline_survival.py",
     "tests/tracking/test_tracking_e2e.py",

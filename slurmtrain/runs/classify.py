@@ -72,7 +72,6 @@ _PHRASES = {
     Ev.CHECKPOINT_INTERVAL: "checkpoints every {steps} steps from now (checkpoint_every = \"auto\")",
     Ev.RESUMED: "resumed from the checkpoint of step {step}",
     Ev.STOPPED: "stopped after step {step} (checkpoint saved)",
-    Ev.REQUEUE: "requeueing; the tasks ended with exit status {exit_code}",
     Ev.REQUEUED_BY_SLURM: "Slurm had requeued the job itself (a node of the job failed)",
     Ev.REQUEUE_FAILED: "could not requeue: {message} (continue with `slurmtrain resubmit`)",
     Ev.REQUEUE_LIMIT: "requeue limit reached (max_requeues={max_requeues}): not requeued",
@@ -128,6 +127,9 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
     if name == Ev.REQUEUED_BY_SLURM and e.get("nodes"):
         silent = "; the batch script died with them, without a word: said at the next start" if e.get("silent") else ""
         return f"Slurm had requeued the job itself (node(s) {e['nodes']} of the job failed{silent})"
+    if name == Ev.REQUEUE:  # and whether it left nodes out, or keeps one the partition cannot spare
+        ended = f"; the tasks ended with exit status {e['exit_code']}" if "exit_code" in e else ""
+        return f"requeueing{eventlog.requeued_how(e).removeprefix('requeued')}{ended}"
     if name == Ev.RELAUNCHED and e.get("why") == "straggler":
         return "started again in the job from the checkpoint it stopped at, without the straggler"
     if name == Ev.RELAUNCHED and e.get("why") == "nodes lost":

@@ -35,6 +35,21 @@ def test_preempted_then_completed(tmp_path):
     assert any("resumed from the checkpoint of step 72" in x for x in lines)
 
 
+@pytest.mark.parametrize("requeue, said", [
+    ({"reason": "node", "exclude": "stnode2"}, "requeueing without stnode2"),
+    ({"reason": "node", "exclude": "", "waits_for": "stnode2"},
+     "requeueing, to start when stnode2 is back in service (too few nodes without it)"),
+    ({"reason": "node", "exclude": "", "waits_for": "stnode1 stnode2"},
+     "requeueing, to start when stnode1 stnode2 are back in service (too few nodes without them)"),
+])
+def test_a_requeue_without_nodes_says_which_or_which_it_waits_for(tmp_path, requeue, said):
+    run = write(tmp_path, "submitted", START, ("nodes_lost", {"nodes": "stnode2", "spares": "none"}),
+                ("requeue", requeue))
+    assert any(line.endswith(said) for line in classify.history(run)), classify.history(run)
+    assert classify.classify(run).detail.startswith(f"node(s) stnode2 were lost and no spare was left; "
+                                                    f"{said.replace('requeueing', 'requeued')}")
+
+
 def test_time_limit_requeue_refused_points_to_resubmit(tmp_path):
     run = write(tmp_path, START, ("signal", {"signal": "USR2"}), ("stopped", {"step": 208}),
                 ("requeue", {"exit_code": 143}),

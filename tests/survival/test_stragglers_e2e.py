@@ -38,7 +38,9 @@ def throttle(pid: int, done: threading.Event) -> None:
 
 
 def test_a_slowed_node_is_named_a_straggler_in_status_and_the_ledger(workdir, runs_dir):
-    run, job = submit(runs_dir, workdir, ["--name", "straggler", "--set", "resilience.straggler_pct=30"],
+    # 100%, not the default 30: the throttled rank computes about 4x as slowly, while on a CI
+    # machine running four workers the other rank alone was once named, 30% slower for a window.
+    run, job = submit(runs_dir, workdir, ["--name", "straggler", "--set", "resilience.straggler_pct=100"],
                       TRAIN_COMPUTING + ["--train-steps", "3000", "--save-steps", "500"])
     wait_until(run, "both ranks training", lambda: named(run, "first_step") and len(rank_pids(run)) == 2, 240, job)
     victim = rank_pids(run)[-1]
@@ -52,7 +54,7 @@ def test_a_slowed_node_is_named_a_straggler_in_status_and_the_ledger(workdir, ru
         done.set()
         slowing.join(timeout=5)
     [s] = named(run, "straggler")
-    assert s["node"] == node and s["pct"] > 30, s
+    assert s["node"] == node and s["pct"] > 100, s
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
     assert f"stragglers {node}: {s['pct']}% slower than the other nodes" in status, status
     assert (node, "straggler") in [(e.node, e.source) for e in ledger.read(runs_dir)]

@@ -72,7 +72,7 @@ def test_a_lost_node_the_partition_cannot_spare_is_waited_for_and_the_run_comple
     assert [e["nodes"] for e in named(run, "started")] == ["stnode1 stnode2"] * 2, describe(run)
     assert named(run, "resumed")[0]["step"] >= saved, describe(run)
     status = run_cli(["status", str(run)], cwd=workdir).stdout
-    assert f"to start when {node} is back in service (too few nodes without it)" in status, status
+    assert f"requeueing, to start when {node} is back in service (too few nodes without it)" in status, status
 
 
 def test_requeue_limit_stops_with_a_status_that_says_so(workdir, runs_dir):
