@@ -66,6 +66,8 @@ def test_the_profile_key_reaches_the_script_only_when_auto():
     assert "export SLURMTRAIN_CHECKPOINT_EVERY=auto\n" in script and "export SLURMTRAIN_NODE_MTBF_HOURS=800\n" in script
 
 
+@pytest.mark.slow  # two ranks of the trainer for 40 steps: about 20 s, the fast lane's longest by far
+@pytest.mark.torch
 def test_the_trainer_saves_on_the_chosen_interval_on_every_rank(tmp_path):
     pytest.importorskip("torch")
     from trainer_util import setup_run, show, train
