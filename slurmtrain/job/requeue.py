@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import eventlog, ledger
+from .. import eventlog, events, ledger
 from ..eventlog import Ev
 from .config import Config, Job
 from . import decide
@@ -38,11 +38,14 @@ class Requeue:
         self.record.event(Ev.REQUEUED_BY_SLURM, by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes
                                                            else {}))
 
-    def note_silent_end(self, evs: list[dict]) -> None:
+    def note_silent_end(self) -> None:
         """The previous start ended without a word (its batch host died, the supervisor with
         it) and Slurm started the job again: where Slurm holds some of that start's nodes down,
         it was a node failure; said for that start (before this one's ``started``), naming
-        them, and they go to the bad-node ledger. ``evs``: this job's (or array task's) events."""
+        them, and they go to the bad-node ledger."""
+        if self.job.restarts == 0:
+            return
+        evs = eventlog.of_task(events.read(self.cfg.run_dir), self.job.array_task)
         starts = [s for s in eventlog.split(evs) if s.started is not None]
         if not starts or eventlog.outcome(starts[-1]).kind != eventlog.RUNNING:
             return  # no earlier start, or it said how it ended

@@ -121,8 +121,7 @@ class Supervisor:
         if not self.nodes:
             return decide.Over(f"failed: scontrol could not expand the node list {j.nodelist!r}", eventlog.EXIT_FAILED)
         self.pool = self.faults.pool = nodes_mod.Pool(list(self.nodes), c.spare_nodes)
-        if j.restarts > 0:
-            self.requeue.note_silent_end(eventlog.of_task(events.read(c.run_dir), j.array_task))
+        self.requeue.note_silent_end()
         self.record.event(Ev.STARTED, nodes=" ".join(self.nodes),
                           **({"array_tasks": j.array_tasks} if j.array_tasks else {}),
                           **({"spares": " ".join(self.pool.idle)} if self.pool.idle else {}))

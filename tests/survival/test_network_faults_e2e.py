@@ -107,11 +107,13 @@ def test_a_slow_link_then_a_link_down_without_a_spare(sandbox_networked, workdir
     reference.assert_same_weights(run)
 
 
-# The trainer, after a pause: a start-up long enough to lose a node between its joining (its
-# setup lines run) and the first step, as a large model's load would be.
+# The trainer once the test says so (a file in the shared working directory): a start-up that
+# lasts until the node is lost between its joining (its setup lines run) and the first step,
+# as a large model's load would.
 LATE_START = r"""
 import os, sys, time
-time.sleep(15)
+while not os.path.exists("go"):
+    time.sleep(0.2)
 os.execv(sys.executable, [sys.executable, "-m", "slurmtrain.train", *sys.argv[1:]])
 """
 
@@ -124,6 +126,7 @@ def test_a_node_cut_off_before_the_first_step_is_found_by_the_probe(sandbox_netw
     from slurmtrain import arrivals
 
     (workdir / "late_start.py").write_text(LATE_START)
+    (workdir / "go").unlink(missing_ok=True)
     run, job = submit(runs_dir, workdir, ["--name", "cut-at-start", "--nodes", "2", "--set", "slurm.spare_nodes=1",
                                           "--set", "resilience.rendezvous_timeout=30"],
                       ["python3", "late_start.py", *TRAIN_120[3:]])
@@ -132,6 +135,7 @@ def test_a_node_cut_off_before_the_first_step_is_found_by_the_probe(sandbox_netw
     node = next(n for n in arrivals.arrived(arrivals.marks_dir(run, job)) if n != host)
     cut = run_cli(["sandbox", "fault", node, "link-down"], cwd=workdir)
     assert f"{node}'s link is down" in cut.stdout, cut.stdout + cut.stderr
+    (workdir / "go").touch()  # the ranks start: the cut node's cannot reach their peers
     try:
         assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
     finally:
