@@ -337,7 +337,14 @@ def finished_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
     """The program wrote ``finished`` since the latest start (of array task ``task``,
     when given): a stop that came as it finished ends the run instead of requeueing it.
     The job's supervisor asks it after the launch ends."""
-    return any(is_program_finished(e) for e in since_start(of_task(evs, task)))
+    return finished_at(evs, task) is not None
+
+
+def finished_at(evs: Iterable[Event], task: int | None = None) -> float | None:
+    """When the program wrote ``finished`` since the latest start (see
+    :func:`finished_since_start`); None if it has not."""
+    return next((e.get("time", 0.0) for e in reversed(since_start(of_task(evs, task))) if is_program_finished(e)),
+                None)
 
 
 def saved_in_run(evs: Iterable[Event], task: int | None = None) -> bool:

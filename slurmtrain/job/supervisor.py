@@ -98,6 +98,8 @@ class Supervisor:
         if self.state.stop == Stop.NONE:
             seen = self.hangs.first
             hang = self.hangs.check(self.clock.wall())
+            if hang is not None and self.finishing():
+                hang = None
             if seen is None and self.hangs.first is not None:  # where start-up ends, for goodput
                 self.record.event(Ev.FIRST_STEP, step=self.hangs.first.step, at=round(self.hangs.first.time, 3))
             if hang is None and self.state.failed_at is None and self.record.first_failure(self.log_mark):
@@ -107,6 +109,13 @@ class Supervisor:
                 return
         for s in self.stragglers.check(self.hangs.beats, self.clock.wall()):
             self.feed(decide.Lagging(s, bool(self.pool.idle) and s.node in self.pool.active))
+
+    def finishing(self) -> bool:
+        """The program said it finished, less than hangs.BUSY_S ago: its ranks tear down (a
+        last save of the model, closing the process group), which need not beat. Longer than
+        that is a hang at exit, recorded as one; the run is complete all the same."""
+        done = eventlog.finished_at(events.read(self.cfg.run_dir), self.job.array_task)
+        return done is not None and self.clock.wall() - done < hangs.BUSY_S
 
     # ---- the start ---------------------------------------------------------------------
 

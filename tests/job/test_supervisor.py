@@ -1558,6 +1558,32 @@ def faults_said(rig: Rig) -> tuple[list[tuple[str, str]], list[str]]:
     return [(f["kind"], f["detail"]) for f in report["faults"]], lines
 
 
+FINISHES_AT_5 = [JOINS, (2, beats(0, 9, "n1", 100)), (4, beats(0, 10, "n1", 100)), (5, emit("finished", step=10))]
+
+
+def test_a_program_that_finished_and_tears_down_slowly_is_no_hang(rig_on_wall):
+    """The last beat at 4 s, `finished` at 5 s, the exit at 40 s (a last save of the model,
+    the process group closing on a busy machine): 36 s without a beat is no hang for a
+    program that said it finished."""
+    rig = rig_on_wall
+    rig.task = Plan(FINISHES_AT_5 + [(40, exits(0))])
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert rig.names() == ["started", "first_step", "finished"]  # the supervisor's
+    assert rig.step.sent == [] and rig.summary().startswith("finished")
+
+
+def test_a_program_that_finished_and_never_exits_is_a_hang_at_exit_and_the_run_completes(rig_on_wall):
+    """Still there hangs.BUSY_S after its `finished`: a hang (its stacks tell where the exit
+    waits), the launch is ended, and the run is complete: the program said so."""
+    rig = rig_on_wall
+    rig.task = Plan(FINISHES_AT_5)
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert rig.names() == ["started", "first_step", "hang", "finished"]
+    hang = rig.event("hang")
+    assert hang["seconds"] >= 600 - 4 and hang["time"] - rig.event("first_step")["time"] >= 600, hang
+    assert rig.events()[-1]["launch_exit"] == 143 and "relaunched" not in rig.names()
+
+
 def test_a_node_that_died_seen_first_as_a_hang_is_a_node_lost_in_the_events_status_and_goodput(rig_on_wall):
     rig = rig_on_wall
     on_three_nodes(rig)

@@ -8,12 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from e2e_util import PROGRAM, cli, ranks, submit, wait_final  # noqa: E402
+from e2e_util import PROGRAM, cli, ranks, run_dir, submit, wait_final  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -56,6 +58,36 @@ def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_pat
     got = ranks(tmp_path, name)
     assert sorted(r["rank"] for r in got) == [0, 1, 2, 3] and {r["sum"] for r in got} == {10.0}, got
     assert sorted({r["node"] for r in got}) == ["stnode1", "stnode2"], got
+
+
+def _flap(cwd: Path, node: str, times: int, seconds: int) -> None:
+    """``node``'s link down ``seconds``, then up as long, ``times`` times."""
+    for _ in range(times):
+        assert cli(cwd, "sandbox", "fault", node, "link-down", "--for", str(seconds)).returncode == 0
+        time.sleep(2 * seconds)
+
+
+def test_a_link_flapping_at_start_up_delays_the_start_and_the_job_completes(sandbox_networked, tmp_path):
+    """stnode2's link down 4 s and up 4 s, three times, from the submission on: Slurm's launch,
+    torchrun's rendezvous and gloo's connections retry through it (a dropped packet is resent,
+    not refused). The job starts within its rendezvous timeout and completes in one start:
+    no hang, no node blamed, no requeue."""
+    name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "flapping", "--", "python", str(PROGRAM))
+    flapping = threading.Thread(target=_flap, args=(tmp_path, "stnode2", 3, 4))
+    flapping.start()  # at once: the first cut comes before the job's first step on stnode2
+    try:
+        final = wait_final(tmp_path, [name], timeout=240)[name]
+    finally:
+        flapping.join()
+        cli(tmp_path, "sandbox", "fault", "stnode2", "heal")
+    assert (final["state"], final["restarts"]) == ("COMPLETED", 0), cli(tmp_path, "logs", name).stdout[-3000:]
+    got = ranks(tmp_path, name)
+    assert sorted(r["rank"] for r in got) == [0, 1, 2, 3] and {r["sum"] for r in got} == {10.0}, got
+    evs = [json.loads(line) for line in (run_dir(tmp_path, name) / "events.jsonl").read_text().splitlines()]
+    took = evs[-1]["time"] - evs[0]["time"]
+    assert took < 120, (took, evs)  # the profile's resilience.rendezvous_timeout
+    assert not [e for e in evs if e["event"] in ("hang", "nodes_lost", "relaunched")], evs
+    assert "stnode2" not in cli(tmp_path, "nodes").stdout
 
 
 def test_a_profile_naming_an_interface_the_nodes_lack_fails_in_one_line_before_training(sandbox_networked,
