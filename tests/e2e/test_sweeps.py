@@ -108,8 +108,9 @@ def test_two_learning_rates_in_one_array_one_preempted_resumes_bitwise(tmp_path)
     recipe = short_recipe(tmp_path / "short.toml", steps=60, paced=True)  # long enough to be preempted in
     reference = Reference(tmp_path, [sys.executable, "-m", "slurmtrain.train", "--recipe", str(recipe),
                                      "--set", "train.lr=3e-3"], "reference")
-    # A whole node per task (exclusive): preempting one node stops one task.
-    name = submit(tmp_path, "--profile", "local", "-N", "1", "--set", "launch.procs_per_node=2",
+    # A whole node per task (exclusive): preempting one node stops one task. The srun launcher:
+    # no torchrun agent to import torch once more for each of the three starts.
+    name = submit(tmp_path, "--profile", "local", "--launcher", "srun", "-N", "1", "--set", "launch.procs_per_node=2",
                   "--set", "slurm.exclusive=true", "--partition", "low", *PORTS, "--name", "lrs",
                   "--sweep", "train.lr=1e-3,3e-3", "--recipe", str(recipe))
     run = tmp_path / "runs" / name

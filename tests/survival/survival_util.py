@@ -37,6 +37,13 @@ TRAIN_COMPUTING = ["python3", "-m", "slurmtrain.train", "--recipe", "tiny-demo",
 TRAIN = TRAIN_COMPUTING + ["--set", "data.max_seq_len=64", "--set", "train.global_batch_size=8",
                            "--set", "debug.step_seconds=0.3"]
 PROFILE_SETS = ["--set", "launch.procs_per_node=1", "--set", "resilience.rendezvous_timeout=60"]
+# The srun launcher (no agent between srun and the rank) unless a test names a profile (its
+# launcher) or TORCHRUN: the supervisor's handling of a fault is alike under each launcher,
+# and a torchrun agent costs each node and launch an import of torch (3 CPU-s: CI's largest
+# cost). The tests about torchrun's part (the stop window it gives its workers, its agents
+# on a lost link, the Hugging Face script under it) name it.
+SRUN = ["--launcher", "srun"]
+TORCHRUN = ["--launcher", "torchrun"]
 
 
 def run_cli(args: list[str], cwd: Path, check: bool = True, timeout: float = 120,
@@ -58,7 +65,9 @@ def run_cli(args: list[str], cwd: Path, check: bool = True, timeout: float = 120
 
 def submit(runs_dir: Path, cwd: Path, options: list[str], command: list[str]) -> tuple[Path, str]:
     """`slurmtrain submit` -> (run directory, job id)."""
-    out = run_cli(["submit", "--runs-dir", str(runs_dir), *PROFILE_SETS, *options, "--", *command], cwd=cwd).stdout
+    launcher = [] if "--profile" in options else SRUN
+    out = run_cli(["submit", "--runs-dir", str(runs_dir), *launcher, *PROFILE_SETS, *options, "--", *command],
+                  cwd=cwd).stdout
     job_id = re.search(r"submitted job (\d+)", out)[1]
     run = Path(re.search(r"run directory: (\S+)", out)[1])
     return run, job_id

@@ -22,8 +22,8 @@ import pytest
 from slurmtrain.runs import classify
 
 import waiting
-from survival_util import (HERE, describe, events, job_field, named, rank_of, rank_pids, stop_until_hang, submit,
-                           wait_job_gone, wait_until)
+from survival_util import (HERE, TORCHRUN, describe, events, job_field, named, rank_of, rank_pids, stop_until_hang,
+                           submit, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -126,7 +126,8 @@ def test_hf_trainer_killed_then_stopped_rank_each_restarted_in_the_job_from_its_
     every rank's stack is recorded, the stopped rank and its node are named. Each time the
     launch starts again in the job from the newest save."""
     out, timeout = runs_dir / "hf-out", 20
-    run, job = submit(runs_dir, workdir, ["--name", "hf-faults", "--set", f"resilience.hang_timeout={timeout}"],
+    run, job = submit(runs_dir, workdir, [*TORCHRUN, "--name", "hf-faults",
+                                          "--set", f"resilience.hang_timeout={timeout}"],
                       hf_command(out))
     both = lambda: len(ranks(run)) == 2  # noqa: E731
     wait_until(run, "a periodic save, and both ranks running", lambda: named(run, "checkpoint_saved") and both(),

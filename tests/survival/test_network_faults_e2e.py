@@ -15,8 +15,8 @@ import pytest
 from slurmtrain import ledger
 from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, assert_nothing_lost, describe, job_field, named, rank_of, rank_pids, run_cli,
-                           shared_reference, submit, wait_job_gone, wait_until)
+from survival_util import (TORCHRUN, TRAIN, assert_nothing_lost, describe, job_field, named, rank_of, rank_pids,
+                           run_cli, shared_reference, submit, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -43,7 +43,8 @@ def cut_link(node: str, workdir: Path, seconds: int) -> None:
 
 def test_a_link_down_mid_run_is_a_hang_and_the_spare_takes_the_nodes_place(sandbox_networked, workdir, runs_dir,
                                                                             reference):
-    run, job = submit(runs_dir, workdir, ["--name", "link-down", "--nodes", "2", "--set", "slurm.spare_nodes=1",
+    run, job = submit(runs_dir, workdir, [*TORCHRUN, "--name", "link-down", "--nodes", "2",
+                                          "--set", "slurm.spare_nodes=1",
                                           "--set", "resilience.hang_timeout=20"],
                       TRAIN_120)
     host, node = saved_nodes(run, job)

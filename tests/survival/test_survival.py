@@ -22,7 +22,7 @@ import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (HERE, TRAIN, Reference, assert_nothing_lost, cancel, describe, job_field, named,
+from survival_util import (HERE, TORCHRUN, TRAIN, Reference, assert_nothing_lost, cancel, describe, job_field, named,
                            run_cli, slurm, submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
@@ -83,9 +83,9 @@ def foreign_preempted(_sandbox_session, workdir):
     runs_dir.mkdir(parents=True)
     steps = {"foreign": 60, "slowsave": 60}
     runs = {
-        "foreign": submit(runs_dir, workdir, ["--partition", "low", "--name", "foreign"],
+        "foreign": submit(runs_dir, workdir, [*TORCHRUN, "--partition", "low", "--name", "foreign"],
                           ["python3", str(HERE / "foreign_train.py"), "--steps", str(steps["foreign"])]),
-        "slowsave": submit(runs_dir, workdir, ["--partition", "low", "--name", "slowsave",
+        "slowsave": submit(runs_dir, workdir, [*TORCHRUN, "--partition", "low", "--name", "slowsave",
                                                "--set", "launch.rdzv_port=29763"],
                            ["python3", str(HERE / "foreign_train.py"), "--steps", str(steps["slowsave"]),
                             "--save-seconds", "40"]),
