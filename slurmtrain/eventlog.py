@@ -87,7 +87,7 @@ class Ev:
     PREFLIGHT_PASSED = "preflight_passed"  # {nodes}: every node passed the in-job gate
     PREFLIGHT_FAILED = "preflight_failed"  # {nodes}: these did not; left out (spares) or requeued without them
     NODES_LOST = "nodes_lost"              # {nodes, spares, left, cause?, seen_as?}: left out of the job start; spares in their place
-    RELAUNCHED = "relaunched"              # {attempt, exit_code, last_progress?, why?, cause?, seen_as?}: the launch started again in the job
+    RELAUNCHED = "relaunched"              # {attempt, exit_code?, last_progress?, why?, cause?, seen_as?, nodes?}: the launch started again in the job
     FIRST_STEP = "first_step"              # {step, at}: a launch's first heartbeat (at: its own time)
     STRAGGLER = "straggler"                # {node, compute_ms, others_ms, pct}: a node computes slower
     HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout
@@ -142,6 +142,7 @@ UNKNOWN = "unknown"    # Slurm says it ended but the run's events do not say how
 # with no spare, requeued): the ``cause`` its supervisor's events carry (decide.launch_fault).
 CRASH = "crash"          # a rank failed by itself
 NODE_LOST = "node lost"  # the node probe found a node dead (HANG: no rank reported progress)
+LAUNCH_FAILED = "launch failed"  # srun could not start the tasks on a node ({nodes}): nothing ran
 
 KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
          WATCHDOG, STOPPED_UNSAVED, HANG, REQUEUED, RUNNING, UNKNOWN)

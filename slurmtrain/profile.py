@@ -144,9 +144,10 @@ class ResilienceSection(Frozen):
                               "recorded, launched again in the job (0: 10x the slowest gap between heartbeats, at "
                               "least 120 for the built-in trainer, which beats through its saves and evaluations, "
                               "600 for other programs)", 0, check=non_negative)
-    restarts_in_job: int = field("after a program failure (a rank died) that followed a new checkpoint, start the "
-                                 "launch again in the same allocation from it, at most this many times per job "
-                                 "start (0: never)", 3, check=non_negative)
+    restarts_in_job: int = field("after a program failure (a rank died) that followed a new checkpoint, or a "
+                                 "launch srun could not start on a node, start the launch again in the same "
+                                 "allocation, at most this many times per job start (0: never)", 3,
+                                 check=non_negative)
     checkpoint_every: Literal["recipe", "auto"] = field(
         "how often the built-in trainer saves: the recipe's train.save_steps (recipe), or the Young-Daly interval "
         "sqrt(2 x checkpoint cost x mean time between faults) from measured costs and node_mtbf_hours (auto)",

@@ -15,6 +15,10 @@ SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: (Exi
                              re.M)
 # ... and its line for a node Slurm took for failed (the job is requeued, or ends NODE_FAIL).
 SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$", re.M)
+# ... and its line for a node it could not start the step's tasks on (its link or its slurmd
+# down, for good or for a moment): "Task launch for StepId=12.0 failed on node n2: <why>".
+SRUN_LAUNCH_FAILED = re.compile(r"^srun: error: Task launch for StepId=\S+ failed on node (?P<node>[^:\s]+): "
+                                r"(?P<why>.+)$", re.M)
 
 
 def parse_key_values(line: str) -> dict[str, str]:

@@ -486,8 +486,8 @@ def _lagging(s: State, o: Lagging) -> tuple[State, list[Do]]:
 
 
 def _exited(s: State, o: Exited) -> tuple[State, list[Do]]:
-    if s.missing:
-        return s, [Do("start_up_failed", (s.missing, s.setup_failed))]  # Over follows
+    if s.missing:  # Over follows, or a launch again (srun could not reach a node a moment)
+        return _go(s, Phase.SETTLING), [Do("start_up_failed", (s.missing, s.setup_failed))]
     return _go(s, Phase.SETTLING), [Do("settle", (o.status,))]
 
 

@@ -62,10 +62,12 @@ class StartUp:
             spares = pool.leave_out(list(bad))
             self.record.event(Ev.NODES_LOST, nodes=names, spares=" ".join(spares) or "none", left=len(pool.idle))
 
-    def do_start_up_failed(self, missing: tuple[str, ...], failed_nodes: tuple[str, ...]) -> decide.Over:
+    def do_start_up_failed(self, missing: tuple[str, ...], failed_nodes: tuple[str, ...],
+                           unreached: dict[str, str] | None = None) -> decide.Over:
         """The start-up watchdog ended the launch: a setup line failed, the launch ended with
-        nodes missing, or rendezvous_timeout passed. The failures are those seen before the
-        launch was ended: a setup line killed by that end is the watchdog's timeout."""
+        nodes missing (``unreached``: those srun could not start the tasks on, and why), or
+        rendezvous_timeout passed. The failures are those seen before the launch was ended:
+        a setup line killed by that end is the watchdog's timeout."""
         failed = {n: f for n, f in arrivals.setup_failures(self.arrived_dir).items() if n in failed_nodes}
         r = self.record
         # A setup that failed on every node says nothing of any one node: the profile's or the
@@ -83,14 +85,22 @@ class StartUp:
             why = "; ".join(f"{f.node}: {f.describe()}" for f in failed.values())
             r.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not start: {why}; "
                   "stopping the job")
+        elif unreached:
+            why = "; ".join(f"{node}: {text}" for node, text in sorted(unreached.items()))
+            r.say(f"slurmtrain: error: srun could not start the tasks on {' '.join(sorted(unreached))} ({why}), "
+                  f"with no in-job restart left; stopping the job")
         else:
             r.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not join within "
                   f"{self.cfg.rendezvous_timeout} s (launch.setup, container start or file system on those "
                   "nodes); stopping the job")
         r.event(Ev.WATCHDOG_TIMEOUT, missing=" ".join(missing))
         # Where a setup line failed, srun ended every node's task: the others' absence is its doing.
+        unreached = unreached or {}
         for node in missing if not failed else ():
-            r.ledger_add(node, "watchdog", "start-up watchdog: did not join (its setup, container or launcher start "
-                         f"failed, or {self.cfg.rendezvous_timeout} s passed)")
-        what = f"setup failed on {' '.join(failed)}" if failed else f"node(s) {' '.join(missing)} did not join"
+            r.ledger_add(node, "watchdog", f"srun could not start the tasks: {unreached[node]}" if node in unreached
+                         else "start-up watchdog: did not join (its setup, container or launcher start failed, "
+                         f"or {self.cfg.rendezvous_timeout} s passed)")
+        what = (f"setup failed on {' '.join(failed)}" if failed else
+                f"srun could not start the tasks on {' '.join(sorted(unreached))}" if unreached else
+                f"node(s) {' '.join(missing)} did not join")
         return decide.Over(f"failed at start-up: {what}", eventlog.EXIT_START_UP)

@@ -29,6 +29,7 @@ from .slurm import Slurm
 from .step import Launch, Step
 
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
+LAUNCH_RETRY_S = 5.0   # after srun could not start the tasks on a node: its link or slurmd back
 
 
 class Supervisor:
@@ -235,6 +236,24 @@ class Supervisor:
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
                           **({"why": "nodes lost"} if lost else {}), **cause)
         self.clear_marks()
+        return decide.Settled("relaunch")
+
+    def do_start_up_failed(self, missing: tuple[str, ...], setup_failed: tuple[str, ...]) -> decide.Settled | decide.Over:
+        """The launch ended before every node joined. Where srun could not start the tasks on
+        a node (its link down a moment, its slurmd restarting) and no setup line failed,
+        nothing ran: it is launched again here while resilience.restarts_in_job lasts.
+        Else the start-up watchdog's end (StartUp)."""
+        unreached = self.record.launch_failures(self.log_mark)
+        st, budget = self.state, self.cfg.restarts_in_job
+        if not unreached or setup_failed or st.relaunches >= budget:
+            return self.startup.do_start_up_failed(missing, setup_failed, unreached)
+        n, names = st.relaunches + 1, " ".join(sorted(unreached))
+        why = "; ".join(f"{node}: {text}" for node, text in sorted(unreached.items()))
+        self.say(f"slurmtrain: srun could not start the tasks on {names} ({why}); starting the launch again in "
+                 f"this allocation in {LAUNCH_RETRY_S:g} s ({n} of {budget})")
+        self.record.event(Ev.RELAUNCHED, attempt=n, launch=st.launch + 1, cause=eventlog.LAUNCH_FAILED, nodes=names)
+        self.clear_marks()
+        self.pause(LAUNCH_RETRY_S)
         return decide.Settled("relaunch")
 
     def lost_nodes(self, blame: bool) -> tuple[list[str], list[str]]:

@@ -264,6 +264,9 @@ def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None
                                  eventlog.NODE_LOST if lost is not None else eventlog.CRASH)
     hung = f"no progress for {hang.get('seconds')} s; last to report: rank(s) {hang.get('ranks')} on " \
         f"{hang.get('nodes')}" if hang is not None else ""
+    if cause == eventlog.LAUNCH_FAILED:  # nothing ran: the start-up is what it cost
+        return at, _fault(out, eventlog.LAUNCH_FAILED, nxt["time"],
+                          f"srun could not start the tasks on {nxt.get('nodes', '?')}; launched again", True)
     if cause == eventlog.NODE_LOST:
         seen = f"; seen first as a hang ({hung})" if hang is not None and nxt.get("seen_as") else ""
         nodes, spares = (lost or {}).get("nodes", "?"), (lost or {}).get("spares", "?")

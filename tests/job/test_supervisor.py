@@ -1155,6 +1155,36 @@ def with_batch_log(rig: Rig, tmp_path) -> None:
     rig.batch_log.write_text("")
 
 
+UNREACHED_N2 = Plan([(1, arrive("n1")),
+                     (2, srun_says("srun: error: Task launch for StepId=77.0 failed on node n2: Communication connection "
+                                   "failure")), (2, srun_says("srun: error: Application launch failed")), (3, exits(1))])
+
+
+def test_a_node_srun_could_not_reach_at_start_up_is_launched_again_in_the_job(rig_on_wall, tmp_path):
+    """A link down for a moment as the launch starts: srun cannot start the tasks on n2 and
+    ends at once. Nothing ran there; the launch starts again in the job, which completes."""
+    rig = rig_on_wall
+    with_batch_log(rig, tmp_path)
+    rig.task = [UNREACHED_N2, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3, rendezvous_timeout=120) == 0
+    assert rig.names() == ["started", "relaunched", "finished"] and rig.ledger() == []
+    again = rig.event("relaunched")
+    assert (again["cause"], again["nodes"], again["attempt"]) == ("launch failed", "n2", 1), again
+    assert ("srun could not start the tasks on n2 (n2: Communication connection failure); starting the launch "
+            "again in this allocation in 5 s (1 of 3)") in rig.said()
+    kinds, _ = faults_said(rig)
+    assert kinds == [("launch failed", "srun could not start the tasks on n2; launched again")], kinds
+
+
+def test_a_node_srun_never_reaches_ends_the_start_up_saying_so_once_the_restarts_are_spent(rig, tmp_path):
+    with_batch_log(rig, tmp_path)
+    rig.task = [UNREACHED_N2, UNREACHED_N2]
+    assert rig.run(restarts_in_job=1, rendezvous_timeout=120) == 4
+    assert rig.names() == ["started", "relaunched", "watchdog_timeout"] and rig.ledger() == [("n2", "watchdog")]
+    assert rig.summary() == "failed at start-up: srun could not start the tasks on n2, exit status 4"
+    assert "did not join within" not in rig.said() and "with no in-job restart left" in rig.said()
+
+
 def test_the_same_program_error_first_on_the_same_node_twice_blames_the_program_not_the_node(rig, tmp_path):
     """Which rank raises a deterministic error first is chance: it must not make the node a
     bad one, and the run ends as the program's failure, not a requeue without the node."""

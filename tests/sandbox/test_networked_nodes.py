@@ -68,10 +68,11 @@ def _flap(cwd: Path, node: str, times: int, seconds: int) -> None:
 
 
 def test_a_link_flapping_at_start_up_delays_the_start_and_the_job_completes(sandbox_networked, tmp_path):
-    """stnode2's link down 4 s and up 4 s, three times, from the submission on: Slurm's launch,
-    torchrun's rendezvous and gloo's connections retry through it (a dropped packet is resent,
-    not refused). The job starts within its rendezvous timeout and completes in one start:
-    no hang, no node blamed, no requeue."""
+    """stnode2's link down 4 s and up 4 s, three times, from the submission on. Where a cut
+    meets srun's launch of the tasks, srun cannot start them there and ends at once: the
+    supervisor says so and launches again (nothing ran); torchrun's rendezvous and gloo's
+    connections retry through a cut (a dropped packet is resent). The job completes in one
+    start, within the rendezvous timeout: no hang, no node blamed, no requeue."""
     name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "flapping", "--", "python", str(PROGRAM))
     flapping = threading.Thread(target=_flap, args=(tmp_path, "stnode2", 3, 4))
     flapping.start()  # at once: the first cut comes before the job's first step on stnode2
@@ -80,13 +81,17 @@ def test_a_link_flapping_at_start_up_delays_the_start_and_the_job_completes(sand
     finally:
         flapping.join()
         cli(tmp_path, "sandbox", "fault", "stnode2", "heal")
-    assert (final["state"], final["restarts"]) == ("COMPLETED", 0), cli(tmp_path, "logs", name).stdout[-3000:]
+    log = cli(tmp_path, "logs", name).stdout
+    assert (final["state"], final["restarts"]) == ("COMPLETED", 0), log[-3000:]
     got = ranks(tmp_path, name)
     assert sorted(r["rank"] for r in got) == [0, 1, 2, 3] and {r["sum"] for r in got} == {10.0}, got
     evs = [json.loads(line) for line in (run_dir(tmp_path, name) / "events.jsonl").read_text().splitlines()]
     took = evs[-1]["time"] - evs[0]["time"]
     assert took < 120, (took, evs)  # the profile's resilience.rendezvous_timeout
-    assert not [e for e in evs if e["event"] in ("hang", "nodes_lost", "relaunched")], evs
+    again = [e for e in evs if e["event"] == "relaunched"]
+    assert all(e["cause"] == "launch failed" and e["nodes"] == "stnode2" for e in again), evs
+    assert ("srun could not start the tasks on stnode2" in log) == bool(again), log[-3000:]
+    assert not [e for e in evs if e["event"] in ("hang", "nodes_lost", "watchdog_timeout")], evs
     assert "stnode2" not in cli(tmp_path, "nodes").stdout
 
 
