@@ -29,7 +29,7 @@ from .slurm import Slurm
 from .step import Launch, Step
 
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
-LAUNCH_RETRY_S = 5.0   # after srun could not start the tasks on a node: its link or slurmd back
+LAUNCH_RETRY_S = 5.0   # after srun could not start the tasks on a node: its link or slurmd back (doubled each time)
 
 
 class Supervisor:
@@ -50,6 +50,7 @@ class Supervisor:
         self.faults = NodeFaults(slurm, job, self.record, self.pool)
         self.step: Step | None = None   # the launch's srun; the gate's while the gate runs
         self.hang_nodes: list[str] = []
+        self.unreached = 0              # launches srun could not start on a node, in this job start
         self.log_mark = 0               # the batch log's size when the launch began: its srun lines follow
         self.events_mark = 0            # the run's events before the launch: this launch's follow
         self.end_at_start = ""
@@ -249,11 +250,13 @@ class Supervisor:
             return self.startup.do_start_up_failed(missing, setup_failed, unreached)
         n, names = st.relaunches + 1, " ".join(sorted(unreached))
         why = "; ".join(f"{node}: {text}" for node, text in sorted(unreached.items()))
+        wait = LAUNCH_RETRY_S * 2 ** self.unreached  # a link that flaps: not in step with it
+        self.unreached += 1
         self.say(f"slurmtrain: srun could not start the tasks on {names} ({why}); starting the launch again in "
-                 f"this allocation in {LAUNCH_RETRY_S:g} s ({n} of {budget})")
+                 f"this allocation in {wait:g} s ({n} of {budget})")
         self.record.event(Ev.RELAUNCHED, attempt=n, launch=st.launch + 1, cause=eventlog.LAUNCH_FAILED, nodes=names)
         self.clear_marks()
-        self.pause(LAUNCH_RETRY_S)
+        self.pause(wait)
         return decide.Settled("relaunch")
 
     def lost_nodes(self, blame: bool) -> tuple[list[str], list[str]]:

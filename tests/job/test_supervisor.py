@@ -1165,15 +1165,18 @@ def test_a_node_srun_could_not_reach_at_start_up_is_launched_again_in_the_job(ri
     ends at once. Nothing ran there; the launch starts again in the job, which completes."""
     rig = rig_on_wall
     with_batch_log(rig, tmp_path)
-    rig.task = [UNREACHED_N2, RESUMES_AND_FINISHES]
+    rig.task = [UNREACHED_N2, UNREACHED_N2, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3, rendezvous_timeout=120) == 0
-    assert rig.names() == ["started", "relaunched", "finished"] and rig.ledger() == []
-    again = rig.event("relaunched")
-    assert (again["cause"], again["nodes"], again["attempt"]) == ("launch failed", "n2", 1), again
+    assert rig.names() == ["started", "relaunched", "relaunched", "finished"] and rig.ledger() == []
+    again = [e for e in rig.events() if e["event"] == "relaunched"]
+    assert [(e["cause"], e["nodes"], e["attempt"]) for e in again] == [("launch failed", "n2", 1),
+                                                                         ("launch failed", "n2", 2)], again
     assert ("srun could not start the tasks on n2 (n2: Communication connection failure); starting the launch "
             "again in this allocation in 5 s (1 of 3)") in rig.said()
+    assert "again in this allocation in 10 s (2 of 3)" in rig.said()  # backing off: not in step with a flapping link
+    assert again[1]["time"] - again[0]["time"] >= 5 + 3  # the first pause, and the second launch's 3 s
     kinds, _ = faults_said(rig)
-    assert kinds == [("launch failed", "srun could not start the tasks on n2; launched again")], kinds
+    assert kinds == [("launch failed", "srun could not start the tasks on n2; launched again")] * 2, kinds
 
 
 def test_a_node_srun_never_reaches_ends_the_start_up_saying_so_once_the_restarts_are_spent(rig, tmp_path):

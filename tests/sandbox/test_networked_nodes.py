@@ -60,21 +60,21 @@ def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_pat
     assert sorted({r["node"] for r in got}) == ["stnode1", "stnode2"], got
 
 
-def _flap(cwd: Path, node: str, times: int, seconds: int) -> None:
-    """``node``'s link down ``seconds``, then up as long, ``times`` times."""
+def _flap(cwd: Path, node: str, times: int, down: int, up: int) -> None:
+    """``node``'s link down ``down`` seconds, then up ``up`` seconds, ``times`` times."""
     for _ in range(times):
-        assert cli(cwd, "sandbox", "fault", node, "link-down", "--for", str(seconds)).returncode == 0
-        time.sleep(2 * seconds)
+        assert cli(cwd, "sandbox", "fault", node, "link-down", "--for", str(down)).returncode == 0
+        time.sleep(down + up)
 
 
 def test_a_link_flapping_at_start_up_delays_the_start_and_the_job_completes(sandbox_networked, tmp_path):
-    """stnode2's link down 4 s and up 4 s, three times, from the submission on. Where a cut
+    """stnode2's link down 4 s and up 6 s, three times, from the submission on. Where a cut
     meets srun's launch of the tasks, srun cannot start them there and ends at once: the
     supervisor says so and launches again (nothing ran); torchrun's rendezvous and gloo's
     connections retry through a cut (a dropped packet is resent). The job completes in one
     start, within the rendezvous timeout: no hang, no node blamed, no requeue."""
     name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "flapping", "--", "python", str(PROGRAM))
-    flapping = threading.Thread(target=_flap, args=(tmp_path, "stnode2", 3, 4))
+    flapping = threading.Thread(target=_flap, args=(tmp_path, "stnode2", 3, 4, 6))
     flapping.start()  # at once: the first cut comes before the job's first step on stnode2
     try:
         final = wait_final(tmp_path, [name], timeout=240)[name]
