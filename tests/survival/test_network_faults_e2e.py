@@ -156,13 +156,11 @@ def test_a_node_cut_off_before_the_first_step_is_found_by_the_probe(sandbox_netw
 def test_the_batch_host_powered_off_mid_run_is_a_node_failure_and_the_run_resumes(sandbox_networked, workdir,
                                                                                     runs_dir, reference):
     """The machine the supervisor runs on dies at once (`sandbox fault NODE power-off`: its link
-    down, its slurmd, steps and tasks killed). Nothing of the job is left to act, its spare
-    included: Slurm marks the node down (SlurmdTimeout, 60 s here) and requeues the job. It
-    asked for 2 to 3 nodes (a run of 2 and a spare), so it starts again on the partition's
-    other two, not waiting for a third, and resumes from the newest save; `status` says node
-    failure and names the node."""
-    run, job = submit(runs_dir, workdir, ["--name", "host-off", "--nodes", "2", "--set", "slurm.spare_nodes=1"],
-                      TRAIN_120)
+    down, its slurmd, steps and tasks killed). Nothing of the job is left to act: Slurm marks
+    the node down (SlurmdTimeout, 60 s here) and requeues the job, which starts on the
+    partition's other two nodes and resumes from the newest save; `status` says node failure
+    and names the node."""
+    run, job = submit(runs_dir, workdir, ["--name", "host-off", "--nodes", "2"], TRAIN_120)
     host, _ = saved_nodes(run, job)
     saved = named(run, "checkpoint_saved")[-1]["step"]
     off = run_cli(["sandbox", "fault", host, "power-off"], cwd=workdir)
@@ -174,9 +172,8 @@ def test_the_batch_host_powered_off_mid_run_is_a_node_failure_and_the_run_resume
     assert on.returncode == 0 and f"{host} is on" in on.stdout, on.stdout + on.stderr
 
     assert job_field(job, "Restarts") == "1", describe(run)
-    starts = [(e["nodes"].split(), e.get("spares")) for e in named(run, "started")]
-    assert len(starts) == 2 and host in starts[0][0] and starts[0][1], starts  # 2 nodes and a spare
-    assert host not in starts[1][0] and len(starts[1][0]) == 2 and not starts[1][1], starts  # 2, no spare
+    starts = [e["nodes"].split() for e in named(run, "started")]
+    assert len(starts) == 2 and host in starts[0] and host not in starts[1], starts
     assert [o.kind for o in classify.ends(run)] == [classify.NODE_FAILURE, classify.COMPLETED], describe(run)
     status = run_cli(["status", str(run)], cwd=workdir).stdout
     assert "node failure" in status and host in status, status
