@@ -61,11 +61,7 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
     out = [f"--job-name={job.job_name}"]
     if job.array is not None:
         out.append(f"--array=0-{job.array - 1}" + (f"%{job.max_parallel}" if job.max_parallel else ""))
-    # With spares, N to N+K nodes: Slurm gives the K when it has them, and a start after a
-    # node failure (Slurm's own requeue, the supervisor dead with the batch host) need not
-    # wait for N+K nodes; the supervisor takes what it got beyond N as its spares.
-    out += [f"--nodes={s.nodes}-{s.nodes + s.spare_nodes}" if s.spare_nodes else f"--nodes={s.nodes}",
-            f"--ntasks-per-node={tasks}"]
+    out += [f"--nodes={s.nodes + s.spare_nodes}", f"--ntasks-per-node={tasks}"]
     if s.spare_nodes:
         out.append("--no-kill")  # a node that dies must not end the job: a spare takes its place
     if s.gpus_per_node:
@@ -379,7 +375,6 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "max_requeues": p.resilience.max_requeues,
         "restarts_in_job": p.resilience.restarts_in_job,
         "spare_nodes": p.slurm.spare_nodes,
-        "nodes": p.slurm.nodes,
         "straggler_pct": f"{p.resilience.straggler_pct:g}",
         "warning_seconds": p.resilience.signal_seconds,
         "hang_timeout": p.resilience.hang_timeout,

@@ -37,9 +37,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--bad-node-hours", type=float, default=24.0)
     ap.add_argument("--spare-nodes", type=int, default=0,
                     help="nodes of the allocation kept idle, to take the place of nodes lost in the job")
-    ap.add_argument("--launch-nodes", type=int, default=0,
-                    help="nodes a launch runs on, the rest of the allocation its spares (0: the allocation "
-                         "less --spare-nodes)")
     ap.add_argument("--straggler-pct", type=float, default=0,
                     help="name a node computing this many percent slower than the others (0: off)")
     ap.add_argument("--warning-seconds", type=int, default=0,
@@ -79,7 +76,6 @@ def main(argv: list[str] | None = None) -> int:
                  restarts_in_job=args.restarts_in_job, hang_timeout=args.hang_timeout,
                  rendezvous_timeout=args.rendezvous_timeout, requeue_always=args.requeue_when == "always",
                  bad_node_hours=args.bad_node_hours, preflight=args.preflight, spare_nodes=args.spare_nodes,
-                 launch_nodes=args.launch_nodes,
                  straggler_pct=args.straggler_pct, warning_seconds=args.warning_seconds)
     job = Job.from_env(env)
     launch = Launch(args.launcher, args.procs_per_node, run_dir, tuple(args.srun_options),

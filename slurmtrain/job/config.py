@@ -32,7 +32,6 @@ class Config:
     bad_node_hours: float
     preflight: bool
     spare_nodes: int = 0           # slurm.spare_nodes: allocated beyond the run's, idle until a node is lost
-    launch_nodes: int = 0          # slurm.nodes where there are spares (the job asks for N to N+K); 0: the rest
     straggler_pct: float = 0       # resilience.straggler_pct (0: off)
     warning_seconds: int = 0       # resilience.signal_seconds: the time-limit warning's lead (0: no own timer)
 

@@ -1,8 +1,8 @@
 """Which nodes a launch runs on, and which nodes to leave out after a launch failed.
 
-The allocation holds the run's nodes and up to ``slurm.spare_nodes`` more (the job asks
-Slurm for N to N+K with ``--no-kill``, so that a node that dies does not end the job, and a
-start after a node failure need not wait for N+K). A launch runs on N of them. After a launch failed by itself (no stop, no cancel, no `finished`), a node is
+The allocation holds the run's nodes and ``slurm.spare_nodes`` more (the job asks Slurm for
+N+K with ``--no-kill``, so that a node that dies does not end the job). A launch runs on N
+of them. After a launch failed by itself (no stop, no cancel, no `finished`), a node is
 left out of the next launch of this job start when:
 
 * it is dead: a probe (``srun --overlap`` on every node of the launch, bounded) gets no
@@ -37,14 +37,11 @@ class Pool:
     spares: int = 0
     left_out: list[str] = field(default_factory=list)
     blamed: Counter = field(default_factory=Counter)
-    nodes: int = 0  # the run's N (the job asked for N to N+spares); 0: the allocation less the spares
 
     @property
     def wanted(self) -> int:
-        """How many nodes a launch runs on: N, or the allocation less its spares. An
-        allocation of fewer than N+spares (Slurm had no more) has fewer spares, not a
-        smaller launch."""
-        return self.nodes or max(1, len(self.allocated) - self.spares)
+        """How many nodes a launch runs on: the allocation less its spares."""
+        return max(1, len(self.allocated) - self.spares)
 
     @property
     def healthy(self) -> list[str]:

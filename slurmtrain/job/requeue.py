@@ -130,7 +130,6 @@ class Requeue:
         if room is None:  # Slurm did not say: leave them out, as asked
             return nodes
         parts, pool, need = room
-        need = self.cfg.launch_nodes or need  # with spares the job asks for N to N+K: it starts on N
         already = set(self.slurm.excluded() or [])
         others = [n for n in pool if n not in already]
         spare = max(len(others) - need, 0)

@@ -131,7 +131,7 @@ class Supervisor:
         self.nodes = self.retry(3, lambda: self.slurm.hostnames(j.nodelist)) or []
         if not self.nodes:
             return decide.Over(f"failed: scontrol could not expand the node list {j.nodelist!r}", eventlog.EXIT_FAILED)
-        self.pool = self.faults.pool = nodes_mod.Pool(list(self.nodes), c.spare_nodes, nodes=c.launch_nodes)
+        self.pool = self.faults.pool = nodes_mod.Pool(list(self.nodes), c.spare_nodes)
         self.requeue.note_silent_end()
         self.record.event(Ev.STARTED, nodes=" ".join(self.nodes),
                           **({"array_tasks": j.array_tasks} if j.array_tasks else {}),

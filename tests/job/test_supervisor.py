@@ -1390,22 +1390,6 @@ def test_a_dead_node_the_partition_cannot_spare_is_not_left_out_and_the_job_wait
                                      "back in service (too few nodes without it)"), outcome
 
 
-def test_with_its_spare_used_a_second_lost_node_is_requeued_to_start_on_n_nodes(rig):
-    """Three nodes for a run of two (N to N+1: slurm.spare_nodes 1). n2 dies: the spare n3
-    takes its place in the job. Then n3 dies, no spare left: the job is requeued without
-    n3, and counts on N (2) nodes, not 3: n1 and n2 once n2 is back, or any other two."""
-    on_three_nodes(rig)
-    rig.slurm.partition = ["n1", "n2", "n3"]
-    rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(137))]),
-                Plan([(1, arrive("n1", "n3")), (3, emit("checkpoint_saved", step=5)), (10, dies("n3")),
-                      (10, exits(137))])]
-    assert rig.run(restarts_in_job=3, spare_nodes=1, launch_nodes=2) == 0
-    assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
-    assert rig.names() == ["started", "nodes_lost", "relaunched", "nodes_lost", "requeue"], rig.names()
-    assert rig.event("requeue")["exclude"] == "n3" and "waits_for" not in rig.event("requeue")
-    assert "not leaving out" not in rig.said()
-
-
 def test_a_partition_with_room_leaves_the_dead_node_out(rig):
     rig.slurm.partition = ["n1", "n2", "n7"]
     rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(1))])]
