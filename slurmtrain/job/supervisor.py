@@ -239,7 +239,8 @@ class Supervisor:
         self.clear_marks()
         return decide.Settled("relaunch")
 
-    def do_start_up_failed(self, missing: tuple[str, ...], setup_failed: tuple[str, ...]) -> decide.Settled | decide.Over:
+    def do_start_up_failed(self, missing: tuple[str, ...],
+                           setup_failed: tuple[str, ...]) -> decide.Settled | decide.Over:
         """The launch ended before every node joined. Where srun could not start the tasks on
         a node (its link down a moment, its slurmd restarting) and no setup line failed,
         nothing ran: it is launched again here while resilience.restarts_in_job lasts.
