@@ -44,10 +44,6 @@ class JobSpec(Frozen):
 # exists there, so anything that would need it is refused.
 _SBATCH_SAFE = re.compile(r"[A-Za-z0-9_./%+:@,=\-\[\]&|]+")
 _JOB_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
-# With spares, how long each node lets the supervisor's file (touched every second) go stale
-# before it requeues the job: the batch host and the supervisor on it are gone. Beyond its
-# longest wait (a probe, a retried scontrol) and a shared file system's attribute cache.
-SUPERVISOR_SILENT_S = 120
 
 
 def check_job_name(name: str) -> None:
@@ -379,7 +375,6 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "max_requeues": p.resilience.max_requeues,
         "restarts_in_job": p.resilience.restarts_in_job,
         "spare_nodes": p.slurm.spare_nodes,
-        "supervisor_silent_s": SUPERVISOR_SILENT_S,
         "straggler_pct": f"{p.resilience.straggler_pct:g}",
         "warning_seconds": p.resilience.signal_seconds,
         "hang_timeout": p.resilience.hang_timeout,

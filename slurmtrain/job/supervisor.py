@@ -43,9 +43,6 @@ class Supervisor:
         self.startup = StartUp(cfg, job, self.record, launch)
         self.clear_marks = self.startup.clear_marks
         self.stop_file = cfg.run_dir / f".stop-{job.job_id}"
-        # Touched every round: the nodes' watch (task.j2, with spares) requeues the job once it is
-        # stale, the batch host dead with this process (--no-kill: Slurm would not end the job).
-        self.alive_file = cfg.run_dir / f".supervisor-{job.job_id}"
         self.hangs = hangs.HangWatch(self.startup.beats_dir, cfg.hang_timeout)
         self.stragglers = stragglers.StragglerWatch(cfg.straggler_pct)
         self.nodes: list[str] = []      # the allocation's
@@ -78,8 +75,6 @@ class Supervisor:
 
     def round(self) -> None:
         self.feed(decide.Tick(self.clock.now(), self.clock.wall()))
-        if self.cfg.spare_nodes:
-            self.alive_file.touch()
         got, self.kept = self.kept + self.clock.take(), []
         for signum in got:
             self.feed(decide.Sig(_name(signum)))
@@ -164,7 +159,6 @@ class Supervisor:
         # This start's copies in node memory (train.memory_steps) are of no use to the next,
         # which is a requeue or nothing; the trainer removes its own when it ends cleanly.
         nodememory.remove_start()
-        self.alive_file.unlink(missing_ok=True)
         if outcome is not None:
             self.record.summary(outcome, code)
 

@@ -181,30 +181,6 @@ def test_the_batch_host_powered_off_mid_run_is_a_node_failure_and_the_run_resume
     reference.assert_same_weights(run)
 
 
-def test_the_batch_host_powered_off_with_a_spare_is_requeued_by_the_nodes_watch(sandbox_networked, workdir,
-                                                                                  runs_dir, reference):
-    """With a spare the job runs with --no-kill, and Slurm then neither ends nor requeues it
-    when its batch host dies: it stays RUNNING on the other nodes. Each node's watch sees the
-    supervisor's file go stale (120 s) and requeues the job; it starts again once 3 nodes are
-    up (the machine back), resumes from the newest save and ends bitwise; `status` names the
-    node."""
-    run, job = submit(runs_dir, workdir, ["--name", "host-off-spare", "--nodes", "2", "--set", "slurm.spare_nodes=1"],
-                      TRAIN_120)
-    host, node = saved_nodes(run, job)
-    off = run_cli(["sandbox", "fault", host, "power-off"], cwd=workdir)
-    assert f"{host} is off" in off.stdout, off.stdout + off.stderr
-    try:
-        wait_until(run, "the nodes' watch to requeue the job", lambda: job_field(job, "Restarts") == "1", 300, job)
-    finally:
-        on = run_cli(["sandbox", "fault", host, "power-on"], cwd=workdir, check=False)
-    assert on.returncode == 0 and f"{host} is on" in on.stdout, on.stdout + on.stderr
-    assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
-    said = (run / "logs" / f"{job}-{node}.out").read_text()
-    assert "no word from the job's supervisor for" in said and f"requeueing job {job}" in said, said[-2000:]
-    assert len(named(run, "started")) == 2, describe(run)
-    reference.assert_same_weights(run)
-
-
 def last_step(run: Path) -> int:
     from slurmtrain.runs import progress
 
