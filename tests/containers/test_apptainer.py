@@ -57,6 +57,10 @@ def test_tiny_demo_on_2_nodes_x_2_ranks_in_the_image_writes_through_each_bind_an
 STEPS = 100
 TRAIN_100 = TRAIN + ["--train-steps", str(STEPS), "--save-steps", "10"]
 ONE_CPU = ["--set", "slurm.cpus_per_task=1"]  # two jobs at once on the sandbox's 4-CPU nodes
+# The faulted jobs' steps paced at 1 s (a sleep: the weights stay the reference's): on a fast
+# machine the killed job trained its 100 steps at 3 a second while the other one's hang was
+# being found, and finished before the preemption meant for it.
+PACED = ["--set", "debug.step_seconds=1"]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +76,7 @@ def submit_pair(workdir: Path, jobs: dict[str, tuple[str, list[str]]]) -> dict[s
         profile = workdir / f"{name}.toml"
         profile.write_text(profile_text([], launcher))
         out[name] = submit(workdir / f"runs-{name}", workdir, ["--profile", str(profile), *ONE_CPU, *options],
-                           TRAIN_100)
+                           TRAIN_100 + PACED)
     for name, (run, job) in out.items():
         wait_until(run, f"{name}: a checkpoint, and both ranks running",
                    lambda: named(run, "checkpoint_saved") and len(trainer_ranks(run)) == 2, 300, job)
