@@ -24,6 +24,10 @@ class NodeFaults:
         hang, as decide.blamed counts them); each goes to the bad-node ledger."""
         active = self.pool.active
         gone = list(dead_seen) or nodes_mod.dead(self.slurm, active)
+        # A dead node explains the failure: its peers fail first (a connection reset), which
+        # is not held against them (a batch host whose ranks failed first as two nodes died
+        # in turn was named twice, and left out).
+        named = [] if gone else named
         twice = [n for n in self.pool.blame(decide.blamed(named, active, blame)) if n not in gone]
         for node in gone:
             self.record.ledger_add(node, "node_failure", f"did not answer after a failed launch of job {self.job.ref} "

@@ -14,11 +14,18 @@ from .record import Record
 from .slurm import Slurm
 
 Retry = Callable[..., object]
+# How long a held requeue waits for Slurm to take its ExcNodeList before releasing the job
+# without it. Slurm SIGKILLs the supervisor KillWait (often 30 s) after the requeue's
+# SIGTERM: a job never released would pend for ever. A job that lost a node (spares,
+# --no-kill) is being resized, and Slurm refuses its updates, 5 s each, until the requeue
+# is through.
+EXCLUDE_S = 12
 
 
 class Requeue:
-    def __init__(self, cfg: Config, job: Job, slurm: Slurm, record: Record, retry: Retry, log_mark: Callable[[], int]):
-        self.cfg, self.job, self.slurm, self.record, self.retry = cfg, job, slurm, record, retry
+    def __init__(self, cfg: Config, job: Job, slurm: Slurm, record: Record, retry: Retry, log_mark: Callable[[], int],
+                 now: Callable[[], float]):
+        self.cfg, self.job, self.slurm, self.record, self.retry, self.now = cfg, job, slurm, record, retry, now
         self.log_mark = log_mark         # where the launch's part of the batch log begins
         self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
         self.said = False                # ... and the `requeued_by_slurm` event is written
@@ -162,9 +169,10 @@ class Requeue:
                 self.record.event(Ev.REQUEUED_BY_SLURM)
             elif not self.went_through():
                 return False, False, held.text
-        if not self.retry(20, lambda: self.slurm.set_excluded(excluded).ok):
-            self.record.say(f"slurmtrain: warning: Slurm refused ExcNodeList={','.join(excluded)} for 20 s; the "
-                            f"job may start on {','.join(nodes)} again")
+        until = self.now() + EXCLUDE_S
+        if not self.retry(EXCLUDE_S, lambda: self.slurm.set_excluded(excluded).ok, lambda ok: ok or self.now() >= until):
+            self.record.say(f"slurmtrain: warning: Slurm refused ExcNodeList={','.join(excluded)} for {EXCLUDE_S} s; "
+                            f"releasing the job without it: it may start on {','.join(nodes)} again")
         if pending or self.retry(20, lambda: self.slurm.release().ok):
             return True, True, ""
         return False, True, f"the job is requeued but held: scontrol release {self.job.ref} failed for 20 s"

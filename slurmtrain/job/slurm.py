@@ -8,6 +8,8 @@ the supervisor decides what a failed answer means, and asks again where that is 
 
 from __future__ import annotations
 
+import re
+
 import subprocess
 from dataclasses import dataclass
 from typing import Callable
@@ -97,6 +99,11 @@ class Slurm:
         need = (job or {}).get("NumNodes", "").split("-")[0]
         if job is None or not need.isdigit():
             return None
+        # A job of N nodes and K spares (--no-kill) that lost a node shows NumNodes N+K-1, but
+        # its requeue asks for N+K again (its TRES and task count keep them): Slurm would
+        # never start it on fewer.
+        asked = re.search(r"(?:^|,)node=(\d+)", job.get("TRES", ""))
+        need = str(max(int(need), int(asked[1]) if asked else 0))
         parts, pool = job.get("Partition", ""), []
         for part in filter(None, parts.split(",")):
             a = self.call("scontrol", "-o", "show", "partition", part, timeout=5)

@@ -139,6 +139,7 @@ class FakeSlurm:
         self.unhealthy: list[str] = []
         self.dead: list[str] = []   # nodes that no longer answer: a probe's srun fails on them
         self.partition: list[str] | None = None  # the nodes of the job's partition (None: Slurm does not say)
+        self.num_nodes: int | None = None  # NumNodes as Slurm shows it (a job that lost a node: fewer)
         self.pending = self.held = False
         self.hung = False
         self.killed: list[str] = []  # the commands the job's SIGTERM killed
@@ -182,7 +183,8 @@ class FakeSlurm:
             nodes = self.nodes if argv[-1] == NODELIST else hostnames(argv[-1])
             return Answer(0, "".join(f"{n}\n" for n in nodes))
         if name == "show job":
-            room = f"Partition=debug NumNodes={len(self.nodes)} " if self.partition else ""
+            room = f"Partition=debug NumNodes={self.num_nodes or len(self.nodes)} " if self.partition else ""
+            room += f"TRES=cpu=6,mem=12G,node={len(self.nodes)},billing=6 " if self.partition else ""
             return Answer(0, f"JobId={JOB} JobName=train JobState={self.state} Restarts={self.restarts} NodeList=n[1-2] "
                              f"{room}ExcNodeList={self.excluded} PreemptTime={self.preempt_time} Reason=None\n")
         if name == "partition" and self.partition:
@@ -541,15 +543,33 @@ def test_sigterm_during_a_start_up_command_is_still_understood(rig, name):
 
 
 def test_an_exclusion_slurm_never_takes_still_releases_the_job_and_says_so(rig):
-    """Held for ever is worse than starting again on the node: after 20 refused updates the job
+    """Held for ever is worse than starting again on the node: after 12 refused updates the job
     is released, and the batch log says it may land on the node again."""
     rig.bad_node("n3")
     rig.stopped_at(10)
     rig.slurm.refuse("update", "Job is no longer pending execution")
     requeued_cleanly(rig, rig.run())
-    assert rig.slurm.names().count("update") == 20 and rig.slurm.names()[-1] == "release"
-    assert ("slurmtrain: warning: Slurm refused ExcNodeList=n3 for 20 s; the job may start on n3 again"
-            in rig.lines)
+    assert rig.slurm.names().count("update") == 12 and rig.slurm.names()[-1] == "release"
+    assert ("slurmtrain: warning: Slurm refused ExcNodeList=n3 for 12 s; releasing the job without it: it may "
+            "start on n3 again" in rig.lines)
+
+
+def test_an_exclusion_slurm_answers_slowly_is_given_up_in_time_to_release_the_job(rig):
+    """A job that lost a node (spares, --no-kill) is being resized: Slurm refuses its updates
+    until the requeue is through, each after waiting 5 s itself. Slurm SIGKILLs the supervisor
+    KillWait (30 s) after the requeue's SIGTERM, so the updates are given up after 12 s of
+    them, not 12 tries (a minute), and the job is released before that."""
+    rig.bad_node("n3")
+    rig.stopped_at(10)
+
+    def slow_refusal(slurm, argv, timeout):
+        slurm.clock.advance(5)
+        return Answer(1, "", "Job update not available right now, the DB index is being set, try again in a bit")
+    rig.slurm.then("update", *[slow_refusal] * 20)
+    requeued_cleanly(rig, rig.run())
+    updates = [t for t, name, _ in rig.slurm.calls if name == "update"]
+    released = [t for t, name, _ in rig.slurm.calls if name == "release"]
+    assert len(updates) == 3 and released and released[0] - updates[0] <= 20, rig.slurm.calls
 
 
 # ---- hazard 2: Slurm's SIGTERM for the supervisor's own requeue ------------------------------
@@ -1388,6 +1408,27 @@ def test_a_dead_node_the_partition_cannot_spare_is_not_left_out_and_the_job_wait
     outcome = eventlog.latest(events.read(rig.run_dir))
     assert outcome.detail.startswith("node(s) n2 were lost and no spare was left; requeued, to start when n2 is "
                                      "back in service (too few nodes without it)"), outcome
+
+
+def test_peers_of_dead_nodes_are_not_blamed_for_failing_first_and_the_job_waits_for_the_dead(rig, tmp_path):
+    """Two nodes and a spare on a partition of three. n2 dies: the spare takes its place. Then
+    n3 dies. Each time n1's rank fails first (its peer's connection reset): the dead nodes
+    explain both failures, so n1 is not named twice and left out (it was, and the requeue
+    then excluded the healthy batch host and kept the dead node). The requeue asks for all
+    three nodes again: n3 is not left out, the job waits for it."""
+    with_batch_log(rig, tmp_path)
+    on_three_nodes(rig)
+    rig.slurm.partition = ["n1", "n2", "n3"]
+    rig.slurm.num_nodes = 2  # Slurm removed n2 from the job (--no-kill); its TRES keeps node=3
+    n1_first = (0.5, srun_says("srun: error: n1: task 0: Exited with exit code 1"))
+    rig.task = [Plan([JOINS, SAVES, (5, dies("n2")), n1_first, (10, exits(1))]),
+                Plan([(1, arrive("n1", "n3")), SAVES, (5, dies("n3")), n1_first, (10, exits(1))])]
+    assert rig.run(restarts_in_job=3, spare_nodes=1) == 0
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n3"]]
+    assert [e["nodes"] for e in rig.events() if e["event"] == "nodes_lost"] == ["n2", "n3"]
+    assert (rig.event("requeue")["exclude"], rig.event("requeue")["waits_for"]) == ("", "n3")
+    assert rig.slurm.excluded == "(null)"
+    assert sorted(rig.ledger()) == [("n2", "node_failure"), ("n3", "node_failure")]
 
 
 def test_a_partition_with_room_leaves_the_dead_node_out(rig):
