@@ -5,6 +5,7 @@
 # Then tests/remote, as a second ordinary user playing a laptop that reaches the sandbox's
 # login node over ssh (scripts/login_node.sh). SLURMTRAIN_LANE_PARTS: which of the two
 # ("containers remote" by default); the pytest arguments go to each.
+# SLURMTRAIN_CONTAINER_PREPARE_ONLY=1: build the trees (once per machine) and stop.
 #
 # apptainer 1.4.5 comes from Debian's unstable suite and needs glibc 2.38+: it is installed
 # into a copy of the Slurm-version lane's Debian 13 tree (scripts/slurm_lane.sh). It refuses
@@ -89,6 +90,9 @@ if [ "$(cat "$ROOTFS/.slurmtrain-stamp" 2>/dev/null)" != "$IMAGE_STAMP" ]; then
 fi
 mkdir -p "$TREE/opt/images" && chmod 1777 "$TREE/opt/images"
 cp /etc/resolv.conf "$TREE/etc/resolv.conf"
+# scripts/test.sh builds the trees first, then runs this lane beside the Slurm-version lane,
+# which writes into the tree this one is copied from.
+if [ "${SLURMTRAIN_CONTAINER_PREPARE_ONLY:-}" = 1 ]; then exit 0; fi
 
 # What runs inside the tree: the image (built by the user, once), the sandbox, the tests as the user.
 cat >"$TREE/usr/local/bin/slurmtrain-container-lane" <<EOF2

@@ -47,26 +47,36 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 # The Slurm-version lane (scripts/slurm_lane.sh: Slurm 24.11 in a Debian 13 tree, the
-# torch-free end-to-end tests) runs beside the suite, on its own sandbox: its jobs mostly
-# wait, so it costs the suite little time. Then, in the same background job, the container
-# lane (scripts/container_lane.sh: apptainer in a copy of that tree, jobs in a SIF image
-# submitted by an ordinary user, then a laptop user over ssh: about 21 minutes beside the suite, 10 alone).
+# torch-free end-to-end tests) and the container lane (scripts/container_lane.sh: apptainer
+# in a copy of that tree, jobs in a SIF image submitted by an ordinary user, then a laptop
+# user over ssh) run beside the suite, each on its own sandbox: their jobs mostly wait, so
+# they cost the suite little time. The trees are built first (once per machine: the
+# container lane's is a copy of the other's), then both lanes run at once (about 10 minutes
+# beside the suite on a fast machine).
 # For the whole suite only (no pytest arguments), as root; SLURMTRAIN_LANE=0 leaves the
 # lanes out, =1 runs them with arguments too; SLURMTRAIN_CONTAINER_LANE=0 leaves the
 # container lane out.
 LANE_PID=""
 LANE_LOG=$(mktemp /tmp/slurmtrain-lane.XXXXXX)
 lanes() {
-  local st=0
-  bash scripts/slurm_lane.sh || st=1
+  local st=0 cpid="" clog
+  SECONDS=0
+  clog=$(mktemp /tmp/slurmtrain-container-lane.XXXXXX)
   if [ "${SLURMTRAIN_CONTAINER_LANE:-}" != 0 ]; then
-    printf '\n==> container lane (%s s into the lanes)\n' "$SECONDS"
-    bash scripts/container_lane.sh || st=1
+    SLURMTRAIN_CONTAINER_PREPARE_ONLY=1 bash scripts/container_lane.sh || return 1
+    bash scripts/container_lane.sh >"$clog" 2>&1 &
+    cpid=$!
+  fi
+  bash scripts/slurm_lane.sh || st=1
+  if [ -n "$cpid" ]; then
+    wait "$cpid" || st=1
+    printf '\n==> container lane (ended %s s into the lanes)\n' "$SECONDS"
+    cat "$clog"
   fi
   return "$st"
 }
 if [ "$(id -u)" = 0 ] && { [ "${SLURMTRAIN_LANE:-}" = 1 ] || { [ $# = 0 ] && [ "${SLURMTRAIN_LANE:-}" != 0 ]; }; }; then
-  step "Slurm-version lane, then the container lane, in the background (log: $LANE_LOG)"
+  step "Slurm-version lane and container lane, in the background (log: $LANE_LOG)"
   lanes >"$LANE_LOG" 2>&1 &
   LANE_PID=$!
 fi
