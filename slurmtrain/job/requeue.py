@@ -24,8 +24,9 @@ EXCLUDE_S = 12
 
 class Requeue:
     def __init__(self, cfg: Config, job: Job, slurm: Slurm, record: Record, retry: Retry, log_mark: Callable[[], int],
-                 now: Callable[[], float]):
+                 now: Callable[[], float], allocated: Callable[[], int]):
         self.cfg, self.job, self.slurm, self.record, self.retry, self.now = cfg, job, slurm, record, retry, now
+        self.allocated = allocated       # how many nodes this start was given: a requeue asks for them again
         self.log_mark = log_mark         # where the launch's part of the batch log begins
         self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
         self.said = False                # ... and the `requeued_by_slurm` event is written
@@ -79,7 +80,7 @@ class Requeue:
             say(f"slurmtrain: Slurm requeues a preempted job itself when its script ends: leaving the requeue of "
                 f"job {self.job.ref} to it{left}")
             return Over(None, eventlog.EXIT_OK)
-        bad = self.fitting(bad) if bad else bad
+        bad = self.fitting(bad)[0] if bad else bad
         if bad:
             say(f"slurmtrain: requeueing without the bad-node ledger's node(s) {','.join(bad)}")
             ok, held, why = self.excluding(bad)
@@ -114,8 +115,7 @@ class Requeue:
         if self.job.restarts >= self.cfg.max_requeues:
             self.record.event(Ev.REQUEUE_LIMIT, max_requeues=self.cfg.max_requeues, **(cause or {}))
             return Over(f"{what}; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
-        out = self.fitting(list(bad))
-        waits = [n for n in bad if n not in out]
+        out, waits = self.fitting(list(bad))
         fields = {"reason": reason, "exclude": " ".join(out), **(cause or {}),
                   **({"waits_for": " ".join(waits)} if waits else {})}
         self.record.event(Ev.REQUEUE, **fields)
@@ -128,25 +128,37 @@ class Requeue:
             return Over(f"{what}; the requeue failed: {why}", eventlog.EXIT_FAILED)
         return Over(None, eventlog.EXIT_OK)
 
-    def fitting(self, nodes: list[str]) -> list[str]:
-        """The nodes of ``nodes`` the job can be requeued without and still start: a partition
-        of 2 nodes cannot run a job of 2 without one (Slurm would hold it PENDING for ever,
-        Reason=BadConstraints). The others stay in the job's reach, where Slurm starts it once
-        they are back in service (they stay in the bad-node ledger); said in the batch log."""
+    def fitting(self, nodes: list[str]) -> tuple[list[str], list[str]]:
+        """(the nodes of ``nodes`` the job can be requeued without, those it waits for). A
+        partition of 2 nodes cannot run a job of 2 without one (Slurm would hold it PENDING
+        for ever, Reason=BadConstraints): such nodes stay in the job's reach, where Slurm
+        starts it once they are back in service (they stay in the bad-node ledger); said in
+        the batch log."""
         room = self.slurm.room()
         if room is None:  # Slurm did not say: leave them out, as asked
-            return nodes
-        parts, pool, need = room
+            return nodes, []
+        parts, pool, shown = room
+        # A job with spares (--no-kill) that lost a node shows fewer nodes; its requeue asks
+        # for all it was given again.
+        need = max(shown, self.allocated())
         already = set(self.slurm.excluded() or [])
         others = [n for n in pool if n not in already]
         spare = max(len(others) - need, 0)
         out = [n for n in nodes if n in already or n not in pool] + [n for n in nodes if n in others][:spare]
-        kept = [n for n in nodes if n not in out]
-        if kept:
-            self.record.say(f"slurmtrain: not leaving out {','.join(kept)}: partition {parts} has {len(others)} "
-                            f"node(s) for a job of {need}; the requeued job starts once "
-                            f"{eventlog.back_in_service(kept)} (in the bad-node ledger still)")
-        return out
+        waits = [n for n in nodes if n not in out]
+        say = self.record.say
+        if waits:
+            say(f"slurmtrain: not leaving out {','.join(waits)}: partition {parts} has {len(others)} node(s) for a "
+                f"job of {need}; the requeued job starts once {eventlog.back_in_service(waits)} (in the bad-node "
+                "ledger still)")
+        if out and shown < need:
+            # Slurm 22.05 takes no change to a job it shrank until the requeue is through,
+            # KillWait after it, when the supervisor is gone: a held requeue stayed held.
+            say(f"slurmtrain: not leaving out {','.join(out)}: Slurm takes no change to job {self.job.ref} since it "
+                "removed a lost node from it; the requeued job may start on them once they are in service (they are "
+                "in the bad-node ledger)")
+            out = []
+        return out, waits
 
     def excluding(self, nodes: list[str]) -> tuple[bool, bool, str]:
         """Requeue with ``nodes`` added to the job's ExcNodeList: (done, held, why not). Slurm

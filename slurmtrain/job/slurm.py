@@ -8,8 +8,6 @@ the supervisor decides what a failed answer means, and asks again where that is 
 
 from __future__ import annotations
 
-import re
-
 import subprocess
 from dataclasses import dataclass
 from typing import Callable
@@ -93,17 +91,12 @@ class Slurm:
         return [] if value in ("", "(null)") else (self.hostnames(value) or None)
 
     def room(self) -> tuple[str, list[str], int] | None:
-        """(its partition(s), their nodes, the nodes the job asks for): whether a requeue
-        that leaves nodes out can ever start. None when Slurm did not answer."""
+        """(its partition(s), their nodes, the job's nodes as Slurm shows them now): whether a
+        requeue that leaves nodes out can ever start. None when Slurm did not answer."""
         job = self._job()
         need = (job or {}).get("NumNodes", "").split("-")[0]
         if job is None or not need.isdigit():
             return None
-        # A job of N nodes and K spares (--no-kill) that lost a node shows NumNodes N+K-1, but
-        # its requeue asks for N+K again (its TRES and task count keep them): Slurm would
-        # never start it on fewer.
-        asked = re.search(r"(?:^|,)node=(\d+)", job.get("TRES", ""))
-        need = str(max(int(need), int(asked[1]) if asked else 0))
         parts, pool = job.get("Partition", ""), []
         for part in filter(None, parts.split(",")):
             a = self.call("scontrol", "-o", "show", "partition", part, timeout=5)

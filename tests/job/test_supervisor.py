@@ -184,7 +184,6 @@ class FakeSlurm:
             return Answer(0, "".join(f"{n}\n" for n in nodes))
         if name == "show job":
             room = f"Partition=debug NumNodes={self.num_nodes or len(self.nodes)} " if self.partition else ""
-            room += f"TRES=cpu=6,mem=12G,node={len(self.nodes)},billing=6 " if self.partition else ""
             return Answer(0, f"JobId={JOB} JobName=train JobState={self.state} Restarts={self.restarts} NodeList=n[1-2] "
                              f"{room}ExcNodeList={self.excluded} PreemptTime={self.preempt_time} Reason=None\n")
         if name == "partition" and self.partition:
@@ -1419,7 +1418,7 @@ def test_peers_of_dead_nodes_are_not_blamed_for_failing_first_and_the_job_waits_
     with_batch_log(rig, tmp_path)
     on_three_nodes(rig)
     rig.slurm.partition = ["n1", "n2", "n3"]
-    rig.slurm.num_nodes = 2  # Slurm removed n2 from the job (--no-kill); its TRES keeps node=3
+    rig.slurm.num_nodes = 2  # Slurm removed n2 from the job (--no-kill); its requeue asks for 3 again
     n1_first = (0.5, srun_says("srun: error: n1: task 0: Exited with exit code 1"))
     rig.task = [Plan([JOINS, SAVES, (5, dies("n2")), n1_first, (10, exits(1))]),
                 Plan([(1, arrive("n1", "n3")), SAVES, (5, dies("n3")), n1_first, (10, exits(1))])]
@@ -1429,6 +1428,24 @@ def test_peers_of_dead_nodes_are_not_blamed_for_failing_first_and_the_job_waits_
     assert (rig.event("requeue")["exclude"], rig.event("requeue")["waits_for"]) == ("", "n3")
     assert rig.slurm.excluded == "(null)"
     assert sorted(rig.ledger()) == [("n2", "node_failure"), ("n3", "node_failure")]
+
+
+def test_a_job_slurm_shrank_is_requeued_plainly_not_held(rig, tmp_path):
+    """As above on a partition of four: n3 could be left out, but Slurm (22.05) takes no
+    change to a job it shrank (--no-kill) until the requeue is through, KillWait after it,
+    when the supervisor is gone: a held requeue stayed held for good. So it is requeued as
+    it is, and the batch log says why n3 was not left out."""
+    with_batch_log(rig, tmp_path)
+    on_three_nodes(rig)
+    rig.slurm.partition = ["n1", "n2", "n3", "n7"]
+    rig.slurm.num_nodes = 2
+    rig.task = [Plan([JOINS, SAVES, (5, dies("n2")), (10, exits(1))]),
+                Plan([(1, arrive("n1", "n3")), SAVES, (5, dies("n3")), (10, exits(1))])]
+    assert rig.run(restarts_in_job=3, spare_nodes=1) == 0
+    assert "requeuehold" not in rig.slurm.names() and "requeue" in rig.slurm.names()
+    assert (rig.event("requeue")["exclude"], rig.event("requeue").get("waits_for")) == ("", None)
+    assert ("slurmtrain: not leaving out n3: Slurm takes no change to job 77 since it removed a lost node from it"
+            in rig.said())
 
 
 def test_a_partition_with_room_leaves_the_dead_node_out(rig):

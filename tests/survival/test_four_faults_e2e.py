@@ -4,7 +4,10 @@ machine that dies hard (its slurmd and the job's processes on it SIGKILLed, as a
 loss: its peers fail at once, srun waits for it until Slurm marks it down, so the
 supervisor probes the nodes itself; the spare takes its place in the job, the node goes to
 the bad-node ledger), on a three-node sandbox of its own (two nodes and a spare). The final weights are bitwise those of an uninterrupted
-run, and `status` shows the goodput with each fault's cost."""
+run, and `status` shows the goodput with each fault's cost.
+
+In the same sandbox, a requeue that cannot leave its lost node out: the spare used up by one
+lost node, a second one lost."""
 
 from __future__ import annotations
 
@@ -100,3 +103,49 @@ def test_crash_hang_preemption_and_a_lost_node_in_one_run(sandbox_three_nodes, w
     assert [kind for kind, _ in faults] == ["crash", "hang", "preempted", "node lost"], status
     assert status.count("goodput    ") == 1, status
     reference.assert_same_weights(run)
+
+
+def test_a_node_lost_after_the_spare_is_used_is_waited_for_and_the_run_completes(sandbox_three_nodes, workdir,
+                                                                                  runs_dir):
+    """Two nodes and a spare. A node dies: the spare takes its place in the job. Then the
+    other node that is not the batch host dies, and no spare is left: a requeue without it
+    could never start (the job asks for its 2 nodes and its spare: 3, on a partition of 3;
+    Slurm would hold it PENDING for ever), so the requeue keeps it within reach and says so.
+    Once the dead machines are back in service, the job starts on 3 nodes again and
+    completes from its newest save. (Slurm may then kill a rank of the new start on a node
+    that came back: its kill of the old start's step, which has the same ids, KillWait after
+    the node failed; the supervisor restarts it in the job.)"""
+    from slurmtrain import sandbox as lib
+
+    run, job = submit(runs_dir, workdir, ["--name", "spare-used", "--nodes", "2", "--set", "slurm.spare_nodes=1"],
+                      TRAIN + ["--train-steps", "100", "--save-steps", "15", "--set", "debug.step_seconds=0.4"])
+    two_ranks = lambda: len(rank_pids(run)) == 2  # noqa: E731
+    wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved") and two_ranks(), 240, job)
+    host = job_field(job, "BatchHost")
+    state_dir = Path(sandbox_three_nodes.state_dir)
+    lost = []
+    try:
+        for k in (1, 2):
+            node = next(n for n in sorted({rank_of(pid)[1] for pid in rank_pids(run)}) if n != host)
+            lost.append(node)
+            kill_machine(node, state_dir)
+            if k == 1:
+                wait_until(run, "training on the spare", lambda: saved_since(run, "relaunched", 1) and two_ranks(),
+                           180, job)
+        wait_until(run, "the requeue", lambda: named(run, "requeue"), 180, job)
+    finally:
+        lib.revive()  # the dead machines' slurmd again: Slurm takes them back in service
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+
+    first, second = lost
+    assert [(e["nodes"], e["spares"]) for e in named(run, "nodes_lost")] == [(first, second), (second, "none")], \
+        describe(run)
+    [requeue] = named(run, "requeue")
+    assert (requeue["waits_for"], requeue["exclude"]) == (second, ""), requeue
+    log = "".join(p.read_text() for p in sorted((run / "logs").glob("job-*.out")))
+    assert f"not leaving out {second}: partition debug has 3 node(s) for a job of 3" in log, log[-3000:]
+    assert job_field(job, "Restarts") == "1" and (job_field(job, "ExcNodeList") or "(null)") == "(null)"
+    assert [len(e["nodes"].split()) for e in named(run, "started")] == [3, 3], describe(run)
+    assert_nothing_lost(run)
+    status = run_cli(["status", str(run)], cwd=workdir).stdout
+    assert f"requeueing, to start when {second} is back in service (too few nodes without it)" in status, status
