@@ -19,6 +19,18 @@ and several times faster than the requeue.
 
     eval "$(slurmtrain sandbox env)"   # or: slurmtrain sandbox up
     python scripts/bench_recovery.py --rounds 2 [--release-after 5] [--json]
+
+``--memory-tier``: in-job recovery with the node-memory tier (``train.memory_steps``)
+against today's path (the durable checkpoint), on a wider model than tiny-demo (``--dim``,
+8 layers, a durable save every 5 steps), in one run of the script: jobs of each kind in
+turn, each crashed at most twice (once on each node: a node whose ranks fail first in two
+launches of a start is left out as a bad one), ``--rounds`` crashes of each kind in all. The tier's job is crashed once a copy in memory is newer than the
+durable checkpoint (its restart loads that copy: the ``resumed`` event says so); the other
+right after a durable save. Before each kill the durable checkpoint's files are dropped from
+the page cache, as a restart on another node of a cluster would find them. Goal (issue 35):
+the tier's recovery at most 0.7x today's.
+
+    python scripts/bench_recovery.py --memory-tier --rounds 3 [--dim 2048]
 """
 
 from __future__ import annotations
@@ -104,11 +116,21 @@ class Releaser:
                 sh("scontrol", "update", f"JobId={self.job}", "StartTime=now", check=False)
 
 
-def crash(run: Path) -> dict:
+def node_of(pid: int) -> str:
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return next((e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"SLURMD_NODENAME=")), "")
+
+
+def crash(run: Path, before_kill=None, turn: int = 1) -> dict:
+    """A trainer rank SIGKILLed after a checkpoint: the rank on the node ``turn`` picks (sorted
+    by node), so that crashes in turn fall on both nodes (a node whose rank fails first in
+    two launches is left out, as a bad node)."""
     t0 = time.time()
     wait("a checkpoint and two ranks", lambda: saved_after(run, t0 - 1) and len(trainer_ranks(run)) == 2)
+    if before_kill is not None:
+        before_kill(t0)
     killed = time.time()
-    os.kill(trainer_ranks(run)[-1], signal.SIGKILL)
+    os.kill(sorted(trainer_ranks(run), key=node_of)[turn % 2], signal.SIGKILL)
     first = wait("the relaunched launch's first step", lambda: first_step_after(run, killed))
     relaunched = [e for e in named(run, "relaunched") if e["time"] > killed][0]
     return {"in_job_s": first["at"] - killed, "detected_s": relaunched["time"] - killed,
@@ -147,9 +169,90 @@ def summary(rows: list[dict], cold: float, release_after: float | None) -> str:
     return "\n".join(lines)
 
 
+def uncache(folder: Path) -> None:
+    """Drop ``folder``'s files from the page cache: a restart reads them from the disk."""
+    for f in folder.rglob("*"):
+        if f.is_file():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+                os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+def copy_in_memory_after(job: str, step: int) -> bool:
+    """A step after ``step`` whose copies (every rank's, on each of the two nodes) are whole."""
+    steps: dict[int, set[tuple[str, str]]] = {}
+    for f in Path("/dev/shm/slurmtrain").glob(f"{job}-*/*/step_*/rank*.pt"):
+        n = int(f.parent.name[len("step_"):].split("-")[0])
+        steps.setdefault(n, set()).add((f.parent.parent.name, f.name))
+    return any(n > step and len(held) == 4 for n, held in steps.items())
+
+
+def tier_crash(run: Path, job: str, tier: bool, turn: int) -> dict:
+    """One crash of the tier's job (``tier``) or today's; (kill to first step, what it loaded)."""
+    def before_kill(t0: float) -> None:
+        if tier:
+            step = [e for e in named(run, "checkpoint_saved") if e["time"] > t0 - 1][-1]["step"]
+            wait("a copy in node memory newer than the checkpoint", lambda: copy_in_memory_after(job, step))
+        uncache(run / "checkpoints")
+
+    killed_at = time.time()
+    row = crash(run, before_kill, turn)
+    resumed = [e for e in named(run, "resumed") if e["time"] > killed_at]
+    loaded = resumed[-1].get("tier", "durable") if resumed else "nothing"
+    if loaded != ("memory" if tier else "durable"):
+        sys.exit(f"bench_recovery: the {'tier' if tier else 'durable'} job's restart loaded {loaded}")
+    return {"in_job_s": row["in_job_s"], "relaunch_to_step_s": row["relaunch_to_step_s"]}
+
+
+def tier_main(args, work: Path, env: dict) -> int:
+    model = [f"model.dim={args.dim}", "model.n_layers=8", "model.n_heads=16", "model.n_kv_heads=16",
+             "data.max_seq_len=64", "train.global_batch_size=4", "train.micro_batch_size=2"]
+    rows: dict[bool, list[dict]] = {True: [], False: []}
+    # At most a crash on each node per job: a node whose ranks fail first in two launches of
+    # a start is left out as a bad one. The two kinds of job alternate.
+    while len(rows[False]) < args.rounds:
+        for tier in (True, False):
+            crashes = min(2, args.rounds - len(rows[tier]))
+            sets = model + [f"train.memory_steps={1 if tier else 0}"]
+            job, run = submit(work, env, crashes, f"bench-recovery-{'tier' if tier else 'durable'}", sets, save_steps=5)
+            try:
+                for turn in range(crashes):
+                    row = tier_crash(run, job, tier, turn)
+                    rows[tier].append(row)
+                    print(f"{'tier' if tier else 'durable'} round {len(rows[tier])}: "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in row.items()), file=sys.stderr, flush=True)
+            finally:
+                sh("scancel", job, check=False)
+            wait(f"job {job} to end", lambda: not sh("squeue", "-h", "-j", job, check=False).strip(), timeout=120)
+    med = {t: statistics.median(r["in_job_s"] for r in rows[t]) for t in rows}
+    span = {t: f"{med[t]:.1f} ({min(r['in_job_s'] for r in rows[t]):.1f}-{max(r['in_job_s'] for r in rows[t]):.1f})"
+            for t in rows}
+    size = sum(f.stat().st_size for f in (run / "checkpoints").rglob("*") if f.is_file()) / 2**20
+    print(f"| in-job recovery, kill to first step (dim {args.dim}, 8 layers; checkpoint {size:.0f} MiB) "
+          f"| seconds, median (min-max) over {args.rounds} | against today's |\n|---|---|---|\n"
+          f"| today's: the durable checkpoint, read from disk | {span[False]} | 1.00x |\n"
+          f"| node-memory tier: each rank its node's copy | {span[True]} | {med[True] / med[False]:.2f}x |\n\n"
+          f"tier / durable = {med[True] / med[False]:.2f} (goal: at most 0.7)")
+    return 0
+
+
+def submit(work: Path, env: dict, restarts: int, name: str, sets: list[str], save_steps: int = 10) -> tuple[str, Path]:
+    """Submit tiny-demo (with ``sets``) on 2 nodes, 1 process each; (job id, run directory)."""
+    out = subprocess.run([sys.executable, "-m", "slurmtrain", "submit", "--runs-dir", "runs", "--nodes", "2",
+                          "--set", "launch.procs_per_node=1", "--set", f"resilience.restarts_in_job={restarts}",
+                          "--name", name, "--", "python3", "-m", "slurmtrain.train", "--recipe",
+                          "tiny-demo", "--train-steps", str(STEPS), "--save-steps", str(save_steps), "--eval-steps", "0",
+                          *[a for kv in sets for a in ("--set", kv)]],
+                         cwd=work, check=True, env=env, capture_output=True, text=True).stdout
+    return re.search(r"submitted job (\d+)", out)[1], Path(re.search(r"run directory: (\S+)", out)[1])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=2, help="crashes and requeues each (default 2)")
+    p.add_argument("--memory-tier", action="store_true",
+                   help="in-job recovery with the node-memory tier against the durable checkpoint")
+    p.add_argument("--dim", type=int, default=2048, help="--memory-tier: the model's width (default 2048)")
     p.add_argument("--release-after", type=float, default=None,
                    help="lift Slurm's hold of the requeued job after this many seconds (default: keep it)")
     p.add_argument("--json", action="store_true", help="print each round as JSON too")
@@ -165,13 +268,9 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-m", "slurmtrain", "demo-corpus", "--max-mb", "0.5"], cwd=work, check=True,
                    env=env, capture_output=True)
-    out = subprocess.run([sys.executable, "-m", "slurmtrain", "submit", "--runs-dir", "runs", "--nodes", "2",
-                          "--set", "launch.procs_per_node=1", "--set", f"resilience.restarts_in_job={args.rounds}",
-                          "--name", "bench-recovery", "--", "python3", "-m", "slurmtrain.train", "--recipe",
-                          "tiny-demo", "--train-steps", str(STEPS), "--save-steps", "10", "--eval-steps", "0"],
-                         cwd=work, check=True, env=env, capture_output=True, text=True).stdout
-    job = re.search(r"submitted job (\d+)", out)[1]
-    run = Path(re.search(r"run directory: (\S+)", out)[1])
+    if args.memory_tier:
+        return tier_main(args, work, env)
+    job, run = submit(work, env, args.rounds, "bench-recovery", [])
     rows = []
     try:
         started = wait("the first start", lambda: named(run, "started"))[0]
