@@ -117,6 +117,7 @@ def test_a_node_lost_after_the_spare_is_used_is_waited_for_and_the_run_completes
     the node failed; the supervisor restarts it in the job.)"""
     from slurmtrain import sandbox as lib
 
+    lib.revive()  # the machine the test above killed: the job needs all three nodes
     run, job = submit(runs_dir, workdir, ["--name", "spare-used", "--nodes", "2", "--set", "slurm.spare_nodes=1"],
                       TRAIN + ["--train-steps", "100", "--save-steps", "15", "--set", "debug.step_seconds=0.4"])
     two_ranks = lambda: len(rank_pids(run)) == 2  # noqa: E731
