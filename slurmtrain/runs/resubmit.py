@@ -8,7 +8,10 @@ program of your own does it by reading its own state). The new job id is appende
 
 ``watch`` follows a run and resubmits after each stop that is not the program's fault
 (preemption, time limit, node failure) until it completes, fails, or ``max_resubmits``
-is used up.
+is used up. It also requeues a job stranded by its batch host: with spares the job runs
+with ``--no-kill``, and when the node that runs its batch script (and the supervisor) dies,
+Slurm keeps it RUNNING on the other nodes, where nothing of it runs any more, until its
+time limit.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import events
-from ..errors import UsageError
+from .. import events, ledger
+from ..errors import SlurmError, UsageError
 from . import classify, slurmquery, sweeps
 from .rundir import POINTS, RunDir
 from .states import JobState
@@ -51,6 +54,39 @@ def job_end(run: RunDir) -> JobEnd | None:
     if info.state is JobState.PREEMPTED:  # from 24.05 also Slurm's end of a preempted job it did not requeue
         active = not classify.classify(run.path, info.state.value, info.exit_code).final
     return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active)
+
+
+def stranded(job_id: str) -> str | None:
+    """The batch host of a RUNNING job that Slurm holds DOWN (the supervisor died with it), or
+    None. A job without spares Slurm ends or requeues itself when a node fails."""
+    host = slurmquery.running_batch_host(job_id)  # scontrol's: sacct does not know it
+    return host if host and slurmquery.down([host]) else None
+
+
+def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None]) -> bool:
+    """Requeue the job if its batch host is down while Slurm keeps it RUNNING; the host goes
+    to the bad-node ledger. The next start resumes from the newest checkpoint, and the start
+    that ended without a word reads as a node failure."""
+    try:
+        host = stranded(end.job_id)
+    except SlurmError:  # no answer this time: asked again at the next poll
+        return False
+    if host is None:
+        return False
+    say(f"job {end.job_id}: its batch host {host} is down, and Slurm keeps the job RUNNING (--no-kill: a job "
+        "with spares) with nothing of it left running; requeueing it")
+    try:
+        slurmquery.requeue(end.job_id)
+    except SlurmError as err:
+        say(f"job {end.job_id}: the requeue failed: {err}")
+        return False
+    try:
+        ledger.add(run.path.parent, host, f"down in Slurm as the batch host of job {end.job_id}, which it kept "
+                   "RUNNING (requeued by `slurmtrain resubmit --watch`)", run=run.name, job_id=end.job_id,
+                   source="node_failure")
+    except OSError as err:
+        say(f"could not record {host} in the bad-node ledger ({err})")
+    return True
 
 
 def resubmit(run: RunDir, force: bool = False) -> Submitted:
@@ -131,6 +167,7 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
             say(f"following job {end.job_id} of run {run.name}")
             seen_job = end.job_id
         if end.active:
+            requeue_stranded(run, end, say)
             sleep(poll_s)
             continue
         outcome = classify.classify(run.path, end.state, end.exit_code)

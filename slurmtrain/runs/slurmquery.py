@@ -331,6 +331,33 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
         raise
 
 
+def running_batch_host(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> str | None:
+    """The node that runs the batch script of job ``job_id`` while it is RUNNING, else None."""
+    try:
+        (job,) = [r for r in _show_job(job_id, timeout) if r.get("JobId") == job_id]
+    except (SlurmError, ValueError):  # gone, or an array's record: not one job
+        return None
+    host = job.get("BatchHost", "")
+    return host if parse_state(job.get("JobState")) is JobState.RUNNING and host not in ("", "(null)") else None
+
+
+def down(nodes: list[str], timeout: float = QUERY_TIMEOUT_S) -> list[str]:
+    """Those of ``nodes`` that Slurm holds DOWN (after its SlurmdTimeout: not a node that
+    missed a ping or two); none where sinfo does not answer."""
+    if not nodes:
+        return []
+    proc = run_slurm(["sinfo", "-h", "-N", "-t", "down", "-n", ",".join(nodes), "-o", "%N"], timeout=timeout)
+    return sorted(set(proc.stdout.split())) if proc.returncode == 0 else []
+
+
+def requeue(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
+    """``scontrol requeue``; raises :class:`SlurmError` with Slurm's words when refused."""
+    argv = ["scontrol", "requeue", job_id]
+    proc = run_slurm(argv, timeout=timeout)
+    if proc.returncode != 0:
+        raise _fail(argv, proc)
+
+
 def _show_job(job_id: str, timeout: float) -> list[dict[str, str]]:
     """The job's record, or an array job's records (one per task or pending range)."""
     argv = ["scontrol", "--oneliner", "show", "job", job_id]

@@ -39,6 +39,8 @@ class FakeSlurm:
     def __init__(self, scontrol: str = "", sacct: str | None = None):
         self.scontrol = scontrol
         self.sacct = sacct            # None: accounting storage is disabled
+        self.down: list[str] = []     # the nodes `sinfo -t down` lists
+        self.refuse_requeue = ""      # `scontrol requeue` fails with this, when set
         self.calls: list[list[str]] = []
 
     def __call__(self, argv, **kwargs):
@@ -47,8 +49,13 @@ class FakeSlurm:
         self.calls.append(list(argv))
         assert kwargs.get("timeout"), "every Slurm call needs a timeout"
         tool = argv[0]
+        if argv[:2] == ["scontrol", "requeue"]:
+            return subprocess.CompletedProcess(argv, 1 if self.refuse_requeue else 0, "", self.refuse_requeue)
         if tool == "scontrol":
             return subprocess.CompletedProcess(argv, 0, self.scontrol, "")
+        if tool == "sinfo":
+            asked = argv[argv.index("-n") + 1].split(",")
+            return subprocess.CompletedProcess(argv, 0, "".join(f"{n}\n" for n in self.down if n in asked), "")
         if tool == "sacct":
             if self.sacct is None:
                 return subprocess.CompletedProcess(

@@ -1,0 +1,69 @@
+"""A job stranded by its batch host: with spares it runs with --no-kill, and when the node
+that runs its batch script (the supervisor) dies, Slurm keeps it RUNNING on the other nodes
+with nothing of it left running. `status` says so and `resubmit --watch` requeues it
+(runs/resubmit.py). Slurm faked at the subprocess boundary; end to end on networked nodes:
+tests/survival/test_network_faults_e2e.py."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from runs_fakes import recorded_run
+from slurmtrain.cli import main
+from slurmtrain import ledger
+from slurmtrain.runs import resubmit, slurmquery
+
+
+def scontrol(job_id: str, state: str, host: str = "stnode1") -> str:
+    return (f"JobId={job_id} JobName=x JobState={state} Reason=None Requeue=1 Restarts=0 ExitCode=0:0 "
+            f"RunTime=00:05:00 NodeList=stnode[1-3] NumNodes=2 BatchHost={host} Power=")
+
+
+def test_the_batch_host_of_a_running_job_is_scontrols(fake_slurm):
+    fake_slurm(scontrol=scontrol("41", "RUNNING", "stnode3"))
+    assert slurmquery.running_batch_host("41") == "stnode3"
+    fake_slurm(scontrol=scontrol("41", "PENDING", "(null)"))
+    assert slurmquery.running_batch_host("41") is None
+    fake_slurm(scontrol="")
+    assert slurmquery.running_batch_host("41") is None  # Slurm forgot it
+
+
+def test_a_running_job_is_stranded_only_when_its_batch_host_is_down(fake_slurm):
+    fake = fake_slurm(scontrol=scontrol("41", "RUNNING"))
+    assert resubmit.stranded("41") is None            # every node up
+    fake.down = ["stnode2"]
+    assert resubmit.stranded("41") is None            # another node of the job: the supervisor handles it
+    fake.down = ["stnode1"]
+    assert resubmit.stranded("41") == "stnode1"
+    assert ["sinfo", "-h", "-N", "-t", "down", "-n", "stnode1", "-o", "%N"] in fake.calls
+    fake.scontrol = scontrol("41", "PENDING")         # requeued already: nothing to do
+    assert resubmit.stranded("41") is None
+
+
+def test_the_watch_requeues_a_stranded_job_says_why_and_records_the_node(tmp_path, fake_slurm):
+    run, _ = recorded_run(tmp_path, "preempted_then_completed")
+    fake = fake_slurm(scontrol=scontrol("41", "RUNNING"))
+    fake.down = ["stnode1"]
+    said: list[str] = []
+    end = resubmit.JobEnd("41", "RUNNING", None, active=True)
+    assert resubmit.requeue_stranded(run, end, said.append)
+    assert fake.calls[-1] == ["scontrol", "requeue", "41"]
+    assert said == ["job 41: its batch host stnode1 is down, and Slurm keeps the job RUNNING (--no-kill: a job "
+                    "with spares) with nothing of it left running; requeueing it"]
+    assert [(e.node, e.source, e.job_id) for e in ledger.read(tmp_path)] == [("stnode1", "node_failure", "41")]
+    fake.refuse_requeue = "scontrol: error: Job is no longer running"
+    assert not resubmit.requeue_stranded(run, end, said.append)
+    assert said[-1].startswith("job 41: the requeue failed: ") and "no longer running" in said[-1]
+    assert len(ledger.read(tmp_path)) == 1
+
+
+def test_status_says_a_job_is_stranded_and_how_to_requeue_it(tmp_path, fake_slurm):
+    run, job = recorded_run(tmp_path, "preempted_then_completed")
+    fake = fake_slurm(scontrol=scontrol(job, "RUNNING"))
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert "batch host" not in out, out
+    fake.down = ["stnode1"]
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert (f"warning    its batch host stnode1 is down and Slurm keeps the job RUNNING (a job with spares runs "
+            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {run.name}` requeues "
+            f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
