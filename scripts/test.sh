@@ -86,10 +86,10 @@ step "pytest"
 # tests/train/trainer_util.py): the suite keeps about ten processes busy on 2 cores, and
 # torch's default of a thread per core in the workers' own tests only adds contention.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-# Four workers (tests/conftest.py): two Slurm lanes, each with its own sandbox (the
-# second is brought up on its first use), a third for the files that bring up sandboxes of
-# their own (networked nodes, three nodes: they mostly wait on faults), and the computing
-# tests, one file at a time, in the fourth worker and in whichever lane has finished; groups go out in the conftest's
+# Five workers (tests/conftest.py): two Slurm lanes, each with its own sandbox (the
+# second is brought up on its first use), a third and a fourth for the files that bring up
+# sandboxes of their own (networked nodes; three nodes: they mostly wait on faults), and the
+# computing tests, one file at a time, in the fifth worker and in whichever lane has finished; groups go out in the conftest's
 # order (--no-loadscope-reorder). The 25 slowest steps (PYTEST_DURATIONS: how many; 0,
 # all) are listed at the end, and the CPU time the whole machine spent meanwhile: where the
 # suite's time goes, run by run (2 cores: a suite that keeps both busy spends 2 CPU-s a second).
@@ -101,7 +101,7 @@ PROFILER=""  # SLURMTRAIN_CPU_BY_TEST=OUT.json: CPU-s by test (scripts/cpu_by_te
 if [ -n "${SLURMTRAIN_CPU_BY_TEST:-}" ]; then
   "$PY" scripts/cpu_by_test.py "$SLURMTRAIN_CPU_BY_TEST" & PROFILER=$!
 fi
-"$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder \
+"$PY" -m pytest -q -rs -n "${PYTEST_WORKERS:-5}" --dist loadgroup --no-loadscope-reorder \
   --durations="${PYTEST_DURATIONS:-25}" "$@" || status=$?
 echo "pytest: ${SECONDS} s, $(( $(cpu_seconds) - CPU0 )) CPU-s on this machine meanwhile"
 [ -z "$PROFILER" ] || { kill "$PROFILER"; wait "$PROFILER" || true; echo "CPU-s by test: $SLURMTRAIN_CPU_BY_TEST"; }

@@ -30,7 +30,8 @@ Lanes. Under ``pytest -n 3`` (or more) the Slurm test files are split into two l
 first lane's in the default state directory, the second's in ``SECOND_LANE_DIR`` (its
 own ports and job ids; the same node names). Under ``-n 4`` (scripts/test.sh) a third lane
 runs the files that bring up sandboxes of their own (``THIRD_LANE``: networked nodes, three
-nodes); under ``-n 3`` they are the second lane's. With fewer workers, or none, every Slurm
+nodes); under ``-n 3`` they are the second lane's. Under ``-n 5`` the three-node file has a fourth
+lane (``FOURTH_LANE``). With fewer workers, or none, every Slurm
 test uses the default sandbox. A module-scoped fixture that submits jobs must ask for
 ``_sandbox_session``: the lane's sandbox, with ``SLURMTRAIN_SANDBOX_DIR`` and
 ``SLURM_CONF`` set for the file's duration (module fixtures run before the ``sandbox``

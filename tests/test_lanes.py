@@ -56,7 +56,8 @@ def test_the_files_on_a_sandbox_of_their_own_share_a_lane():
         if "pytest.mark.slurm" not in text or path == Path(__file__).resolve():
             continue
         for fixture in set(re.findall(r"\b(sandbox_networked|sandbox_three_nodes)\b", text)):
-            users.setdefault(fixture, set()).add("slurm3" if rel in lanes.THIRD_LANE else
+            users.setdefault(fixture, set()).add("slurm4" if rel in lanes.FOURTH_LANE else
+                                                 "slurm3" if rel in lanes.THIRD_LANE else
                                                  "slurm2" if rel in lanes.SECOND_LANE else "slurm")
     assert set(users) == {"sandbox_networked", "sandbox_three_nodes"}, users
     assert all(len(where) == 1 for where in users.values()), users
@@ -67,6 +68,7 @@ def test_every_test_of_the_third_lane_brings_up_a_sandbox_of_its_own():
     as every Slurm test does unless it asks for another) would bring up the first lane's."""
     import ast
 
+    assert lanes.FOURTH_LANE <= lanes.THIRD_LANE  # under -n 4 they are the third lane's
     for rel in sorted(lanes.THIRD_LANE):
         tree = ast.parse((REPO / rel).read_text())
         tests = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
