@@ -139,8 +139,10 @@ class Requeue:
             return nodes, []
         parts, pool, shown = room
         # A job with spares (--no-kill) that lost a node shows fewer nodes; its requeue asks
-        # for all it was given again.
-        need = max(shown, self.allocated())
+        # for all it was given again. (Without spares Slurm may show fewer while it ends the
+        # job on a failed node: that job is not resized, its requeue can be held.)
+        shrunk = bool(self.cfg.spare_nodes) and shown < self.allocated()
+        need = self.allocated() if shrunk else shown
         already = set(self.slurm.excluded() or [])
         others = [n for n in pool if n not in already]
         spare = max(len(others) - need, 0)
@@ -151,7 +153,7 @@ class Requeue:
             say(f"slurmtrain: not leaving out {','.join(waits)}: partition {parts} has {len(others)} node(s) for a "
                 f"job of {need}; the requeued job starts once {eventlog.back_in_service(waits)} (in the bad-node "
                 "ledger still)")
-        if out and shown < need:
+        if out and shrunk:
             # Slurm 22.05 takes no change to a job it shrank until the requeue is through,
             # KillWait after it, when the supervisor is gone: a held requeue stayed held.
             say(f"slurmtrain: not leaving out {','.join(out)}: Slurm takes no change to job {self.job.ref} since it "

@@ -160,7 +160,12 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
     resubmits = 0
     seen_job = None
     while True:
-        end = job_end(run)
+        try:
+            end = job_end(run)
+        except SlurmError as err:  # a busy or restarting controller: ask again, not give up the watch
+            say(f"Slurm did not answer ({err}); asking again in {poll_s:g} s")
+            sleep(poll_s)
+            continue
         if end is None:
             raise UsageError(f"run {run.name} was never submitted (no job id in manifest.json)")
         if end.job_id != seen_job:

@@ -1448,6 +1448,16 @@ def test_a_job_slurm_shrank_is_requeued_plainly_not_held(rig, tmp_path):
             in rig.said())
 
 
+def test_without_spares_a_job_slurm_shows_smaller_still_leaves_the_dead_node_out(rig):
+    """Slurm may show a job of 2 with one node while it ends it on a failed node; without
+    spares (no --no-kill) the job is not resized, and its requeue leaves the node out."""
+    rig.slurm.partition = ["n1", "n2", "n7"]
+    rig.slurm.num_nodes = 1
+    rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(1))])]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.slurm.excluded == "n2" and "requeuehold" in rig.slurm.names()
+
+
 def test_a_partition_with_room_leaves_the_dead_node_out(rig):
     rig.slurm.partition = ["n1", "n2", "n7"]
     rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(1))])]

@@ -112,9 +112,10 @@ def test_a_node_lost_after_the_spare_is_used_is_waited_for_and_the_run_completes
     could never start (the job asks for its 2 nodes and its spare: 3, on a partition of 3;
     Slurm would hold it PENDING for ever), so the requeue keeps it within reach and says so.
     Once the dead machines are back in service, the job starts on 3 nodes again and
-    completes from its newest save. (Slurm may then kill a rank of the new start on a node
-    that came back: its kill of the old start's step, which has the same ids, KillWait after
-    the node failed; the supervisor restarts it in the job.)"""
+    completes from its newest save. (Slurm may then kill ranks of the new start on the nodes
+    that came back: its kill of the old start's step, which has the same ids; seen once
+    taking a node's step out, which the supervisor then left out for the spare. Only the
+    first start's faults are the test's.)"""
     from slurmtrain import sandbox as lib
 
     lib.revive()  # the machine the test above killed: the job needs all three nodes
@@ -139,8 +140,8 @@ def test_a_node_lost_after_the_spare_is_used_is_waited_for_and_the_run_completes
     assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
 
     first, second = lost
-    assert [(e["nodes"], e["spares"]) for e in named(run, "nodes_lost")] == [(first, second), (second, "none")], \
-        describe(run)
+    first_start = [e for e in named(run, "nodes_lost") if e["restart"] == 0]  # the next: Slurm's stale kill, above
+    assert [(e["nodes"], e["spares"]) for e in first_start] == [(first, second), (second, "none")], describe(run)
     [requeue] = named(run, "requeue")
     assert (requeue["waits_for"], requeue["exclude"]) == (second, ""), requeue
     log = "".join(p.read_text() for p in sorted((run / "logs").glob("job-*.out")))
