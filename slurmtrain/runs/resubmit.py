@@ -162,8 +162,10 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
     while True:
         try:
             end = job_end(run)
-        except SlurmError as err:  # a busy or restarting controller: ask again, not give up the watch
+        except SlurmError as err:  # sacct, say, timing out: ask again, not give up the watch
             say(f"Slurm did not answer ({err}); asking again in {poll_s:g} s")
+            if run.job_id:  # the controller may answer still: seen with a node down, sacct timing out each time
+                requeue_stranded(run, JobEnd(run.job_id, None, None, active=True), say)
             sleep(poll_s)
             continue
         if end is None:

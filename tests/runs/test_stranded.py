@@ -67,3 +67,25 @@ def test_status_says_a_job_is_stranded_and_how_to_requeue_it(tmp_path, fake_slur
     assert (f"warning    its batch host stnode1 is down and Slurm keeps the job RUNNING (a job with spares runs "
             f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {run.name}` requeues "
             f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
+
+
+def test_the_watch_requeues_a_stranded_job_when_accounting_does_not_answer(tmp_path, fake_slurm, monkeypatch):
+    """Seen on networked nodes: with the batch host down, sacct timed out at every poll, and a
+    watch that only asked again never looked at the controller's view of the job."""
+    from slurmtrain.errors import SlurmError
+
+    run, job = recorded_run(tmp_path, "preempted_then_completed")
+    fake = fake_slurm(scontrol=scontrol(job, "RUNNING"))
+    fake.down = ["stnode1"]
+    answers = iter([SlurmError("sacct did not answer within 30 s"), resubmit.JobEnd(job, "COMPLETED", 0, False)])
+
+    def job_end(_run):
+        got = next(answers)
+        if isinstance(got, Exception):
+            raise got
+        return got
+    monkeypatch.setattr(resubmit, "job_end", job_end)
+    said: list[str] = []
+    resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
+    assert ["scontrol", "requeue", job] in fake.calls
+    assert said[0] == "Slurm did not answer (sacct did not answer within 30 s); asking again in 1 s", said

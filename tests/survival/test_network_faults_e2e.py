@@ -206,6 +206,9 @@ def test_a_job_with_a_spare_stranded_by_its_batch_host_is_requeued_by_the_watch(
             wait_until(run, "the watch's requeue", lambda: job_field(job, "Restarts") == "1" or watch.poll() is not None,
                        240, job)
             assert watch.poll() is None, watch.communicate()[0]
+        except AssertionError as err:
+            watch.kill()
+            raise AssertionError(f"{err}\nthe watch said:\n{watch.communicate()[0]}") from None
         finally:
             on = run_cli(["sandbox", "fault", host, "power-on"], cwd=workdir, check=False)
         assert on.returncode == 0, on.stdout + on.stderr
