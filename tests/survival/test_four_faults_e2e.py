@@ -140,14 +140,14 @@ def test_a_node_lost_after_the_spare_is_used_is_waited_for_and_the_run_completes
     assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
 
     first, second = lost
-    first_start = [e for e in named(run, "nodes_lost") if e["restart"] == 0]  # the next: Slurm's stale kill, above
+    first_start = [e for e in named(run, "nodes_lost") if e["restart"] == 0]  # later ones: Slurm's stale kill, above
     assert [(e["nodes"], e["spares"]) for e in first_start] == [(first, second), (second, "none")], describe(run)
-    [requeue] = named(run, "requeue")
-    assert (requeue["waits_for"], requeue["exclude"]) == (second, ""), requeue
+    requeue = named(run, "requeue")[0]
+    assert (requeue["restart"], requeue["waits_for"], requeue["exclude"]) == (0, second, ""), requeue
     log = "".join(p.read_text() for p in sorted((run / "logs").glob("job-*.out")))
     assert f"not leaving out {second}: partition debug has 3 node(s) for a job of 3" in log, log[-3000:]
-    assert job_field(job, "Restarts") == "1" and (job_field(job, "ExcNodeList") or "(null)") == "(null)"
-    assert [len(e["nodes"].split()) for e in named(run, "started")] == [3, 3], describe(run)
+    assert int(job_field(job, "Restarts")) >= 1 and (job_field(job, "ExcNodeList") or "(null)") == "(null)"
+    assert [len(e["nodes"].split()) for e in named(run, "started")][:2] == [3, 3], describe(run)
     assert_nothing_lost(run)
     status = run_cli(["status", str(run)], cwd=workdir).stdout
     assert f"requeueing, to start when {second} is back in service (too few nodes without it)" in status, status
