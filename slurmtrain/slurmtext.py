@@ -19,6 +19,12 @@ SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$", re.M)
 # down, for good or for a moment): "Task launch for StepId=12.0 failed on node n2: <why>".
 SRUN_LAUNCH_FAILED = re.compile(r"^srun: error: Task launch for StepId=\S+ failed on node (?P<node>[^:\s]+): "
                                 r"(?P<why>.+)$", re.M)
+# slurmstepd's line for a step cancelled with no reason given ("*** STEP 12.0 ON n1 CANCELLED AT
+# <time> ***"): the supervisor never cancels a step, so someone or Slurm did: after a requeue,
+# the controller's kill of the last start's step (same job and step ids) once its nodes are back.
+# A time limit or a preemption says "... DUE TO ..." and is not this.
+SLURM_STEP_CANCELLED = re.compile(r"^slurmstepd(?:-\S+)?: error: \*\*\* STEP \S+ ON (?P<node>\S+) CANCELLED AT \S+ \*\*\*$",
+                                  re.M)
 
 
 def parse_key_values(line: str) -> dict[str, str]:

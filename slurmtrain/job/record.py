@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import dependents, events, ledger
-from ..slurmtext import SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR
+from ..slurmtext import SLURM_STEP_CANCELLED, SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR
 from .config import Job
 
 
@@ -75,6 +75,10 @@ class Record:
     def launch_failures(self, since: int) -> dict[str, str]:
         """The nodes srun could not start the tasks on after byte ``since``, with its reason."""
         return {m["node"]: m["why"].strip() for m in SRUN_LAUNCH_FAILED.finditer(self._log_since(since))}
+
+    def step_cancelled(self, since: int) -> bool:
+        """Slurm said a step was cancelled with no reason given after byte ``since``."""
+        return bool(SLURM_STEP_CANCELLED.search(self._log_since(since)))
 
     def srun_node_failures(self, since: int) -> list[str]:
         """The nodes srun said failed ("srun: error: Node failure on <node>") after byte ``since``."""

@@ -219,7 +219,8 @@ class Supervisor:
             return decide.Settled("replace")
         repeated = decide.repeated_error(mine, eventlog.since_start(eventlog.of_task(events.read(self.cfg.run_dir),
                                                                                     self.job.array_task)))
-        dead, twice = self.lost_nodes(blame=not repeated) if decide.failed_by_itself(facts) else ([], [])
+        blame = not (repeated or facts.step_cancelled)
+        dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
         progressed = any(e.get("event") == Ev.CHECKPOINT_SAVED for e in mine)
         if lost:
@@ -232,11 +233,13 @@ class Supervisor:
         elif not decide.relaunch(facts, progressed, repeated, st.relaunches, self.cfg.restarts_in_job):
             return self.finish(facts)
         n = st.relaunches + 1
-        why = f"as node(s) {' '.join(lost)} were lost" if lost else "after a new checkpoint"
+        why = (f"as node(s) {' '.join(lost)} were lost" if lost else
+               "as Slurm cancelled its step" if facts.step_cancelled else "after a new checkpoint")
         self.say(f"slurmtrain: the program failed (exit status {facts.status}) {why}; starting it again in "
                  f"this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
-                          **({"why": "nodes lost"} if lost else {}), **cause)
+                          **({"why": "nodes lost"} if lost else {"why": "step cancelled"} if facts.step_cancelled
+                             else {}), **cause)
         self.clear_marks()
         return decide.Settled("relaunch")
 
@@ -283,7 +286,8 @@ class Supervisor:
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
-            hung=st.hung, down_nodes=tuple(self.requeue.down_nodes))
+            hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
+            step_cancelled=status != 0 and self.record.step_cancelled(self.log_mark))
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

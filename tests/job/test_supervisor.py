@@ -1229,6 +1229,31 @@ def test_a_rank_that_dies_first_on_the_same_node_twice_leaves_it_out(rig, tmp_pa
     assert rig.ledger() == [("n2", "in_job")]
 
 
+STEP_CANCELLED_AT_ONCE = Plan([JOINS, (1, srun_says("srun: error: n2: task 1: Killed")),
+                               (1, srun_says("slurmstepd-n1: error: *** STEP 77.0 ON n1 CANCELLED AT "
+                                             "2026-11-27T05:30:39 ***")), (1.5, exits(137))])
+
+
+def test_a_step_slurm_cancels_before_any_checkpoint_is_launched_again_blaming_no_node(rig, tmp_path):
+    """After a requeue, Slurm's kill of the last start's step (the same job and step ids)
+    can reach the new start's step on a node that came back: killed at once, before any
+    save. The program did nothing wrong: launched again, and n2 is no bad node for it."""
+    with_batch_log(rig, tmp_path)
+    rig.task = [STEP_CANCELLED_AT_ONCE, STEP_CANCELLED_AT_ONCE, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.names() == ["started", "relaunched", "relaunched", "finished"] and rig.ledger() == []
+    assert [e.get("why") for e in rig.events() if e["event"] == "relaunched"] == ["step cancelled"] * 2
+    assert "(exit status 137) as Slurm cancelled its step; starting it again in this allocation" in rig.said()
+
+
+def test_a_step_cancelled_for_a_time_limit_is_not_taken_for_slurms_stray_kill(rig, tmp_path):
+    with_batch_log(rig, tmp_path)
+    rig.task = [Plan([JOINS, (1, srun_says("slurmstepd-n1: error: *** STEP 77.0 ON n1 CANCELLED AT 2026-11-27T05:30:39 "
+                                    "DUE TO TIME LIMIT ***")), (1.5, exits(137))])]
+    assert rig.run(restarts_in_job=3) == 137
+    assert rig.names() == ["started", "failed"] and rig.launched == ["task"]
+
+
 def test_a_hang_that_names_every_node_blames_none(rig, monkeypatch):
     """Ranks in lockstep beat within the same second: such a hang names them all, and says
     nothing of any one node; two of them leave no node out."""
