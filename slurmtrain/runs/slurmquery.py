@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -64,14 +65,32 @@ class JobInfo:
 
 def run_slurm(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
     """Run a Slurm client command; only "not installed" and "no answer" raise here."""
+    began, rc = time.monotonic(), None
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        rc = proc.returncode
+        return proc
     except FileNotFoundError:
         raise SlurmError(f"{argv[0]}: command not found; {_NOT_FOUND_HINT}") from None
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{argv[0]} did not answer within {timeout:g} s: is the Slurm controller "
                          f"reachable (SLURM_CONF={os.environ.get('SLURM_CONF', '<unset>')})?") from None
+    finally:
+        _trace(argv, rc, time.monotonic() - began)
+
+
+def _trace(argv: list[str], rc: int | None, seconds: float) -> None:
+    """SLURMTRAIN_SLURM_TRACE=FILE: one line per Slurm call (when, how long, its exit status,
+    None where it did not answer): where a slow controller or a stuck watch spends its time."""
+    path = os.environ.get("SLURMTRAIN_SLURM_TRACE")
+    if not path:
+        return
+    line = f"{time.strftime('%H:%M:%S')} {seconds:6.2f}s rc={rc} {' '.join(argv)}\n"
+    try:
+        with open(path, "a") as f:
+            f.write(line)
+    except OSError:
+        pass  # a trace that cannot be written must not fail the query
 
 
 def one_line(text: str) -> str:

@@ -106,6 +106,34 @@ def test_unreachable_controller(monkeypatch):
     assert "\n" not in str(err.value) and "Unable to contact slurm controller" in str(err.value)
 
 
+def test_each_slurm_call_is_traced_where_asked_with_its_time_and_status(monkeypatch, tmp_path):
+    trace = tmp_path / "slurm-calls.log"
+    monkeypatch.setenv("SLURMTRAIN_SLURM_TRACE", str(trace))
+    answers = iter([subprocess.CompletedProcess(["scontrol"], 0, "", ""), subprocess.TimeoutExpired("sinfo", 30)])
+
+    def run(argv, **kw):
+        got = next(answers)
+        if isinstance(got, Exception):
+            raise got
+        return got
+    monkeypatch.setattr(slurmquery.subprocess, "run", run)
+    assert slurmquery.scontrol_jobs() == {}
+    with pytest.raises(SlurmError):
+        slurmquery.down(["n1"])
+    lines = trace.read_text().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].endswith("rc=0 scontrol --oneliner show job") and lines[1].endswith(
+        "rc=None sinfo -h -N -t down -n n1 -o %N"), lines
+
+
+def test_no_trace_unless_asked(monkeypatch, tmp_path):
+    monkeypatch.delenv("SLURMTRAIN_SLURM_TRACE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(slurmquery.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(argv, 0, "", ""))
+    slurmquery.scontrol_jobs()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_parse_scontrol_recorded_from_the_sandbox():
     """Real `scontrol -o show job` output of Slurm 22.05 (the sandbox), ten jobs."""
     jobs = slurmquery.parse_scontrol((RECORDED / "scontrol_sandbox_22.05.txt").read_text())
