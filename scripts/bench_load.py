@@ -18,6 +18,18 @@ round:
   state comes from node a over the network (here: loopback).
 
 Each time runs from a barrier to a barrier on both ranks (the slowest rank's), medians.
+
+Then what a copy into node memory costs the training loop, ``COPY_STEPS`` steps measured
+with a copy and without, alternating, each round:
+
+* **copy, whole**: the copy and its wait (``keep`` then ``finish``: the write here, the send
+  to the peer, the barrier), then the steps: what the loop waited for when the copy was
+  synchronous;
+* **copy, beside the steps**: ``keep`` (the state serialized to host memory), the steps while
+  the copy is written and sent in its thread, then ``finish``: the trainer's way now.
+
+Each is the time over the same steps without a copy. On a machine with few cores the
+copy's thread takes CPU from the steps: that is counted, it is in the time of the steps.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from bench_save import MODELS, build  # noqa: E402  (scripts/ is sys.path[0])
 from slurmtrain.train.distributed import close_world, init_world  # noqa: E402
 
 WIDE = "wide (dim 1024, 8 layers)"
+COPY_STEPS = 6
 
 
 def timed(fn) -> float:
@@ -70,6 +83,7 @@ def rank_main(rank: int, port: str, tmp: str, rounds: int, out: dict) -> None:
     ckpt, durable = t.ckpt, Path(tmp) / "run" / "checkpoints" / "step_100"
     ckpt.save(100)
     ckpt.keep_in_memory(101)
+    ckpt.memory.finish()
     template = lambda: {"step": 0, "data": t.stream.state_dict()}  # noqa: E731
     own = next(Path(tmp, "shm", "b").glob("step_101-*")) / "rank1.pt"
     got: dict[str, list[float]] = {"durable": [], "memory, own": [], "memory, peer": []}
@@ -85,11 +99,43 @@ def rank_main(rank: int, port: str, tmp: str, rounds: int, out: dict) -> None:
         for k, v in times.items():
             if r:
                 got[k].append(v)
+    got.update(copy_costs(t, rounds))
     if rank == 0:
         size = sum(f.stat().st_size for f in durable.rglob("*") if f.is_file())
         out.update(params=params, checkpoint_mb=round(size / 2**20, 1),
                    **{k: round(statistics.median(v), 3) for k, v in got.items()})
     close_world()
+
+
+def copy_costs(t, rounds: int) -> dict[str, list[float]]:
+    """What a copy into node memory adds to COPY_STEPS training steps: waited for whole, and
+    written beside the steps (the module's docstring). Steps 200 on: the copies of step 101
+    the loads above read are pruned by now (two kept)."""
+    ckpt, step = t.ckpt, 200
+
+    def steps() -> None:
+        for _ in range(COPY_STEPS):
+            t._train_step()
+
+    def whole() -> None:
+        ckpt.keep_in_memory(step)
+        ckpt.memory.finish()
+        steps()
+
+    def beside() -> None:
+        ckpt.keep_in_memory(step + 1)
+        steps()
+        ckpt.memory.finish()
+
+    got: dict[str, list[float]] = {"copy, whole": [], "copy, beside the steps": [], "steps alone": []}
+    for r in range(rounds + 1):
+        alone, w, b = timed(steps), timed(whole), timed(beside)
+        step += 2
+        if r:
+            got["steps alone"].append(alone)
+            got["copy, whole"].append(w - alone)
+            got["copy, beside the steps"].append(b - alone)
+    return got
 
 
 def main() -> int:
@@ -107,6 +153,9 @@ def main() -> int:
     d = figures["durable"]
     for k in ("memory, own", "memory, peer"):
         print(f"{k}: {figures[k] * 1000:.0f} ms, {figures[k] / d:.2f}x the durable load ({d * 1000:.0f} ms)")
+    w, b = figures["copy, whole"], figures["copy, beside the steps"]
+    print(f"a copy into node memory adds {w * 1000:.0f} ms to {COPY_STEPS} steps waited for whole, {b * 1000:.0f} ms "
+          f"written beside them: {b / w:.2f}x ({COPY_STEPS} steps alone: {figures['steps alone'] * 1000:.0f} ms)")
     print(f"({figures['params']:,} parameters, checkpoint {figures['checkpoint_mb']} MiB, 2 ranks, median of "
           f"{a.rounds}, load average {figures['load']:.1f})")
     if a.json:

@@ -228,7 +228,8 @@ class Checkpointer:
         return step
 
     def keep_in_memory(self, step: int) -> None:
-        """train.memory_steps: ``step`` into node memory, here and on the next node."""
+        """train.memory_steps: ``step`` into node memory, here and on the next node (the
+        loop waits for the state to be taken; the write and the send go on beside it)."""
         with heartbeat.busy("save"):
             self.memory.keep(step, {"step": step, "data": self.data.state_dict()})
 

@@ -4,10 +4,14 @@ Every ``memory_steps`` steps each rank writes its own part of the state (the loc
 the model and optimizer, the schedule, the data position, its RNG) to its node's memory,
 ``/dev/shm/slurmtrain/<job>-<start>/<node>/step_<N>-<layout>/rank<R>.pt``, and sends a copy to
 the same local rank on the next node (a ring over nodes), which keeps it beside its own. The
-files outlive the training processes, so an in-job restart (new processes, same allocation)
-loads the newest step that every rank can get: from its own node, or, when its node was
-replaced by a spare, from the peer that kept its copy, over the network. A requeue is a new
-start (``SLURM_RESTART_COUNT``) with an empty folder: it loads the durable checkpoint.
+training loop waits only for the state's bytes to be taken (serialized to host memory); the
+write and the send run in a thread beside the next steps, and the next copy, a restore or
+the end waits for them. A rank that dies meanwhile leaves that step unwhole: the step before
+stays (``KEEP``). The files outlive the training processes, so an in-job restart (new
+processes, same allocation) loads the newest step that every rank can get: from its own
+node, or, when its node was replaced by a spare, from the peer that kept its copy, over the
+network. A requeue is a new start (``SLURM_RESTART_COUNT``) with an empty folder: it loads
+the durable checkpoint.
 
 Only a restart with the same layout (world size, ranks a node, pipeline stages) loads from
 memory; any other takes the durable tier. DeepSpeed keeps its own state: not supported.
@@ -20,6 +24,7 @@ import hashlib
 import io
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +48,41 @@ class MemoryTier:
         self.peer_to = (self.rank + per_node) % self.world if self.world > per_node else None
         self.peer_from = (self.rank - per_node) % self.world if self.world > per_node else None
         self.group = dist.new_group(backend="gloo")  # the copies travel on the CPU, beside the training
+        self._copying: threading.Thread | None = None  # the copy in flight: at most one
+        self._error: BaseException | None = None       # ... and how it failed
 
     # ---------------------------------------------------------------- keep
 
     def keep(self, step: int, client: dict[str, Any]) -> None:
-        """Write this rank's state of ``step`` here and send a copy to the peer; every rank
-        returns once every copy of the step is written."""
+        """Take this rank's state of ``step`` (the loop waits for this only), then write it
+        here and send a copy to the peer in the background (``finish`` waits for that)."""
+        self.finish()
         buf = io.BytesIO()
         torch.save(self.state.local_state(client), buf)
         mine = torch.frombuffer(buf.getbuffer(), dtype=torch.uint8)  # the bytes, not a copy of them
-        self._write(step, self.rank, mine)
-        if self.peer_to is not None:
-            self._write(step, self.peer_from, self._swap(mine))
-        dist.barrier(group=self.group)
-        self._prune()
+        # A daemon: a rank that fails mid-copy exits without waiting for a peer that never sends.
+        self._copying = threading.Thread(target=self._copy, args=(step, mine), name="memory-tier copy", daemon=True)
+        self._copying.start()
+
+    def finish(self) -> None:
+        """Wait for the copy in flight, if any: every copy of its step is written (or its
+        error is raised here)."""
+        copying, self._copying = self._copying, None
+        if copying is not None:
+            copying.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _copy(self, step: int, mine: torch.Tensor) -> None:
+        try:
+            self._write(step, self.rank, mine)
+            if self.peer_to is not None:
+                self._write(step, self.peer_from, self._swap(mine))
+            dist.barrier(group=self.group)  # the step is whole on every node before older ones go
+            self._prune()
+        except BaseException as e:  # noqa: BLE001  (raised in the loop's thread, by finish)
+            self._error = e
 
     def _swap(self, mine: torch.Tensor) -> torch.Tensor:
         """Send ``mine`` to the next node's rank, receive the previous node's."""
@@ -105,6 +131,7 @@ class MemoryTier:
         (``durable``, -1 if none), that every rank can get; (step, the ranks whose state
         came from a peer node's copy, client state), or None where no such step is in
         memory. A collective."""
+        self.finish()
         held: dict[int, set[int]] = {}
         for step, rank, _ in self._held():
             held.setdefault(step, set()).add(rank)
@@ -162,6 +189,7 @@ class MemoryTier:
     def clear(self) -> None:
         """The run finished or stopped (a requeue starts from the durable tier): this node's
         folder goes, and the start's folder once it is empty. A collective."""
+        self.finish()
         dist.barrier(group=self.group)
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
             shutil.rmtree(self.dir, ignore_errors=True)
