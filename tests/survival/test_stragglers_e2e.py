@@ -49,15 +49,20 @@ def test_a_slowed_node_is_named_a_straggler_in_status_and_the_ledger(workdir, ru
     done = threading.Event()
     slowing = threading.Thread(target=throttle, args=(victim, done), daemon=True)
     slowing.start()
+    # Each node is named once per start. On a loaded CI machine the other node's rank was
+    # once named first (its probe 46.9 ms against 9.2 ms, 13 s into the throttling: the
+    # sandbox's nodes share two cores with the rest of the suite); that is the machine's
+    # noise, not the fault under test, so the test waits for the throttled node's name.
+    victim_named = lambda: [s for s in named(run, "straggler") if s["node"] == node]  # noqa: E731
     try:
-        wait_until(run, "the straggler to be named", lambda: named(run, "straggler"), 120, job)
+        wait_until(run, f"{node} to be named a straggler", victim_named, 120, job)
     finally:
         done.set()
         slowing.join(timeout=5)
-    [s] = named(run, "straggler")
-    assert s["node"] == node and s["pct"] > 100, s
+    [s] = victim_named()
+    assert s["pct"] > 100, s
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout
-    assert f"stragglers {node}: {s['pct']}% slower than the other nodes" in status, status
+    assert "stragglers" in status and f"{node}: {s['pct']}% slower than the other nodes" in status, status
     assert (node, "straggler") in [(e.node, e.source) for e in ledger.read(runs_dir)]
     run_cli(["cancel", "--runs-dir", str(runs_dir), run.name], cwd=workdir)  # named while it runs: enough
     assert wait_job_gone(job, run, 120) == "CANCELLED", describe(run)
