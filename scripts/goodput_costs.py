@@ -12,10 +12,13 @@ The model (each line is printed with the costs, marked measured or assumed):
   moments), sharded over every GPU of the job;
 * a background save stalls for its device-to-host copy: that GPU's bytes at the rate
   ``bench_save.py --gpu`` measured (the checkpoint's size over the async stall);
-* a copy in node memory (``train.memory_steps``) stalls for the same copy, then for the write
-  to /dev/shm and the send to the peer node at the rate ``bench_load.py`` read a node's own
-  copy back (a rank's bytes; the write and the send overlap no other work: they are counted
-  whole);
+* a copy in node memory (``train.memory_steps``) stalls for the same copy: the loop waits
+  while the state is copied to host memory (on a GPU, the device-to-host copy; on the CPU
+  ``bench_load.py`` measured it, "copy, the call"); its serialization, the write to /dev/shm
+  and the send to the peer node run in a thread beside the steps (assumed free: a GPU node's
+  CPU cores are mostly idle; on the 2-core CPU machine, where the thread shares the cores
+  with the ranks, they still cost about two thirds of waiting for them, bench_load's "copy,
+  beside the steps");
 * an in-job restart loads from a peer's copy at the rate ``bench_load.py`` measured for it
   (the slower of the two: a lost node's ranks wait for the peer);
 * a restart after a requeue loads the durable checkpoint: a rank's bytes at the rate of
@@ -65,9 +68,10 @@ def rates(save_path: str, load_path: str) -> dict[str, float]:
     save = read(save_path, ("models",))
     model = next(iter(save["models"].values()))
     size = model["checkpoint_mb"] * MIB
-    load = read(load_path, ("checkpoint_mb", "durable", "memory, own", "memory, peer"))
+    load = read(load_path, ("checkpoint_mb", "durable", "memory, own", "memory, peer", "copy, the call"))
     rank_bytes = load["checkpoint_mb"] * MIB / 2  # bench_load: 2 ranks, each loads its half
-    return {"d2h": size / model["async"]["stall"], "own": rank_bytes / load["memory, own"],
+    return {"d2h": size / model["async"]["stall"], "take": rank_bytes / load["copy, the call"],
+            "own": rank_bytes / load["memory, own"],
             "peer": rank_bytes / load["memory, peer"], "durable": rank_bytes / load["durable"],
             "save_device": save.get("device", "?"), "load_torch": load.get("torch", "?")}
 
@@ -75,7 +79,7 @@ def rates(save_path: str, load_path: str) -> dict[str, float]:
 def costs(params: float, gpus: int, r: dict[str, float]) -> tuple[dict, list[str]]:
     gpu_bytes = params * BYTES_PER_PARAM / gpus
     stall = gpu_bytes / r["d2h"]
-    memory_stall = stall + gpu_bytes / r["own"]
+    memory_stall = stall  # the device-to-host copy, as the background save's; the rest in its thread
     durable_load = max(gpu_bytes / r["durable"], params * BYTES_PER_PARAM / FS_AGGREGATE_BPS)
     out = {"checkpoint_s": round(stall, 3), "memory_stall_s": round(memory_stall, 3),
            "memory_load_s": round(gpu_bytes / r["peer"], 3), "load_s": round(durable_load, 3),
@@ -84,7 +88,10 @@ def costs(params: float, gpus: int, r: dict[str, float]) -> tuple[dict, list[str
     lines = [f"state: {params:.3g} parameters x {BYTES_PER_PARAM} bytes over {gpus:,} GPUs = {gib:.2f} GiB a GPU",
              f"measured: device-to-host copy {r['d2h'] / 2**30:.2f} GiB/s (bench_save --gpu, {r['save_device']})",
              f"measured: node memory, own copy {r['own'] / 2**30:.2f} GiB/s a rank; peer's {r['peer'] / 2**30:.2f} "
-             f"GiB/s; durable {r['durable'] / 2**30:.2f} GiB/s (bench_load, torch {r['load_torch']})",
+             f"GiB/s; durable {r['durable'] / 2**30:.2f} GiB/s; a copy's call (host to host) {r['take'] / 2**30:.2f} "
+             f"GiB/s (bench_load, torch {r['load_torch']})",
+             "assumed: a copy's serialization, write to node memory and send to the peer cost the steps nothing "
+             "(its thread): it stalls for the device-to-host copy alone",
              f"assumed: shared file system {FS_AGGREGATE_BPS / 1e12:g} TB/s in all; restart {RESTART_S:g} s at scale",
              f"from the code: hang timeout floor {HANG_FLOOR_S:g} s (the built-in trainer's derived timeout)"]
     lines += [f"=> {k} = {v:g}" for k, v in out.items()]

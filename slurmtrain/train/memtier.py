@@ -4,8 +4,8 @@ Every ``memory_steps`` steps each rank writes its own part of the state (the loc
 the model and optimizer, the schedule, the data position, its RNG) to its node's memory,
 ``/dev/shm/slurmtrain/<job>-<start>/<node>/step_<N>-<layout>/rank<R>.pt``, and sends a copy to
 the same local rank on the next node (a ring over nodes), which keeps it beside its own. The
-training loop waits only for the state's bytes to be taken (serialized to host memory); the
-write and the send run in a thread beside the next steps, and the next copy, a restore or
+training loop waits only for the state to be copied to host memory (``local_state``); its
+serialization, the write and the send run in a thread beside the next steps, and the next copy, a restore or
 the end waits for them. A rank that dies meanwhile leaves that step unwhole: the step before
 stays (``KEEP``). The files outlive the training processes, so an in-job restart (new
 processes, same allocation) loads the newest step that every rank can get: from its own
@@ -54,14 +54,13 @@ class MemoryTier:
     # ---------------------------------------------------------------- keep
 
     def keep(self, step: int, client: dict[str, Any]) -> None:
-        """Take this rank's state of ``step`` (the loop waits for this only), then write it
-        here and send a copy to the peer in the background (``finish`` waits for that)."""
+        """Take this rank's state of ``step`` (a copy in host memory: the loop waits for this
+        only), then serialize it, write it here and send it to the peer in the background
+        (``finish`` waits for that)."""
         self.finish()
-        buf = io.BytesIO()
-        torch.save(self.state.local_state(client), buf)
-        mine = torch.frombuffer(buf.getbuffer(), dtype=torch.uint8)  # the bytes, not a copy of them
+        taken = self.state.local_state(client)  # its own tensors: the loop goes on changing the model's
         # A daemon: a rank that fails mid-copy exits without waiting for a peer that never sends.
-        self._copying = threading.Thread(target=self._copy, args=(step, mine), name="memory-tier copy", daemon=True)
+        self._copying = threading.Thread(target=self._copy, args=(step, [taken]), name="memory-tier copy", daemon=True)
         self._copying.start()
 
     def finish(self) -> None:
@@ -74,8 +73,12 @@ class MemoryTier:
         if error is not None:
             raise error
 
-    def _copy(self, step: int, mine: torch.Tensor) -> None:
+    def _copy(self, step: int, box: list[dict[str, Any]]) -> None:
         try:
+            taken, buf = box.pop(), io.BytesIO()  # out of the box: the thread's arguments keep no hold on it
+            torch.save(taken, buf)
+            del taken  # the serialized bytes are the copy now: one state's worth of memory, not two
+            mine = torch.frombuffer(buf.getbuffer(), dtype=torch.uint8)  # the bytes, not a copy of them
             self._write(step, self.rank, mine)
             if self.peer_to is not None:
                 self._write(step, self.peer_from, self._swap(mine))

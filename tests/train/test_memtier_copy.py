@@ -19,7 +19,7 @@ class State:
         self.weight = torch.arange(4.0)
 
     def local_state(self, client):
-        return {"weight": self.weight, "client": client}
+        return {"weight": self.weight.clone(), "client": dict(client)}  # a copy, as DcpState's is
 
     def load_local(self, saved, client):
         self.weight = saved["weight"]
