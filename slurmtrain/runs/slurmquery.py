@@ -362,11 +362,20 @@ def running_batch_host(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> str | N
 
 def down(nodes: list[str], timeout: float = QUERY_TIMEOUT_S) -> list[str]:
     """Those of ``nodes`` that Slurm holds DOWN (after its SlurmdTimeout: not a node that
-    missed a ping or two); none where sinfo does not answer."""
+    missed a ping or two); none where scontrol does not answer.
+
+    The node's own state, not sinfo's: a node that died under a running job is DOWN at once
+    (``State=DOWN+NOT_RESPONDING``), while ``sinfo -t down`` leaves it out as "mixed*" until
+    Slurm has given up the CPUs it held there, seen taking from seconds to five minutes
+    on the networked sandbox."""
     if not nodes:
         return []
-    proc = run_slurm(["sinfo", "-h", "-N", "-t", "down", "-n", ",".join(nodes), "-o", "%N"], timeout=timeout)
-    return sorted(set(proc.stdout.split())) if proc.returncode == 0 else []
+    proc = run_slurm(["scontrol", "--oneliner", "show", "node", ",".join(nodes)], timeout=timeout)
+    if proc.returncode != 0:
+        return []
+    records = map(parse_key_values, proc.stdout.splitlines())
+    return sorted({r["NodeName"] for r in records if r.get("NodeName") in nodes
+                   and r.get("State", "").split("+")[0] == "DOWN"})
 
 
 def requeue(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:

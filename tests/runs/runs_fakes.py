@@ -39,7 +39,7 @@ class FakeSlurm:
     def __init__(self, scontrol: str = "", sacct: str | None = None):
         self.scontrol = scontrol
         self.sacct = sacct            # None: accounting storage is disabled
-        self.down: list[str] = []     # the nodes `sinfo -t down` lists
+        self.down: list[str] = []     # the nodes `scontrol show node` says are DOWN
         self.refuse_requeue = ""      # `scontrol requeue` fails with this, when set
         self.calls: list[list[str]] = []
 
@@ -51,6 +51,10 @@ class FakeSlurm:
         tool = argv[0]
         if argv[:2] == ["scontrol", "requeue"]:
             return subprocess.CompletedProcess(argv, 1 if self.refuse_requeue else 0, "", self.refuse_requeue)
+        if argv[:4] == ["scontrol", "--oneliner", "show", "node"]:
+            return subprocess.CompletedProcess(argv, 0, "".join(
+                f"NodeName={n} CPUAlloc=1 State={'DOWN+NOT_RESPONDING' if n in self.down else 'MIXED'} "
+                "Reason=Not responding [slurm@2026-11-27T06:30:13]\n" for n in argv[4].split(",")), "")
         if tool == "scontrol":
             return subprocess.CompletedProcess(argv, 0, self.scontrol, "")
         if tool == "sinfo":

@@ -109,7 +109,7 @@ def test_unreachable_controller(monkeypatch):
 def test_each_slurm_call_is_traced_where_asked_with_its_time_and_status(monkeypatch, tmp_path):
     trace = tmp_path / "slurm-calls.log"
     monkeypatch.setenv("SLURMTRAIN_SLURM_TRACE", str(trace))
-    answers = iter([subprocess.CompletedProcess(["scontrol"], 0, "", ""), subprocess.TimeoutExpired("sinfo", 30)])
+    answers = iter([subprocess.CompletedProcess(["scontrol"], 0, "", ""), subprocess.TimeoutExpired("scontrol", 30)])
 
     def run(argv, **kw):
         got = next(answers)
@@ -123,7 +123,7 @@ def test_each_slurm_call_is_traced_where_asked_with_its_time_and_status(monkeypa
     lines = trace.read_text().splitlines()
     assert len(lines) == 2, lines
     assert lines[0].endswith("rc=0 scontrol --oneliner show job") and lines[1].endswith(
-        "rc=None sinfo -h -N -t down -n n1 -o %N"), lines
+        "rc=None scontrol --oneliner show node n1"), lines
 
 
 def test_no_trace_unless_asked(monkeypatch, tmp_path):

@@ -35,9 +35,31 @@ def test_a_running_job_is_stranded_only_when_its_batch_host_is_down(fake_slurm):
     assert resubmit.stranded("41") is None            # another node of the job: the supervisor handles it
     fake.down = ["stnode1"]
     assert resubmit.stranded("41") == "stnode1"
-    assert ["sinfo", "-h", "-N", "-t", "down", "-n", "stnode1", "-o", "%N"] in fake.calls
+    assert ["scontrol", "--oneliner", "show", "node", "stnode1"] in fake.calls
     fake.scontrol = scontrol("41", "PENDING")         # requeued already: nothing to do
     assert resubmit.stranded("41") is None
+
+
+# `scontrol -o show node stnode1,stnode2` on the networked sandbox, stnode1 powered off under a
+# running job (the lines cut after the state): sinfo showed it "mixed*" for another 1.5 to 5
+# minutes, and `sinfo -t down` did not list it (the watch never requeued the job).
+NODES = ("NodeName=stnode1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=4 CPUTot=4 CPULoad=0.21 "
+         "OS=Linux 6.18.44-fc-v669 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=4096 AllocMem=0 FreeMem=20574 Sockets=4 "
+         "Boards=1 State=DOWN+NOT_RESPONDING ThreadsPerCore=1 Reason=Not responding [slurm@2026-11-27T06:30:13]\n"
+         "NodeName=stnode2 Arch=x86_64 CoresPerSocket=1  CPUAlloc=1 CPUEfctv=4 CPUTot=4 CPULoad=0.15 "
+         "OS=Linux 6.18.44-fc-v669 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=4096 AllocMem=0 FreeMem=20579 Sockets=4 "
+         "Boards=1 State=MIXED ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=\n")
+
+
+def test_down_reads_each_nodes_own_state_as_scontrol_gives_it(monkeypatch):
+    import subprocess
+    monkeypatch.setattr(slurmquery.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, NODES, ""))
+    assert slurmquery.down(["stnode1", "stnode2"]) == ["stnode1"]
+    assert slurmquery.down(["stnode2"]) == []  # only the nodes asked about
+    monkeypatch.setattr(slurmquery.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 1, "", "Node stnode9 not found"))
+    assert slurmquery.down(["stnode9"]) == []
 
 
 def test_the_watch_requeues_a_stranded_job_says_why_and_records_the_node(tmp_path, fake_slurm):

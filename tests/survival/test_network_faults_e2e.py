@@ -8,6 +8,9 @@ without the node; either run ends bitwise those of an uninterrupted run."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,7 @@ import pytest
 from slurmtrain import ledger
 from slurmtrain.runs import classify
 
-from survival_util import (TORCHRUN, TRAIN, assert_nothing_lost, describe, job_field, named, rank_of, rank_pids,
+from survival_util import (REPO, TORCHRUN, TRAIN, assert_nothing_lost, describe, job_field, named, rank_of, rank_pids,
                            run_cli, shared_reference, submit, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
@@ -178,6 +181,52 @@ def test_the_batch_host_powered_off_mid_run_is_a_node_failure_and_the_run_resume
     status = run_cli(["status", str(run)], cwd=workdir).stdout
     assert "node failure" in status and host in status, status
     assert named(run, "resumed")[0]["step"] >= saved, describe(run)  # the newest save: its steps since are lost
+    reference.assert_same_weights(run)
+
+
+def test_a_job_with_a_spare_stranded_by_its_batch_host_is_requeued_by_the_watch(sandbox_networked, workdir,
+                                                                                 runs_dir, reference):
+    """With a spare the job runs with --no-kill, and when its batch host dies Slurm (22.05)
+    keeps it RUNNING on the other nodes with nothing of it left running, until its time
+    limit. `slurmtrain resubmit --watch`, following the run from the login node, sees the
+    batch host DOWN (after SlurmdTimeout, 60 s here) and requeues the job; once the node is
+    back (the job asks for its 2 nodes and the spare: 3 of 3), the next start resumes from
+    the newest save and names the node: a node failure. (The node's own state, from
+    scontrol: `sinfo -t down` left it out as "mixed*" for up to five minutes after Slurm
+    set it DOWN, and this test failed three times waiting.)"""
+    run, job = submit(runs_dir, workdir, ["--name", "host-off-spare", "--nodes", "2",
+                                          "--set", "slurm.spare_nodes=1"], TRAIN_120)
+    host, _ = saved_nodes(run, job)
+    saved = named(run, "checkpoint_saved")[-1]["step"]
+    trace = workdir / f"{run.name}-slurm-calls.log"  # the watch's Slurm calls, shown when it fails (not in the
+    # run directory: a file growing there is progress, and the wait would never stall)
+    watch = subprocess.Popen([sys.executable, "-m", "slurmtrain", "resubmit", "--watch", "--poll", "5", str(run)],
+                             cwd=workdir, env={**os.environ, "PYTHONPATH": str(REPO), "SLURMTRAIN_SLURM_TRACE": str(trace)},
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        off = run_cli(["sandbox", "fault", host, "power-off"], cwd=workdir)
+        assert f"{host} is off" in off.stdout, off.stdout + off.stderr
+        try:
+            wait_until(run, "the watch's requeue", lambda: job_field(job, "Restarts") == "1" or watch.poll() is not None,
+                       240, job)
+            assert watch.poll() is None, watch.communicate()[0]
+        except AssertionError as err:
+            watch.kill()
+            calls = trace.read_text() if trace.exists() else "(none)"
+            raise AssertionError(f"{err}\nthe watch said:\n{watch.communicate()[0]}\nits Slurm calls:\n{calls}") from None
+        finally:
+            on = run_cli(["sandbox", "fault", host, "power-on"], cwd=workdir, check=False)
+        assert on.returncode == 0, on.stdout + on.stderr
+        assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
+        out, _ = watch.communicate(timeout=120)
+    finally:
+        watch.kill()
+    assert f"job {job}: its batch host {host} is down, and Slurm keeps the job RUNNING" in out, out
+    assert watch.returncode == 0 and f"run {run.name}: completed" in out, out
+    assert job_field(job, "Restarts") == "1", describe(run)
+    assert (host, "node_failure") in [(e.node, e.source) for e in ledger.read(runs_dir)]
+    assert [o.kind for o in classify.ends(run)] == [classify.NODE_FAILURE, classify.COMPLETED], describe(run)
+    assert named(run, "resumed")[0]["step"] >= saved, describe(run)
     reference.assert_same_weights(run)
 
 
