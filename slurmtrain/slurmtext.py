@@ -11,7 +11,8 @@ import re
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
 # srun's own line for a task that failed, in the batch log: its node is the first failure's.
-SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: (Exited with exit code \d+|Killed|Terminated)",
+SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: "
+                             r"(?P<how>Exited with exit code \d+|Killed|Terminated)",
                              re.M)
 # ... and its line for a node Slurm took for failed (the job is requeued, or ends NODE_FAIL).
 SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$", re.M)
@@ -19,12 +20,6 @@ SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$", re.M)
 # down, for good or for a moment): "Task launch for StepId=12.0 failed on node n2: <why>".
 SRUN_LAUNCH_FAILED = re.compile(r"^srun: error: Task launch for StepId=\S+ failed on node (?P<node>[^:\s]+): "
                                 r"(?P<why>.+)$", re.M)
-# slurmstepd's line for a step cancelled with no reason given ("*** STEP 12.0 ON n1 CANCELLED AT
-# <time> ***"): the supervisor never cancels a step, so someone or Slurm did: after a requeue,
-# the controller's kill of the last start's step (same job and step ids) once its nodes are back.
-# A time limit or a preemption says "... DUE TO ..." and is not this.
-SLURM_STEP_CANCELLED = re.compile(r"^slurmstepd(?:-\S+)?: error: \*\*\* STEP \S+ ON (?P<node>\S+) CANCELLED AT \S+ \*\*\*$",
-                                  re.M)
 
 
 def parse_key_values(line: str) -> dict[str, str]:

@@ -64,7 +64,7 @@ class Facts:
     requeue_always: bool          # resilience.requeue_when = "always"
     hung: bool = False            # the supervisor ended the launch: no rank reported progress
     down_nodes: tuple[str, ...] = ()  # ... and, then, the job's nodes that Slurm held down: a node failure
-    step_cancelled: bool = False  # slurmstepd said the launch's step was cancelled: not the program's failure
+    stray_kill: bool = False      # Slurm's kill of an earlier start's step (Record.first_failure_killed)
 
 
 @dataclass(frozen=True)
@@ -106,11 +106,11 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
     (no stop, cancel, preemption or node failure Slurm handles; no `finished`) that followed
     a new checkpoint of this launch (else it would resume where it failed before), that is
     not the same error at the same step as an earlier launch's (a program error), within
-    resilience.restarts_in_job. A hung launch, or one whose step Slurm cancelled, failed by
+    resilience.restarts_in_job. A hung launch, or one Slurm's stray kill ended, failed by
     no fault of the program: it starts again whether or not it saved."""
     if not failed_by_itself(f):
         return False
-    if f.hung or f.step_cancelled:  # no error of the program's; it starts again from the newest checkpoint
+    if f.hung or f.stray_kill:  # no error of the program's; it starts again from the newest checkpoint
         return relaunches < budget
     return progressed and not repeated_error and relaunches < budget
 

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .. import dependents, events, ledger
-from ..slurmtext import SLURM_STEP_CANCELLED, SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR
+from .. import dependents, eventlog, events, ledger
+from ..eventlog import Ev
+from ..slurmtext import SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR
 from .config import Job
 
 
@@ -76,9 +77,23 @@ class Record:
         """The nodes srun could not start the tasks on after byte ``since``, with its reason."""
         return {m["node"]: m["why"].strip() for m in SRUN_LAUNCH_FAILED.finditer(self._log_since(since))}
 
-    def step_cancelled(self, since: int) -> bool:
-        """Slurm said a step was cancelled with no reason given after byte ``since``."""
-        return bool(SLURM_STEP_CANCELLED.search(self._log_since(since)))
+    def first_failure_killed(self, since: int) -> str | None:
+        """The node of srun's first task error after byte ``since`` where that task was
+        SIGKILLed (srun: "Killed"), not one that exited or was terminated."""
+        found = SRUN_TASK_ERROR.search(self._log_since(since))
+        return found["node"] if found and found["how"] == "Killed" else None
+
+    def nodes_lost_before(self) -> set[str]:
+        """The nodes this job lost in its earlier starts: left out, excluded or waited for."""
+        j, out = self.job, set()
+        for e in eventlog.of_task(events.read(self.run_dir), j.array_task):
+            name, restart = e.get("event"), int(e.get("restart", j.restarts))
+            if e.get("job_id") != j.job_id or (restart >= j.restarts and name != Ev.REQUEUED_BY_SLURM):
+                continue  # (Slurm's requeue after a node failure is said by the start after it)
+            keys = {Ev.NODES_LOST: ("nodes",), Ev.REQUEUE: ("exclude", "waits_for"),
+                    Ev.REQUEUED_BY_SLURM: ("nodes",)}.get(name, ())
+            out.update(n for k in keys for n in str(e.get(k) or "").replace(",", " ").split())
+        return out
 
     def srun_node_failures(self, since: int) -> list[str]:
         """The nodes srun said failed ("srun: error: Node failure on <node>") after byte ``since``."""

@@ -219,7 +219,7 @@ class Supervisor:
             return decide.Settled("replace")
         repeated = decide.repeated_error(mine, eventlog.since_start(eventlog.of_task(events.read(self.cfg.run_dir),
                                                                                     self.job.array_task)))
-        blame = not (repeated or facts.step_cancelled)
+        blame = not (repeated or facts.stray_kill)
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
         progressed = any(e.get("event") == Ev.CHECKPOINT_SAVED for e in mine)
@@ -234,11 +234,12 @@ class Supervisor:
             return self.finish(facts)
         n = st.relaunches + 1
         why = (f"as node(s) {' '.join(lost)} were lost" if lost else
-               "as Slurm cancelled its step" if facts.step_cancelled else "after a new checkpoint")
+               "as Slurm killed it (its kill of an earlier start's step)" if facts.stray_kill
+               else "after a new checkpoint")
         self.say(f"slurmtrain: the program failed (exit status {facts.status}) {why}; starting it again in "
                  f"this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
-                          **({"why": "nodes lost"} if lost else {"why": "step cancelled"} if facts.step_cancelled
+                          **({"why": "nodes lost"} if lost else {"why": "stray kill"} if facts.stray_kill
                              else {}), **cause)
         self.clear_marks()
         return decide.Settled("relaunch")
@@ -287,7 +288,15 @@ class Supervisor:
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
-            step_cancelled=status != 0 and self.record.step_cancelled(self.log_mark))
+            stray_kill=status != 0 and self.stray_kill())
+
+    def stray_kill(self) -> bool:
+        """The launch's first failure was a task SIGKILLed on a node this job lost in an
+        earlier start: Slurm's kill of that start's step (it has the same job and step ids)
+        reaching this one once the node is back in service, seen at once after a requeue.
+        Not the program's failure, even before any checkpoint."""
+        node = self.record.first_failure_killed(self.log_mark)
+        return node is not None and self.job.restarts > 0 and node in self.record.nodes_lost_before()
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

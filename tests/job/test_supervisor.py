@@ -1229,29 +1229,55 @@ def test_a_rank_that_dies_first_on_the_same_node_twice_leaves_it_out(rig, tmp_pa
     assert rig.ledger() == [("n2", "in_job")]
 
 
-STEP_CANCELLED_AT_ONCE = Plan([JOINS, (1, srun_says("srun: error: n2: task 1: Killed")),
-                               (1, srun_says("slurmstepd-n1: error: *** STEP 77.0 ON n1 CANCELLED AT "
-                                             "2026-11-27T05:30:39 ***")), (1.5, exits(137))])
+KILLED_ON_N2_AT_ONCE = Plan([JOINS, (1, srun_says("srun: error: n2: task 1: Killed")),
+                             (1, srun_says("srun: launch/slurm: _step_signal: Terminating StepId=77.0")),
+                             (1, srun_says("slurmstepd-n1: error: *** STEP 77.0 ON n1 CANCELLED AT 2026-11-27T05:30:39 ***")),
+                             (1.5, exits(137))])
 
 
-def test_a_step_slurm_cancels_before_any_checkpoint_is_launched_again_blaming_no_node(rig, tmp_path):
-    """After a requeue, Slurm's kill of the last start's step (the same job and step ids)
-    can reach the new start's step on a node that came back: killed at once, before any
-    save. The program did nothing wrong: launched again, and n2 is no bad node for it."""
+def _n2_lost_in_the_last_start(rig) -> None:
+    lines = [{"time": 1.0, "event": "started", "job_id": JOB, "restart": 0, "launch": 0, "nodes": "n1 n2"},
+             {"time": 3.0, "event": "checkpoint_saved", "step": 5},
+             {"time": 4.0, "event": "nodes_lost", "job_id": JOB, "restart": 0, "launch": 1, "nodes": "n2"},
+             {"time": 4.1, "event": "requeue", "job_id": JOB, "restart": 0, "launch": 1, "exclude": "",
+              "waits_for": "n2"}]
+    (rig.run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    rig.restarts = rig.slurm.restarts = 1
+
+
+def test_slurms_kill_of_the_last_starts_step_is_launched_again_even_before_a_checkpoint(rig, tmp_path):
+    """Seen in CI on the 3-node sandbox: after a requeue that waited for n2, Slurm's kill of
+    the last start's step (the same job and step ids) reached the new start's step on n2,
+    back in service, at once: SIGKILLed before any save. Not the program's failure: launched
+    again, and n2 is no bad node for it."""
     with_batch_log(rig, tmp_path)
-    rig.task = [STEP_CANCELLED_AT_ONCE, STEP_CANCELLED_AT_ONCE, RESUMES_AND_FINISHES]
+    _n2_lost_in_the_last_start(rig)
+    rig.task = [KILLED_ON_N2_AT_ONCE, KILLED_ON_N2_AT_ONCE, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3) == 0
-    assert rig.names() == ["started", "relaunched", "relaunched", "finished"] and rig.ledger() == []
-    assert [e.get("why") for e in rig.events() if e["event"] == "relaunched"] == ["step cancelled"] * 2
-    assert "(exit status 137) as Slurm cancelled its step; starting it again in this allocation" in rig.said()
+    mine = [e for e in rig.events() if e.get("restart") == 1]
+    assert [e["event"] for e in mine][-3:] == ["relaunched", "relaunched", "finished"], mine
+    assert [e.get("why") for e in mine if e["event"] == "relaunched"] == ["stray kill"] * 2
+    assert rig.ledger() == []
+    assert "(exit status 137) as Slurm killed it (its kill of an earlier start's step); starting it again" in rig.said()
 
 
-def test_a_step_cancelled_for_a_time_limit_is_not_taken_for_slurms_stray_kill(rig, tmp_path):
+@pytest.mark.parametrize("case", ["first start", "a node not lost before", "the task exited"])
+def test_a_failure_before_a_checkpoint_is_the_programs_unless_slurms_stray_kill(rig, tmp_path, case):
+    """srun's own cancel of the step after a task fails prints the same CANCELLED line: only a
+    SIGKILL on a node the job lost in an earlier start is Slurm's stray kill."""
     with_batch_log(rig, tmp_path)
-    rig.task = [Plan([JOINS, (1, srun_says("slurmstepd-n1: error: *** STEP 77.0 ON n1 CANCELLED AT 2026-11-27T05:30:39 "
-                                    "DUE TO TIME LIMIT ***")), (1.5, exits(137))])]
+    plan = KILLED_ON_N2_AT_ONCE
+    if case != "first start":
+        _n2_lost_in_the_last_start(rig)
+    if case == "a node not lost before":
+        plan = Plan([(a, srun_says("srun: error: n1: task 0: Killed")) if i == 1 else (a, act)
+                     for i, (a, act) in enumerate(KILLED_ON_N2_AT_ONCE.at)])
+    if case == "the task exited":
+        plan = Plan([(a, srun_says("srun: error: n2: task 1: Exited with exit code 1")) if i == 1 else (a, act)
+                     for i, (a, act) in enumerate(KILLED_ON_N2_AT_ONCE.at)])
+    rig.task = [plan, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3) == 137
-    assert rig.names() == ["started", "failed"] and rig.launched == ["task"]
+    assert "relaunched" not in rig.names() and rig.names()[-1] == "failed" and rig.launched == ["task"]
 
 
 def test_a_hang_that_names_every_node_blames_none(rig, monkeypatch):
