@@ -132,6 +132,8 @@ def test_exit_3_fails_and_says_3(batch, launcher):
     assert st["program_exit_code"] == 3
     assert st["exit_code"] in ({1, 143} if launcher == "torchrun" else {3, 143})
     assert st["events"][-1]["event"] == "failed" and st["events"][-1]["exit_code"] == st["exit_code"]
+    # failed before any checkpoint: the program's own error, not launched again in the job
+    assert "relaunched" not in [e["event"] for e in st["events"]], st["events"]
     logs = cli(batch["cwd"], "logs", name)
     assert logs.returncode == 0 and "exiting with status 3 as asked" in logs.stdout
     text = cli(batch["cwd"], "status", name).stdout
