@@ -196,3 +196,40 @@ def test_an_administrators_requeue_is_named_as_such_and_the_run_resumes(tmp_path
     assert kinds == [classify.REQUEUED, classify.COMPLETED], (version, kinds)
     status = cli(tmp_path, "status", name).stdout
     assert "requeued from outside the job (`scontrol requeue` by an administrator" in status, (version, status)
+
+
+def test_a_job_with_a_spare_stranded_by_its_dead_batch_host_is_requeued_by_the_watch(tmp_path, sandbox, version):
+    """With a spare the job runs with --no-kill; when its batch host dies (its slurmd, steps
+    and tasks SIGKILLed), Slurm keeps it RUNNING on the other node, the dead one out of its
+    list, with nothing of it left running: so 22.05 and 24.11 alike (seen by hand on both).
+    `slurmtrain resubmit --watch` requeues it once Slurm holds the host DOWN; once the node
+    is back the run resumes from its save and completes: a node failure, then completed."""
+    from machines import kill_machine
+    from slurmtrain import sandbox as lib
+
+    name = submit(tmp_path, *USER, "--name", "stranded", "--set", "slurm.spare_nodes=1", *counter(150, 0.2, 5))
+    run = run_dir(tmp_path, name)
+    wait_for_file(tmp_path, name, "a checkpoint", lambda: named(tmp_path, name, "checkpoint_saved"))
+    job = json.loads((run / "manifest.json").read_text())["job_ids"][-1]
+    show = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=60).stdout
+    host = show.split("BatchHost=")[1].split()[0]
+    watch = subprocess.Popen([sys.executable, "-m", "slurmtrain", "resubmit", "--watch", "--poll", "5", str(run)],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        kill_machine(host, Path(sandbox.state_dir))
+        try:
+            wait_for_file(tmp_path, name, "the watch's requeue",
+                          lambda: "Restarts=1" in subprocess.run(["scontrol", "-o", "show", "job", job],
+                                                                 capture_output=True, text=True, timeout=60).stdout
+                          or watch.poll() is not None)
+        finally:
+            lib.revive(progress=lambda line: None)  # the dead node's slurmd: the job asks for both nodes
+        final = wait_final(tmp_path, [name], timeout=300)[name]
+        out = watch.communicate(timeout=120)[0]
+    finally:
+        watch.kill()
+    assert f"job {job}: its batch host {host} is down, and Slurm keeps the job RUNNING" in out, (version, out)
+    assert (final["state"], final["restarts"]) == ("COMPLETED", 1), (version, final, out)
+    kinds = [o.kind for o in classify.ends(run)]
+    assert kinds == [classify.NODE_FAILURE, classify.COMPLETED], (version, kinds)
+    assert named(tmp_path, name, "resumed"), (version, out)
