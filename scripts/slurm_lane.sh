@@ -58,13 +58,14 @@ cat >"$TREE/usr/local/bin/slurmtrain-lane" <<'EOF'
 cd "$1" && shift
 [ ! -e /sys/fs/cgroup ] || { echo "slurm lane: the tree has a cgroup file system; it must run without one" >&2; exit 1; }
 status=0
-python3 -m pytest -q -rs -p no:cacheprovider --durations=10 tests/e2e/test_slurm_versions.py "$@" || status=$?
+SLURMTRAIN_SLURM_LANE_TESTS=1 python3 -m pytest -q -rs -p no:cacheprovider --durations=10 \
+  tests/e2e/test_slurm_versions.py tests/e2e/test_dead_batch_host_24.py "$@" || status=$?
 slurmtrain sandbox down >/dev/null || true
 exit "$status"
 EOF
 chmod +x "$TREE/usr/local/bin/slurmtrain-lane"
 
-step "$(chroot "$TREE" slurmctld -V), $(chroot "$TREE" python3 -V): tests/e2e/test_slurm_versions.py"
+step "$(chroot "$TREE" slurmctld -V), $(chroot "$TREE" python3 -V): tests/e2e/test_slurm_versions.py, tests/e2e/test_dead_batch_host_24.py"
 # A mount namespace of its own: the tree's /proc, /dev and the checkout go when the lane ends.
 # No /sys: slurmd 24.11 finds no cgroup file system, as in a container (the sandbox's cgroup.conf).
 # shellcheck disable=SC2016  # $1, $2 and $@ are the inner shell's
