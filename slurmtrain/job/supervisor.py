@@ -233,14 +233,13 @@ class Supervisor:
         elif not decide.relaunch(facts, progressed, repeated, st.relaunches, self.cfg.restarts_in_job):
             return self.finish(facts)
         n = st.relaunches + 1
-        why = (f"as node(s) {' '.join(lost)} were lost" if lost else
-               "as Slurm killed it (its kill of an earlier start's step)" if facts.stray_kill
-               else "after a new checkpoint")
-        self.say(f"slurmtrain: the program failed (exit status {facts.status}) {why}; starting it again in "
+        why, said = (("nodes lost", f"as node(s) {' '.join(lost)} were lost") if lost else
+                     ("stray kill", "as Slurm killed it (its kill of an earlier start's step)") if facts.stray_kill
+                     else ("", "after a new checkpoint"))
+        self.say(f"slurmtrain: the program failed (exit status {facts.status}) {said}; starting it again in "
                  f"this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
-                          **({"why": "nodes lost"} if lost else {"why": "stray kill"} if facts.stray_kill
-                             else {}), **cause)
+                          **({"why": why} if why else {}), **cause)
         self.clear_marks()
         return decide.Settled("relaunch")
 
