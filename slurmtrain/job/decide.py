@@ -64,7 +64,7 @@ class Facts:
     requeue_always: bool          # resilience.requeue_when = "always"
     hung: bool = False            # the supervisor ended the launch: no rank reported progress
     down_nodes: tuple[str, ...] = ()  # ... and, then, the job's nodes that Slurm held down: a node failure
-    stray_kill: bool = False      # Slurm's kill of an earlier start's step ended it (Supervisor.stray_kill)
+    stray_kill: bool = False      # Slurm's kill of an earlier start's step ended it (Record.stray_kill)
 
 
 @dataclass(frozen=True)

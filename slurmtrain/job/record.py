@@ -77,11 +77,14 @@ class Record:
         """The nodes srun could not start the tasks on after byte ``since``, with its reason."""
         return {m["node"]: m["why"].strip() for m in SRUN_LAUNCH_FAILED.finditer(self._log_since(since))}
 
-    def first_failure_killed(self, since: int) -> str | None:
-        """The node of srun's first task error after byte ``since`` where that task was
-        SIGKILLed (srun: "Killed"), not one that exited or was terminated."""
+    def stray_kill(self, since: int) -> bool:
+        """srun's first task error after byte ``since`` is a task SIGKILLed (srun: "Killed",
+        not an exit status) on a node this job lost in an earlier start: Slurm's kill of that
+        start's step (it has the same job and step ids) reaching this one once the node is
+        back in service, seen at once after a requeue. Not the program's failure."""
         found = SRUN_TASK_ERROR.search(self._log_since(since))
-        return found["node"] if found and found["how"] == "Killed" else None
+        return (self.job.restarts > 0 and found is not None and found["how"] == "Killed"
+                and found["node"] in self.nodes_lost_before())
 
     def nodes_lost_before(self) -> set[str]:
         """The nodes this job lost in its earlier starts: left out, excluded or waited for."""

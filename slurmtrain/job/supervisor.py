@@ -287,15 +287,7 @@ class Supervisor:
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
-            stray_kill=status != 0 and self.stray_kill())
-
-    def stray_kill(self) -> bool:
-        """The launch's first failure was a task SIGKILLed on a node this job lost in an
-        earlier start: Slurm's kill of that start's step (it has the same job and step ids)
-        reaching this one once the node is back in service, seen at once after a requeue.
-        Not the program's failure, even before any checkpoint."""
-        node = self.record.first_failure_killed(self.log_mark)
-        return node is not None and self.job.restarts > 0 and node in self.record.nodes_lost_before()
+            stray_kill=status != 0 and self.record.stray_kill(self.log_mark))
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

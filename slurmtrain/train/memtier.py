@@ -5,8 +5,8 @@ the model and optimizer, the schedule, the data position, its RNG) to its node's
 ``/dev/shm/slurmtrain/<job>-<start>/<node>/step_<N>-<layout>/rank<R>.pt``, and sends a copy to
 the same local rank on the next node (a ring over nodes), which keeps it beside its own. The
 training loop waits only for the state to be copied to host memory (``local_state``); its
-serialization, the write and the send run in a thread beside the next steps, and the next copy, a restore or
-the end waits for them. A rank that dies meanwhile leaves that step unwhole: the step before
+serialization, the write and the send run in a thread beside the next steps, and the next
+copy, a restore or the end waits for them. A rank that dies meanwhile leaves that step unwhole: the step before
 stays (``KEEP``). The files outlive the training processes, so an in-job restart (new
 processes, same allocation) loads the newest step that every rank can get: from its own
 node, or, when its node was replaced by a spare, from the peer that kept its copy, over the
