@@ -61,7 +61,11 @@ def batch(_sandbox_session, tmp_path_factory):
     cancelled = []
 
     def cancel_when_running(got):
-        if not cancelled and got[names["cancel"]]["state"] == "RUNNING":
+        # Once its script has started (not only RUNNING in Slurm's eyes): a cancel that came
+        # before the script's stop handling was up left no decision to check (seen in a CI
+        # run on a loaded machine, 44 s after the submission).
+        st = got[names["cancel"]]
+        if not cancelled and st["state"] == "RUNNING" and "started" in [e["event"] for e in st.get("events") or []]:
             proc = cli(cwd, "cancel", names["cancel"])
             assert proc.returncode == 0, proc.stdout + proc.stderr
             cancelled.append(proc.stdout)
