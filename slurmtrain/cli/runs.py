@@ -118,8 +118,8 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
         if i:
             click.echo()
         _print_status(st)
-        if st.state is JobState.RUNNING and st.job_id:
-            _say_if_stranded(st.job_id, st.name)
+        if st.job_id and (st.state is JobState.RUNNING or (st.state is JobState.FAILED and st.outcome == "unknown")):
+            _say_if_stranded(st.job_id, st.name, st.state)
         if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
             errors = program_errors(target, st.job_id)  # the program's words, above the launcher's
             for node, tail in track.failing_node_logs(target, st.job_id, lines).items():
@@ -130,16 +130,18 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
                     click.echo(f"  {line}")
 
 
-def _say_if_stranded(job_id: str, name: str) -> None:
-    """A RUNNING job whose batch host Slurm holds down: nothing of it runs (runs/resubmit.py)."""
+def _say_if_stranded(job_id: str, name: str, state) -> None:
+    """A job whose batch host Slurm holds down, RUNNING with nothing of it left running, or
+    ended FAILED without a word (Slurm 24.11): runs/resubmit.py."""
     from ..errors import SlurmError
     from ..runs.resubmit import stranded
     try:
-        host = stranded(job_id)
+        host = stranded(job_id, state)
     except SlurmError:
         return
     if host:
-        click.echo(f"warning    its batch host {host} is down and Slurm keeps the job RUNNING (a job with spares "
+        how = "keeps the job RUNNING" if state.value == "RUNNING" else f"ended the job {state.value}"
+        click.echo(f"warning    its batch host {host} is down and Slurm {how} (a job with spares "
                    f"runs with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {name}` "
                    f"requeues it (and keeps watching), or `scontrol requeue {job_id}`")
 

@@ -11,7 +11,8 @@ program of your own does it by reading its own state). The new job id is appende
 is used up. It also requeues a job stranded by its batch host: with spares the job runs
 with ``--no-kill``, and when the node that runs its batch script (and the supervisor) dies,
 Slurm keeps it RUNNING on the other nodes, where nothing of it runs any more, until its
-time limit.
+time limit (Slurm 24.11 may instead end it FAILED with exit code 0 and no end event: the
+watch requeues that too).
 """
 
 from __future__ import annotations
@@ -56,24 +57,30 @@ def job_end(run: RunDir) -> JobEnd | None:
     return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active)
 
 
-def stranded(job_id: str) -> str | None:
-    """The batch host of a RUNNING job that Slurm holds DOWN (the supervisor died with it), or
-    None. A job without spares Slurm ends or requeues itself when a node fails."""
-    host = slurmquery.running_batch_host(job_id)  # scontrol's: sacct does not know it
+def stranded(job_id: str, state: JobState = JobState.RUNNING) -> str | None:
+    """The batch host of a job in ``state`` that Slurm holds DOWN (the supervisor died with
+    it), or None. RUNNING: Slurm keeps the job (--no-kill) with nothing of it left running.
+    FAILED: Slurm 24.11 ended a job of one node and a spare that way once it set the node
+    DOWN (exit code 0, no end event). A job without spares Slurm ends or requeues itself."""
+    host = slurmquery.batch_host(job_id, state)  # scontrol's: sacct does not know it
     return host if host and slurmquery.down([host]) else None
 
 
-def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None]) -> bool:
-    """Requeue the job if its batch host is down while Slurm keeps it RUNNING; the host goes
-    to the bad-node ledger. The next start resumes from the newest checkpoint, and the start
-    that ended without a word reads as a node failure."""
+def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
+                     state: JobState = JobState.RUNNING) -> bool | None:
+    """Requeue the job if its batch host is down while Slurm shows it in ``state`` (RUNNING,
+    or FAILED: see ``stranded``); the host goes to the bad-node ledger. The next start resumes
+    from the newest checkpoint, and the start that ended without a word reads as a node
+    failure. True: requeued; False: stranded, but Slurm refused the requeue; None: not
+    stranded (or no answer from Slurm this time)."""
     try:
-        host = stranded(end.job_id)
+        host = stranded(end.job_id, state)
     except SlurmError:  # no answer this time: asked again at the next poll
-        return False
+        return None
     if host is None:
-        return False
-    say(f"job {end.job_id}: its batch host {host} is down, and Slurm keeps the job RUNNING (--no-kill: a job "
+        return None
+    how = "keeps the job RUNNING" if state is JobState.RUNNING else f"ended the job {state.value}"
+    say(f"job {end.job_id}: its batch host {host} is down, and Slurm {how} (--no-kill: a job "
         "with spares) with nothing of it left running; requeueing it")
     try:
         slurmquery.requeue(end.job_id)
@@ -81,9 +88,8 @@ def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None]) -> bo
         say(f"job {end.job_id}: the requeue failed: {err}")
         return False
     try:
-        ledger.add(run.path.parent, host, f"down in Slurm as the batch host of job {end.job_id}, which it kept "
-                   "RUNNING (requeued by `slurmtrain resubmit --watch`)", run=run.name, job_id=end.job_id,
-                   source="node_failure")
+        ledger.add(run.path.parent, host, f"down in Slurm as the batch host of job {end.job_id} (Slurm {how}; "
+                   "requeued by `slurmtrain resubmit --watch`)", run=run.name, job_id=end.job_id, source="node_failure")
     except OSError as err:
         say(f"could not record {host} in the bad-node ledger ({err})")
     return True
@@ -178,6 +184,14 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
             sleep(poll_s)
             continue
         outcome = classify.classify(run.path, end.state, end.exit_code)
+        if outcome.kind == classify.UNKNOWN:
+            requeued = requeue_stranded(run, end, say, JobState.FAILED)
+            if requeued:
+                sleep(poll_s)  # the same job, queued again
+                continue
+            if requeued is False:  # Slurm refused (the job's record past MinJobAge, say): a new job goes on
+                outcome = classify.Outcome(classify.NODE_FAILURE, f"{outcome.detail}; its batch host was down",
+                                           True, outcome.step)
         if outcome.kind == classify.RUNNING:
             # Slurm forgot the job or has not written the last event yet: ask again shortly.
             sleep(poll_s)

@@ -350,14 +350,15 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
         raise
 
 
-def running_batch_host(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> str | None:
-    """The node that runs the batch script of job ``job_id`` while it is RUNNING, else None."""
+def batch_host(job_id: str, state: JobState = JobState.RUNNING, timeout: float = QUERY_TIMEOUT_S) -> str | None:
+    """The node that runs (ran) the batch script of job ``job_id`` while Slurm shows the job
+    in ``state``, else None. An ended job's record is kept MinJobAge (300 s by default)."""
     try:
         (job,) = [r for r in _show_job(job_id, timeout) if r.get("JobId") == job_id]
     except (SlurmError, ValueError):  # gone, or an array's record: not one job
         return None
     host = job.get("BatchHost", "")
-    return host if parse_state(job.get("JobState")) is JobState.RUNNING and host not in ("", "(null)") else None
+    return host if parse_state(job.get("JobState")) is state and host not in ("", "(null)") else None
 
 
 def down(nodes: list[str], timeout: float = QUERY_TIMEOUT_S) -> list[str]:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from runs_fakes import recorded_run
 from slurmtrain.cli import main
 from slurmtrain import ledger
-from slurmtrain.runs import resubmit, slurmquery
+from slurmtrain.runs import classify, resubmit, slurmquery
 
 
 def scontrol(job_id: str, state: str, host: str = "stnode1") -> str:
@@ -21,11 +21,11 @@ def scontrol(job_id: str, state: str, host: str = "stnode1") -> str:
 
 def test_the_batch_host_of_a_running_job_is_scontrols(fake_slurm):
     fake_slurm(scontrol=scontrol("41", "RUNNING", "stnode3"))
-    assert slurmquery.running_batch_host("41") == "stnode3"
+    assert slurmquery.batch_host("41") == "stnode3"
     fake_slurm(scontrol=scontrol("41", "PENDING", "(null)"))
-    assert slurmquery.running_batch_host("41") is None
+    assert slurmquery.batch_host("41") is None
     fake_slurm(scontrol="")
-    assert slurmquery.running_batch_host("41") is None  # Slurm forgot it
+    assert slurmquery.batch_host("41") is None  # Slurm forgot it
 
 
 def test_a_running_job_is_stranded_only_when_its_batch_host_is_down(fake_slurm):
@@ -111,3 +111,81 @@ def test_the_watch_requeues_a_stranded_job_when_accounting_does_not_answer(tmp_p
     resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
     assert ["scontrol", "requeue", job] in fake.calls
     assert said[0] == "Slurm did not answer (sacct did not answer within 30 s); asking again in 1 s", said
+
+
+def silent_run(tmp_path):
+    """A run whose start ended without a word: its first three events (started, two saves)."""
+    run, job = recorded_run(tmp_path, "node_died_then_completed")
+    lines = (run.path / "events.jsonl").read_text().splitlines()
+    (run.path / "events.jsonl").write_text("\n".join(lines[:4]) + "\n")
+    return run, job
+
+
+def test_the_batch_host_of_an_ended_job_is_asked_by_its_state(fake_slurm):
+    from slurmtrain.runs.states import JobState
+
+    fake_slurm(scontrol=scontrol("41", "FAILED", "stnode3"))
+    assert slurmquery.batch_host("41") is None                     # not RUNNING
+    assert slurmquery.batch_host("41", JobState.FAILED) == "stnode3"
+
+
+def test_the_watch_requeues_a_job_slurm_ended_failed_when_its_batch_host_died(tmp_path, fake_slurm, monkeypatch):
+    """Slurm 24.11: a job of one node and a spare (--no-kill), its batch host dead, ended
+    FAILED with exit code 0 once the node was DOWN, no end event written (the lane's test:
+    tests/e2e/test_dead_batch_host_24.py). That is the stranded job's end, not an unknown one."""
+    run, job = silent_run(tmp_path)
+    fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
+    fake.down = ["stnode1"]
+    answers = iter([resubmit.JobEnd(job, "FAILED", 0, False), resubmit.JobEnd(job, "COMPLETED", 0, False)])
+    monkeypatch.setattr(resubmit, "job_end", lambda _run: next(answers))
+    said: list[str] = []
+    assert classify.classify(run.path, "FAILED", 0).kind == classify.UNKNOWN  # where the watch stopped before
+    assert resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None).kind == classify.COMPLETED
+    assert ["scontrol", "requeue", job] in fake.calls
+    assert (f"job {job}: its batch host stnode1 is down, and Slurm ended the job FAILED (--no-kill: a job with "
+            "spares) with nothing of it left running; requeueing it") in said, said
+    assert [(e.node, e.source) for e in ledger.read(tmp_path)] == [("stnode1", "node_failure")]
+
+
+def test_a_failed_job_with_its_batch_host_up_stays_unknown_to_the_watch(tmp_path, fake_slurm, monkeypatch):
+    run, job = silent_run(tmp_path)
+    fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
+    monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 0, False))
+    said: list[str] = []
+    assert resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None).kind == classify.UNKNOWN
+    assert ["scontrol", "requeue", job] not in fake.calls and not ledger.read(tmp_path)
+
+
+def test_a_refused_requeue_of_an_ended_stranded_job_resubmits_it(tmp_path, fake_slurm, monkeypatch):
+    run, job = silent_run(tmp_path)
+    fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
+    fake.down = ["stnode1"]
+    fake.refuse_requeue = f"scontrol: error: Invalid job id specified for job {job}"
+    monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 0, False))
+    resubmitted: list[object] = []
+
+    def resubmit_once(r):
+        resubmitted.append(r)
+        raise SystemExit("resubmitted")  # the rest is resubmit's own tests
+    monkeypatch.setattr(resubmit, "resubmit", resubmit_once)
+    said: list[str] = []
+    try:
+        resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
+    except SystemExit:
+        pass
+    assert resubmitted, said
+    assert any(line.startswith(f"job {job} ended: node failure: Slurm says FAILED (exit code 0); its batch host was "
+                               "down") for line in said), said
+
+
+
+def test_status_says_a_job_ended_failed_by_its_dead_batch_host_and_how_to_requeue_it(tmp_path, fake_slurm):
+    run, job = silent_run(tmp_path)
+    fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert "unknown" in out and "batch host" not in out, out
+    fake.down = ["stnode1"]
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert (f"warning    its batch host stnode1 is down and Slurm ended the job FAILED (a job with spares runs "
+            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {run.name}` requeues "
+            f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
