@@ -45,3 +45,30 @@ def parse_duration(text: str | None) -> int | None:
         parts.insert(0, 0)
     h, m, s = parts[-3:]
     return ((days * 24 + h) * 60 + m) * 60 + s
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """A hostlist expression expanded as ``scontrol show hostnames`` does, without asking
+    Slurm: ``st[1-3,05],gpu-a[1-2]x`` -> st1 st2 st3 st05 gpu-a1x gpu-a2x ("(null)": none)."""
+    names, item, depth = [], "", 0
+    for ch in ("" if nodelist.strip() in ("", "(null)") else nodelist.strip()) + ",":
+        if ch == "," and depth == 0:
+            names += _expand(item) if item else []
+            item = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        item += ch
+    return names
+
+
+def _expand(item: str) -> list[str]:
+    m = re.match(r"([^\[]*)\[([^\]]*)\](.*)$", item)
+    if m is None:
+        return [item]
+    head, ranges, tail = m.groups()
+    tails = _expand(tail) if tail else [""]
+    out = []
+    for part in ranges.split(","):
+        lo, _, hi = part.partition("-")
+        out += [f"{head}{i:0{len(lo)}d}{t}" for i in range(int(lo), int(hi or lo) + 1) for t in tails]
+    return out

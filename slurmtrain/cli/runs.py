@@ -136,12 +136,12 @@ def _say_if_stranded(job_id: str, name: str, state) -> None:
     from ..errors import SlurmError
     from ..runs.resubmit import stranded
     try:
-        host = stranded(job_id, state)
+        found = stranded(job_id, state)
     except SlurmError:
         return
-    if host:
-        how = "keeps the job RUNNING" if state.value == "RUNNING" else f"ended the job {state.value}"
-        click.echo(f"warning    its batch host {host} is down and Slurm {how} (a job with spares "
+    if found:
+        (host, what), how = found, "keeps the job RUNNING" if state.value == "RUNNING" else f"ended the job {state.value}"
+        click.echo(f"warning    its batch host {host} {what} and Slurm {how} (a job with spares "
                    f"runs with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {name}` "
                    f"requeues it (and keeps watching), or `scontrol requeue {job_id}`")
 

@@ -57,30 +57,38 @@ def job_end(run: RunDir) -> JobEnd | None:
     return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active)
 
 
-def stranded(job_id: str, state: JobState = JobState.RUNNING) -> str | None:
-    """The batch host of a job in ``state`` that Slurm holds DOWN (the supervisor died with
-    it), or None. RUNNING: Slurm keeps the job (--no-kill) with nothing of it left running.
-    FAILED: Slurm 24.11 ended a job of one node and a spare that way once it set the node
-    DOWN (exit code 0, no end event). A job without spares Slurm ends or requeues itself."""
-    host = slurmquery.batch_host(job_id, state)  # scontrol's: sacct does not know it
-    return host if host and slurmquery.down([host]) else None
+def stranded(job_id: str, state: JobState = JobState.RUNNING) -> tuple[str, str] | None:
+    """(batch host, what became of it) for a job in ``state`` whose batch host died (the
+    supervisor with it), or None. Slurm holds the host DOWN, or it died and is back, and Slurm
+    took it out of the job's nodes. RUNNING: Slurm keeps the job (--no-kill) with nothing of
+    it left running. FAILED: Slurm 24.11 ended a job of one node and a spare that way (exit
+    code 0, no end event). A job without spares Slurm ends or requeues itself."""
+    found = slurmquery.batch_host(job_id, state)  # scontrol's: sacct does not know it
+    if found is None:
+        return None
+    if slurmquery.down([found.host]):
+        return found.host, "is down"
+    if found.nodes and found.host not in found.nodes:  # seen after a node's return: the job stays RUNNING
+        return found.host, "died and is back, out of the job's nodes"
+    return None
 
 
 def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
                      state: JobState = JobState.RUNNING) -> bool | None:
-    """Requeue the job if its batch host is down while Slurm shows it in ``state`` (RUNNING,
-    or FAILED: see ``stranded``); the host goes to the bad-node ledger. The next start resumes
+    """Requeue the job if its batch host died while Slurm shows it in ``state`` (RUNNING, or
+    FAILED: see ``stranded``); the host goes to the bad-node ledger. The next start resumes
     from the newest checkpoint, and the start that ended without a word reads as a node
     failure. True: requeued; False: stranded, but Slurm refused the requeue; None: not
     stranded (or no answer from Slurm this time)."""
     try:
-        host = stranded(end.job_id, state)
+        found = stranded(end.job_id, state)
     except SlurmError:  # no answer this time: asked again at the next poll
         return None
-    if host is None:
+    if found is None:
         return None
+    host, what = found
     how = "keeps the job RUNNING" if state is JobState.RUNNING else f"ended the job {state.value}"
-    say(f"job {end.job_id}: its batch host {host} is down, and Slurm {how} (--no-kill: a job "
+    say(f"job {end.job_id}: its batch host {host} {what}, and Slurm {how} (--no-kill: a job "
         "with spares) with nothing of it left running; requeueing it")
     try:
         slurmquery.requeue(end.job_id)
@@ -88,7 +96,7 @@ def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
         say(f"job {end.job_id}: the requeue failed: {err}")
         return False
     try:
-        ledger.add(run.path.parent, host, f"down in Slurm as the batch host of job {end.job_id} (Slurm {how}; "
+        ledger.add(run.path.parent, host, f"the batch host of job {end.job_id}, which {what} (Slurm {how}; "
                    "requeued by `slurmtrain resubmit --watch`)", run=run.name, job_id=end.job_id, source="node_failure")
     except OSError as err:
         say(f"could not record {host} in the bad-node ledger ({err})")

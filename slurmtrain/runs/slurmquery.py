@@ -27,9 +27,9 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
-from ..slurmtext import parse_duration, parse_key_values
+from ..slurmtext import hostnames, parse_duration, parse_key_values
 
 from ..errors import SlurmError
 from .states import JobState, aggregate, parse_state
@@ -350,15 +350,22 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
         raise
 
 
-def batch_host(job_id: str, state: JobState = JobState.RUNNING, timeout: float = QUERY_TIMEOUT_S) -> str | None:
-    """The node that runs (ran) the batch script of job ``job_id`` while Slurm shows the job
-    in ``state``, else None. An ended job's record is kept MinJobAge (300 s by default)."""
+class BatchHost(NamedTuple):
+    host: str          # the node that runs (ran) the batch script
+    nodes: list[str]   # the job's nodes as Slurm lists them now (a node it took for dead is gone)
+
+
+def batch_host(job_id: str, state: JobState = JobState.RUNNING, timeout: float = QUERY_TIMEOUT_S) -> BatchHost | None:
+    """Job ``job_id``'s batch host and nodes while Slurm shows the job in ``state``, else
+    None. An ended job's record is kept MinJobAge (300 s by default)."""
     try:
         (job,) = [r for r in _show_job(job_id, timeout) if r.get("JobId") == job_id]
     except (SlurmError, ValueError):  # gone, or an array's record: not one job
         return None
     host = job.get("BatchHost", "")
-    return host if parse_state(job.get("JobState")) is state and host not in ("", "(null)") else None
+    if parse_state(job.get("JobState")) is not state or host in ("", "(null)"):
+        return None
+    return BatchHost(host, hostnames(job.get("NodeList", "")))
 
 
 def down(nodes: list[str], timeout: float = QUERY_TIMEOUT_S) -> list[str]:

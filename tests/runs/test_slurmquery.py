@@ -7,7 +7,7 @@ import pytest
 from slurmtrain.errors import SlurmError
 from slurmtrain.runs import slurmquery
 from slurmtrain.runs.slurmquery import format_duration
-from slurmtrain.slurmtext import parse_duration, parse_key_values
+from slurmtrain.slurmtext import hostnames, parse_duration, parse_key_values
 from slurmtrain.runs.states import JobState
 
 from runs_fakes import RECORDED
@@ -143,3 +143,26 @@ def test_parse_scontrol_recorded_from_the_sandbox():
     assert (jobs["5"].state, jobs["5"].exit_code) == (JobState.FAILED, 1)
     assert jobs["10"].state is JobState.CANCELLED and jobs["10"].restarts == 0
     assert jobs["7"].restarts == 1  # cancelled by a plain scancel, requeued by its script, cancelled again
+
+
+@pytest.mark.parametrize("nodelist, names", [
+    ("stnode2", ["stnode2"]),
+    ("stnode[1-3]", ["stnode1", "stnode2", "stnode3"]),
+    ("gpu[08-10,12],login", ["gpu08", "gpu09", "gpu10", "gpu12", "login"]),
+    ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+    ("(null)", []),
+    ("", []),
+])
+def test_hostlists_expand_as_scontrol_show_hostnames_does(nodelist, names, tmp_path):
+    """Slurm's own expansion beside ours (scontrol needs a configuration, not a controller)."""
+    import os
+    import shutil
+
+    assert hostnames(nodelist) == names
+    if not names:
+        return
+    assert shutil.which("scontrol"), "Slurm's client is part of this project's machine (.ci/run installs it)"
+    (tmp_path / "slurm.conf").write_text("ClusterName=x\nSlurmctldHost=localhost\n")
+    real = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "SLURM_CONF": str(tmp_path / "slurm.conf")})
+    assert (real.returncode, real.stdout.split()) == (0, names), real.stderr

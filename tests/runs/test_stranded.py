@@ -14,14 +14,14 @@ from slurmtrain import ledger
 from slurmtrain.runs import classify, resubmit, slurmquery
 
 
-def scontrol(job_id: str, state: str, host: str = "stnode1") -> str:
+def scontrol(job_id: str, state: str, host: str = "stnode1", nodes: str = "stnode[1-3]") -> str:
     return (f"JobId={job_id} JobName=x JobState={state} Reason=None Requeue=1 Restarts=0 ExitCode=0:0 "
-            f"RunTime=00:05:00 NodeList=stnode[1-3] NumNodes=2 BatchHost={host} Power=")
+            f"RunTime=00:05:00 NodeList={nodes} NumNodes=2 BatchHost={host} Power=")
 
 
 def test_the_batch_host_of_a_running_job_is_scontrols(fake_slurm):
     fake_slurm(scontrol=scontrol("41", "RUNNING", "stnode3"))
-    assert slurmquery.batch_host("41") == "stnode3"
+    assert slurmquery.batch_host("41") == ("stnode3", ["stnode1", "stnode2", "stnode3"])
     fake_slurm(scontrol=scontrol("41", "PENDING", "(null)"))
     assert slurmquery.batch_host("41") is None
     fake_slurm(scontrol="")
@@ -34,9 +34,20 @@ def test_a_running_job_is_stranded_only_when_its_batch_host_is_down(fake_slurm):
     fake.down = ["stnode2"]
     assert resubmit.stranded("41") is None            # another node of the job: the supervisor handles it
     fake.down = ["stnode1"]
-    assert resubmit.stranded("41") == "stnode1"
+    assert resubmit.stranded("41") == ("stnode1", "is down")
     assert ["scontrol", "--oneliner", "show", "node", "stnode1"] in fake.calls
     fake.scontrol = scontrol("41", "PENDING")         # requeued already: nothing to do
+    assert resubmit.stranded("41") is None
+
+
+def test_a_running_job_is_stranded_when_its_batch_host_came_back_out_of_its_nodes(fake_slurm):
+    """Slurm 24.11 in the lane, a job of one node and a spare: its batch host killed, DOWN
+    after SlurmdTimeout, then its slurmd back: the node IDLE, the job still RUNNING with
+    `NodeList=stnode2 BatchHost=stnode1` 4 minutes later. A watch that asked only for DOWN
+    would never requeue it."""
+    fake_slurm(scontrol=scontrol("41", "RUNNING", "stnode1", "stnode2"))
+    assert resubmit.stranded("41") == ("stnode1", "died and is back, out of the job's nodes")
+    fake_slurm(scontrol=scontrol("41", "RUNNING", "stnode1", "(null)"))  # no list: nothing to tell
     assert resubmit.stranded("41") is None
 
 
@@ -126,7 +137,7 @@ def test_the_batch_host_of_an_ended_job_is_asked_by_its_state(fake_slurm):
 
     fake_slurm(scontrol=scontrol("41", "FAILED", "stnode3"))
     assert slurmquery.batch_host("41") is None                     # not RUNNING
-    assert slurmquery.batch_host("41", JobState.FAILED) == "stnode3"
+    assert slurmquery.batch_host("41", JobState.FAILED).host == "stnode3"
 
 
 def test_the_watch_requeues_a_job_slurm_ended_failed_when_its_batch_host_died(tmp_path, fake_slurm, monkeypatch):
