@@ -8,6 +8,13 @@ seen over that many node-hours, and each fault of the run (a crash, hang or node
 the job, a node failure) with the node-hours it has run so far is added to it, so a run on
 flaky nodes saves more often. Pure arithmetic, torch-free; the trainer measures C and the
 step time, and all ranks take the same answer (the largest: an all-reduce).
+
+With ``train.memory_steps`` the copies in node memory follow a cadence of their own, the
+same formula with C what a copy stalls the loop (its copy into host memory; the write and
+the send to the peer go on beside the steps, and a copy still in flight when the next is
+due is waited for, so a copy slower than the interval counts in C and spaces them out).
+A durable save and a copy are both points to restart from: each counts for the other's
+"since the last". The recipe's ``save_steps`` and ``memory_steps`` are the first intervals.
 """
 
 from __future__ import annotations
@@ -72,8 +79,9 @@ def run_faults(run_dir) -> tuple[int, float]:
 
 def describe(e: dict) -> str:
     """A ``checkpoint_interval`` event as one line for ``status``."""
+    each = "copy in node memory" if e.get("tier") == "memory" else "checkpoint"
     return (f"every {e.get('steps')} steps (~{e.get('seconds', 0) / 60:.1f} min): sqrt(2 x {e.get('cost_s')} s per "
-            f"checkpoint x {e.get('job_mtbf_h', 0):.1f} h between faults of {e.get('nodes')} node(s); "
+            f"{each} x {e.get('job_mtbf_h', 0):.1f} h between faults of {e.get('nodes')} node(s); "
             f"{e.get('faults')} fault(s) seen in {e.get('node_hours', 0):.1f} node-hours)")
 
 

@@ -101,7 +101,7 @@ class Ev:
     RESUMED = "resumed"                    # {step, tier?, from_peer?}: tier "memory" from node memory (train.memory_steps)
     CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds? (to durable), stall? (training held), path?}
     STOPPED = "stopped"                    # {step}: saved; leaving with exit 75
-    CHECKPOINT_INTERVAL = "checkpoint_interval"  # {steps, after_step, seconds, cost_s, step_s, job_mtbf_h, nodes, faults, node_hours}
+    CHECKPOINT_INTERVAL = "checkpoint_interval"  # {steps, after_step, seconds, cost_s, step_s, job_mtbf_h, nodes, faults, node_hours, tier?}: tier "memory" for the copies in node memory
     TRAIN_ERROR = "train_error"            # {step, error}
     # The CLI.
     SUBMITTED = "submitted"                # {job_id}

@@ -182,9 +182,10 @@ def _print_status(st) -> None:
     row("requeues", "-" if st.restarts is None else st.restarts)
     for label, text in _goodput_rows(st.goodput):
         row(label, text)
-    if st.checkpoint_interval:
-        from ..cadence import describe  # torch-free
-        row("ckpt", describe(st.checkpoint_interval))
+    from ..cadence import describe  # torch-free
+    for label, chosen in (("ckpt", st.checkpoint_interval), ("memory", st.memory_interval)):
+        if chosen:
+            row(label, describe(chosen))
     for i, s in enumerate(st.stragglers):
         row("stragglers" if i == 0 else "", f"{s['node']}: {s['pct']}% slower than the other nodes ({s['compute_ms']} "
             f"ms against {s['others_ms']} ms for the same work), since {_clock(s['time'])}")

@@ -137,6 +137,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
     if name == Ev.NODES_LOST and e.get("why") == "straggler":
         return f"{e.get('nodes')} left out of the job (a straggler); spare in its place: {e.get('spares')}"
+    if name == Ev.CHECKPOINT_INTERVAL and e.get("tier") == "memory":
+        return f"copies in node memory every {e.get('steps')} steps from now (checkpoint_every = \"auto\")"
     if name == Ev.DOCTOR and isinstance(e.get("passed"), bool):
         return "doctor ran its checks on the nodes: " + ("all passed" if e["passed"] else "some failed (its report)")
     if name == Ev.FAILED and requeued_by_slurm:

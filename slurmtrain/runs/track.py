@@ -58,6 +58,7 @@ class RunStatus:
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # the supervisor's `straggler` events
     slow: list[dict[str, Any]] = field(default_factory=list)  # stretches of slow steps (runs/pace.py)
     checkpoint_interval: dict[str, Any] | None = None  # the trainer's latest choice under checkpoint_every = "auto"
+    memory_interval: dict[str, Any] | None = None      # ... for its copies in node memory (train.memory_steps)
     ended: bool = False  # the job will not run again by itself (Slurm's state, or its PREEMPTED and the events)
     sweep: list[dict[str, Any]] = field(default_factory=list)  # a sweep's points (runs/sweeps.py rows)
 
@@ -166,8 +167,9 @@ def _from_run_events(st: RunStatus, evs: list[dict[str, Any]]) -> None:
     stragglers."""
     report = goodput.of_events(evs)
     st.goodput = report.to_json() if report.spans else None
-    st.checkpoint_interval = next((e for e in reversed(evs) if e.get("event") == eventlog.Ev.CHECKPOINT_INTERVAL),
-                                  None)
+    chosen = [e for e in evs if e.get("event") == eventlog.Ev.CHECKPOINT_INTERVAL]
+    st.checkpoint_interval = next((e for e in reversed(chosen) if not e.get("tier")), None)
+    st.memory_interval = next((e for e in reversed(chosen) if e.get("tier") == "memory"), None)
     st.stragglers = [{k: e.get(k) for k in ("time", "node", "pct", "compute_ms", "others_ms")} for e in evs
                      if e.get("event") == eventlog.Ev.STRAGGLER]
 

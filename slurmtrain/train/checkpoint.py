@@ -103,7 +103,8 @@ class Checkpointer:
         self.keep_last, self.kill_at_step, self.slow_at_step = keep_last, kill_at_step, slow_at_step
         self.rank = dist.get_rank()
         self._pending: _Save | None = None  # the save in flight (one at a time)
-        self.last_saved = -1
+        self.last_saved = -1  # the newest durable save's step (begun), or the one resumed from
+        self.last_kept = -1   # the newest copy in node memory (train.memory_steps), or the one resumed from
 
     # ------------------------------------------------------------------ save
 
@@ -215,6 +216,7 @@ class Checkpointer:
         got = self.memory.restore(template, durable) if self.memory is not None else None
         if got is not None:
             step, from_peer, client = got
+            self.last_kept = step
             source, fields = "node memory", {"tier": "memory", "from_peer": from_peer}
             source += f" (ranks {' '.join(map(str, from_peer))} from a peer node's copy)" if from_peer else ""
         elif path is not None:
@@ -232,6 +234,7 @@ class Checkpointer:
         loop waits for the state to be taken; the write and the send go on beside it)."""
         with heartbeat.busy("save"):
             self.memory.keep(step, {"step": step, "data": self.data.state_dict()})
+        self.last_kept = step
 
     def clear_memory(self) -> None:
         """The run finished or stopped: its copies in node memory go (a collective)."""

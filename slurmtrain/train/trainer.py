@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -82,7 +82,7 @@ class Trainer:
         if debug.stop_at_step == 0 and self.step == 0:  # the initial weights, as step_0
             return self._stop(0, "debug.stop_at_step = 0")
         loop = _Loop(peak_flops(self.world.device), Throughput(), ComputeProbe(self.world.device),
-                     self._cadence())
+                     self._cadence(cfg.save_steps), self._cadence(cfg.memory_steps) if cfg.memory_steps else None)
         self.engine.model.train()
         while self.step < cfg.steps:
             step = self.step + 1
@@ -147,45 +147,60 @@ class Trainer:
         return stop.STOP_EXIT_CODE
 
     def _maybe_save(self, step: int, loop: "_Loop") -> None:
-        """A checkpoint when the cadence (or ``train.save_steps``) says so, never at the
-        last step (the end saves it)."""
-        cfg, cadence = self.recipe.train, loop.cadence
-        if cadence is not None:
-            cadence.tick(time.perf_counter())
-            if cadence.due(step, self.ckpt.last_saved) and step < cfg.steps:
-                self._save_on_cadence(cadence, step)
-                loop.meter.reset()
-        elif cfg.save_steps and step % cfg.save_steps == 0 and step < cfg.steps:
+        """A checkpoint when the cadence (or ``train.save_steps``) says so, and a copy in node
+        memory when its own cadence (or ``train.memory_steps``) does; never at the last step
+        (the end saves it)."""
+        cfg, durable, memory = self.recipe.train, loop.cadence, loop.memory_cadence
+        if step >= cfg.steps:
+            return
+        for c in (durable, memory):
+            if c is not None:
+                c.tick(time.perf_counter())
+        saved = False
+        if durable is not None and durable.due(step, self.ckpt.last_saved):
+            self._save_on_cadence(durable, step, self.ckpt.save)
+            saved = True
+        elif durable is None and cfg.save_steps and step % cfg.save_steps == 0:
             self.ckpt.save(step)
-            loop.meter.reset()
-        if cfg.memory_steps and step % cfg.memory_steps == 0 and self.ckpt.last_saved != step and step < cfg.steps:
+            saved = True
+        newest = max(self.ckpt.last_saved, self.ckpt.last_kept)  # either is a point to restart from
+        if memory is not None and self.ckpt.last_saved != step and memory.due(step, newest):
+            self._save_on_cadence(memory, step, self.ckpt.keep_in_memory, tier="memory")
+            saved = True
+        elif memory is None and cfg.memory_steps and step % cfg.memory_steps == 0 and self.ckpt.last_saved != step:
             self.ckpt.keep_in_memory(step)
+            saved = True
+        if saved:
             loop.meter.reset()
+            for c in (durable, memory):
+                if c is not None:
+                    c.tick(time.perf_counter(), saved=True)  # a save's time is no step's
 
-    def _cadence(self) -> cadence_mod.Cadence | None:
-        """resilience.checkpoint_every = "auto" (the job script says so): the Young-Daly cadence."""
+    def _cadence(self, first: int) -> cadence_mod.Cadence | None:
+        """resilience.checkpoint_every = "auto" (the job script says so): the Young-Daly
+        cadence, starting at ``first`` steps (the recipe's own interval)."""
         mtbf = cadence_mod.auto()
         if mtbf is None:
             return None
         nodes = int(os.environ.get("SLURMTRAIN_NNODES") or 1)
-        return cadence_mod.Cadence(mtbf, nodes, self.run_dir, first=self.recipe.train.save_steps)
+        return cadence_mod.Cadence(mtbf, nodes, self.run_dir, first=first)
 
-    def _save_on_cadence(self, cadence: cadence_mod.Cadence, step: int) -> None:
-        """Save, time what it stalled, and choose the next interval: every rank the same (the
-        largest of the ranks' choices), rank 0 says it when it changes."""
+    def _save_on_cadence(self, cadence: cadence_mod.Cadence, step: int, save: Callable[[int], None],
+                         tier: str = "") -> None:
+        """Save (``save``: durable, or into node memory), time what it stalled, and choose the
+        next interval: every rank the same (the largest of the ranks' choices), rank 0 says it
+        when it changes."""
         start = time.perf_counter()
-        self.ckpt.save(step)
-        cost = time.perf_counter() - start
-        cadence.tick(time.perf_counter(), saved=True)
-        chosen = cadence.after_save(cost)
+        save(step)
+        chosen = cadence.after_save(time.perf_counter() - start)
         steps = torch.tensor(float(chosen.steps if chosen else cadence.every), device=self.world.device)
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
         if int(steps.item()) != cadence.every:
             cadence.every = int(steps.item())
             if self._rank0 and chosen is not None:
-                events.append(self.run_dir, Ev.CHECKPOINT_INTERVAL,
-                              **{**chosen.to_event(), "steps": cadence.every, "after_step": step})
-                log.info("checkpoints: %s", cadence_mod.describe({**chosen.to_event(), "steps": cadence.every}))
+                said = {**chosen.to_event(), "steps": cadence.every, **({"tier": tier} if tier else {})}
+                events.append(self.run_dir, Ev.CHECKPOINT_INTERVAL, **said, after_step=step)
+                log.info("%s: %s", "copies in node memory" if tier else "checkpoints", cadence_mod.describe(said))
 
     def _log(self, metrics: MetricsLog, loop: "_Loop", step: int, loss: torch.Tensor,
              grad_norm: torch.Tensor, lr: float) -> None:
@@ -221,6 +236,7 @@ class _Loop:
     meter: Throughput
     probe: ComputeProbe
     cadence: cadence_mod.Cadence | None       # resilience.checkpoint_every = "auto"
+    memory_cadence: cadence_mod.Cadence | None  # ... for the copies in node memory (train.memory_steps)
 
 
 def preflight(recipe: Recipe, sources: Sources, world_size: int) -> tuple[int, Tokenizer]:

@@ -219,11 +219,18 @@ def test_status_says_the_checkpoint_interval_chosen_and_why(tmp_path, fake_slurm
     run, _ = recorded_run(tmp_path, "crash_hang_preempted")
     events.append(run.path, "checkpoint_interval", steps=120, seconds=250.0, cost_s=2.1, step_s=2.08, job_mtbf_h=4.13,
                   nodes=2, faults=1, node_hours=0.15)
+    # The copies in node memory's own choice, later: the durable one stays in its row.
+    events.append(run.path, "checkpoint_interval", steps=12, seconds=25.0, cost_s=0.02, step_s=2.08, job_mtbf_h=4.13,
+                  nodes=2, faults=1, node_hours=0.15, tier="memory")
     fake_slurm(scontrol="", sacct=None)
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
     [line] = [l for l in out.splitlines() if l.startswith("ckpt")]
     assert line == ("ckpt       every 120 steps (~4.2 min): sqrt(2 x 2.1 s per checkpoint x 4.1 h between faults of "
                     "2 node(s); 1 fault(s) seen in 0.1 node-hours)")
+    [line] = [l for l in out.splitlines() if l.startswith("memory")]
+    assert line == ("memory     every 12 steps (~0.4 min): sqrt(2 x 0.02 s per copy in node memory x 4.1 h between "
+                    "faults of 2 node(s); 1 fault(s) seen in 0.1 node-hours)")
+    assert "copies in node memory every 12 steps from now" in out, out
 
 
 def test_an_event_without_a_time_is_left_out_not_a_traceback():

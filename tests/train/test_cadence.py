@@ -91,3 +91,34 @@ def test_the_trainer_saves_on_the_chosen_interval_on_every_rank(tmp_path):
     for step in (s for s in saved if s < 40):
         assert step - last == every, (saved, chosen)
         every, last = choices.get(step, every), step
+
+
+def test_copies_in_node_memory_follow_a_cadence_of_their_own(tmp_path):
+    """train.memory_steps under checkpoint_every = "auto": the first copy at the recipe's
+    memory_steps, then the Young-Daly interval from what a copy stalls, every rank the same;
+    the durable saves keep theirs (save_steps 0: the first at Cadence.FIRST_STEPS, past the end)."""
+    pytest.importorskip("torch")
+    from trainer_util import setup_run, show, train
+
+    recipe = setup_run(tmp_path, steps=30, save_steps=0)
+    proc = train(["--recipe", str(recipe), "--run-dir", "run", "--set", "train.eval_steps=0",
+                  "--set", "train.memory_steps=3"], tmp_path, nproc=2,
+                 SLURMTRAIN_CHECKPOINT_EVERY="auto", SLURMTRAIN_NODE_MTBF_HOURS="50", SLURMTRAIN_NNODES="1",
+                 SLURMTRAIN_MEMORY_DIR=str(tmp_path / "shm"))
+    assert proc.returncode == 0, show(proc)  # ranks that chose differently would have hung in the copy
+    evs = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    chosen = [e for e in evs if e["event"] == "checkpoint_interval"]
+    assert chosen and all(e.get("tier") == "memory" for e in chosen), chosen  # no durable save before the end
+    first = chosen[0]
+    assert first["after_step"] == 3 and first["cost_s"] > 0 and first["step_s"] > 0, first
+    # 50 h between faults: sqrt(2 x C x 50 h) is minutes, far past the run's 30 steps of
+    # under a second: one choice, and no copy after the first.
+    # (steps: the largest of the ranks' choices, so not rank 0's own seconds / step_s.)
+    assert len(chosen) == 1 and first["steps"] > 30 and first["seconds"] > 30 * first["step_s"], chosen
+    saved = [e["step"] for e in evs if e["event"] == "checkpoint_saved"]
+    assert saved == [30], saved  # the end's save only
+
+    from slurmtrain.cadence import describe
+    from slurmtrain.runs import classify
+    assert describe(first).startswith(f"every {first['steps']} steps") and "per copy in node memory" in describe(first)
+    assert f"copies in node memory every {first['steps']} steps from now" in "\n".join(classify.history(tmp_path / "run"))
