@@ -197,7 +197,7 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
             if requeued:
                 sleep(poll_s)  # the same job, queued again
                 continue
-            if requeued is False:  # Slurm refused (the job's record past MinJobAge, say): a new job goes on
+            if requeued is False:  # Slurm refused (a job marked not requeueable, say): a new job goes on
                 outcome = classify.Outcome(classify.NODE_FAILURE, f"{outcome.detail}; its batch host was down",
                                            True, outcome.step)
         if outcome.kind == classify.RUNNING:
