@@ -180,6 +180,9 @@ def _print_status(st) -> None:
         row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
                        "exit code is the launcher's: torchrun exits 1 when a worker fails)")
     row("requeues", "-" if st.restarts is None else st.restarts)
+    if st.watcher is not None:
+        from ..runs.watcher import describe as watched
+        row("watch", f"`resubmit --watch`: {watched(st.watcher)}")
     for label, text in _goodput_rows(st.goodput):
         row(label, text)
     from ..cadence import describe  # torch-free

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from ..errors import UsageError
 from .base import main
 from .options import build_job, job_options
 from .refs import after_options, chain_of, resolve_run, runs_dir_option
@@ -73,6 +74,9 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
         click.echo(waiting_note(afters, "Dependency"))
     click.echo(f"run directory: {done.run.path}")
     click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
+    if loaded.profile.slurm.spare_nodes:
+        click.echo(f"with spares, the job outlives any node but its batch host; to requeue it if that one dies: "
+                   f"slurmtrain resubmit{hint} --watch --detach {done.run.name}")
 
 
 @main.command()
@@ -85,8 +89,14 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
               help="With --watch: resubmit at most this many times.")
 @click.option("--poll", "poll_s", type=click.FloatRange(min=1), default=15.0, show_default=True,
               help="With --watch: seconds between questions to Slurm.")
+@click.option("--detach", is_flag=True,
+              help="With --watch: watch in the background, in a session of its own (it goes on after you log "
+                   "out), its output in the run directory's watch.log; `slurmtrain status` says who watches.")
+@click.option("--log-name", hidden=True, default="the terminal",
+              help="Where the watch's output goes, as `status` names it (set by --detach).")
 @click.option("--force", is_flag=True, help="Submit again even after the run completed or failed by itself.")
-def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: float, force: bool) -> None:
+def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: float, detach: bool, log_name: str,
+             force: bool) -> None:
     """Continue RUN in a new job from its checkpoints (for clusters that do not requeue).
 
     Submits the run directory's job.sbatch again; the new job writes to the same run
@@ -99,15 +109,27 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     \b
       slurmtrain resubmit llama8b-20261121-120000
       slurmtrain resubmit --watch llama8b        # resubmit after every stop until done
-    """
-    from ..runs import resubmit as lib
+      slurmtrain resubmit --watch --detach llama8b   # ... in the background
 
+    One watch per run: a second is refused while the first runs (both would resubmit).
+    A job with spares needs a watch for one fault: its batch host's death (docs/survival.md).
+    """
+    from ..runs import resubmit as lib, watcher
+
+    if detach and not watch:
+        raise UsageError("--detach goes with --watch (a resubmit alone is over at once)")
     run = resolve_run(ref, runs_dir)
     if not watch:
         done = lib.resubmit(run, force=force)
         click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done))
         return
-    outcome = lib.watch(run, max_resubmits=max_resubmits, poll_s=poll_s, say=click.echo)
+    if detach:
+        who = watcher.detach(run, ["--max-resubmits", str(max_resubmits), "--poll", f"{poll_s:g}"])
+        click.echo(f"watching run {run.name} in the background: {watcher.describe(who)}; stop it with "
+                   f"`kill {who.get('pid')}`")
+        return
+    with watcher.claim(run, log_name, warn=click.echo):
+        outcome = lib.watch(run, max_resubmits=max_resubmits, poll_s=poll_s, say=click.echo)
     click.echo(f"run {run.name}: {outcome.kind}: {outcome.detail}")
     if outcome.kind != "completed":
         raise SystemExit(1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from .. import events, ledger
@@ -137,10 +138,23 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
     if exclude:
         run.update_manifest(exclude=exclude)
     args = ((f"--exclude={','.join(exclude)}",) if exclude else ()) + \
-        ((f"--array={','.join(str(t) for t in tasks)}",) if tasks is not None else ())
+        ((f"--array={','.join(str(t) for t in tasks)}",) if tasks is not None else ()) + _where(run)
     done = submit_run(run, args, tasks=tasks)
     events.append(run.path, Ev.RESUBMITTED, job_id=done.job_id, previous_job_id=previous or "")
     return done
+
+
+def _where(run: RunDir) -> tuple[str, ...]:
+    """sbatch's ``--chdir``: the job runs where the run was first submitted from, whatever
+    the directory of this resubmission (a detached watch's is the run directory): the
+    command's relative paths (a recipe's data path, say) are relative to that."""
+    first = run.manifest().get("submit_cwd")
+    if not first:
+        return ()
+    if not Path(first).is_dir():
+        raise UsageError(f"run {run.name} was submitted from {first}, which is gone: its job runs there (its "
+                         "relative paths are from there); create it, or submit the run anew")
+    return (f"--chdir={first}",)
 
 
 def _points_again(run: RunDir, force: bool, only: int | None) -> tuple[int, ...]:

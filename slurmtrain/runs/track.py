@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, TextIO
 from .. import eventlog, launchers
 from ..errors import UsageError
 from ..slurmtext import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
-from . import classify, goodput, pace, progress, slurmquery, sweeps
+from . import classify, goodput, pace, progress, slurmquery, sweeps, watcher
 from .rundir import RunDir, events_of, log_label
 from .states import JobState, aggregate
 
@@ -59,6 +59,7 @@ class RunStatus:
     slow: list[dict[str, Any]] = field(default_factory=list)  # stretches of slow steps (runs/pace.py)
     checkpoint_interval: dict[str, Any] | None = None  # the trainer's latest choice under checkpoint_every = "auto"
     memory_interval: dict[str, Any] | None = None      # ... for its copies in node memory (train.memory_steps)
+    watcher: dict[str, Any] | None = None              # the `resubmit --watch` following it (runs/watcher.py)
     ended: bool = False  # the job will not run again by itself (Slurm's state, or its PREEMPTED and the events)
     sweep: list[dict[str, Any]] = field(default_factory=list)  # a sweep's points (runs/sweeps.py rows)
 
@@ -145,6 +146,7 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
     _from_run_events(st, evs)
     if with_events:  # metrics.jsonl is read for one run's full status, not for a table of runs
         st.slow = [s.to_json() for s in pace.slow_stretches(progress.read_metrics(target.path)[0], evs)]
+        st.watcher = watcher.holder(target)
     if st.job_id is None:
         st.note = "not submitted (no job id in manifest.json)"
         return st

@@ -194,7 +194,30 @@ def test_resubmit_passes_exclude_to_sbatch(fake_sbatch, tmp_path, monkeypatch):
     ledger.add(runs, "stnode1", "doctor: matmul", source="doctor")
     monkeypatch.setattr(resubmit, "job_end", lambda run: None)
     resubmit.resubmit(rundir.RunDir(run.path))
-    assert (fake_sbatch / "sbatch.calls").read_text().split()[:2] == ["--exclude=stnode1", str(run.script)]
+    first = rundir.RunDir(run.path).manifest()["submit_cwd"]  # where the job runs again: see below
+    assert (fake_sbatch / "sbatch.calls").read_text().split()[:3] == ["--exclude=stnode1", f"--chdir={first}",
+                                                                     str(run.script)]
+
+
+def test_a_resubmitted_job_runs_where_the_run_was_first_submitted_from(fake_sbatch, tmp_path, monkeypatch):
+    """Its command's relative paths are from there; a resubmission from elsewhere (a detached
+    watch runs in the run directory) would break them. Gone: refused, saying so."""
+    import pytest
+    from slurmtrain.errors import UsageError
+    from slurmtrain.runs import resubmit, rundir, submit
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    run = submit.prepare(load_profile("local"), JobSpec(command=("true",), job_name="z"), tmp_path / "runs", cwd=project)
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    monkeypatch.chdir(elsewhere)
+    resubmit.resubmit(rundir.RunDir(run.path))
+    assert f"--chdir={project}" in (fake_sbatch / "sbatch.calls").read_text().split()
+    project.rmdir()
+    with pytest.raises(UsageError, match=f"was submitted from {project}, which is gone: its job runs there"):
+        resubmit.resubmit(rundir.RunDir(run.path))
 
 
 def test_resubmit_keeps_the_nodes_the_run_already_excluded(fake_sbatch, tmp_path, monkeypatch):
@@ -432,3 +455,15 @@ def test_stop_requeue_leaves_out_the_ledger_nodes(tmp_path):
     assert "requeueing without the bad-node ledger's node(s) n2" in proc.stderr, proc.stderr
     calls = [c for c in (tmp_path / "scontrol.log").read_text().splitlines() if "show " not in c]
     assert calls == ["requeuehold 77", "update jobid=77 ExcNodeList=n2,n9", "release 77"]
+
+
+def test_submit_with_spares_says_how_to_cover_the_batch_host(fake_sbatch, tmp_path):
+    runs = tmp_path / "runs"
+    plain = CliRunner().invoke(main, ["submit", "--runs-dir", str(runs), "--name", "a", "--", "python", "x.py"])
+    assert plain.exit_code == 0 and "--detach" not in plain.output, plain.output
+    spares = CliRunner().invoke(main, ["submit", "--runs-dir", str(runs), "--name", "b", "--set", "slurm.spare_nodes=1",
+                                       "--", "python", "x.py"])
+    assert spares.exit_code == 0, spares.output
+    name = next(runs.glob("b-*")).name
+    assert spares.output.rstrip().endswith(f"to requeue it if that one dies: slurmtrain resubmit --runs-dir {runs} "
+                                           f"--watch --detach {name}"), spares.output

@@ -155,10 +155,16 @@ def test_resubmit_watch_continues_a_run_slurm_does_not_requeue(workdir, runs_dir
     assert wait_job_gone(job, run, 60) == "COMPLETED", describe(run)
     assert classify.classify(run).kind == classify.TIME_LIMIT
 
-    watch = run_cli(["resubmit", "--runs-dir", str(runs_dir), "--watch", "--poll", "2", run.name],
-                    cwd=workdir, check=False, follow=run)
-    assert watch.returncode == 0, f"{watch.stdout}\n{watch.stderr}\n{describe(run)}"
-    assert f"run {run.name}: completed" in watch.stdout, watch.stdout
+    # In the background, as a user who logs out would (the foreground watch: the stranded-job tests).
+    from slurmtrain.runs import watcher
+    from slurmtrain.runs.rundir import RunDir
+    started = run_cli(["resubmit", "--runs-dir", str(runs_dir), "--watch", "--detach", "--poll", "2", run.name],
+                      cwd=workdir)
+    assert started.stdout.startswith(f"watching run {run.name} in the background: pid "), started.stdout
+    wait_until(run, "the watch's end", lambda: watcher.holder(RunDir(run)) is None, 300)
+    said = (run / watcher.LOG).read_text()
+    assert f"run {run.name}: completed: the command finished (exit 0)" in said.splitlines()[-1], \
+        f"{said}\n{describe(run)}"
     resubmitted = named(run, "resubmitted")
     assert [e["previous_job_id"] for e in resubmitted][:1] == [job], describe(run)
     manifest = json.loads((run / "manifest.json").read_text())
