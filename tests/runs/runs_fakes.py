@@ -32,6 +32,15 @@ def recorded_run(root, case: str):
     return run, job_id
 
 
+def unended_run(root):
+    """A run whose start has begun and not ended (started, two saves): the first events of
+    ``node_died_then_completed``."""
+    run, job = recorded_run(root, "node_died_then_completed")
+    lines = (run.path / "events.jsonl").read_text().splitlines()
+    (run.path / "events.jsonl").write_text("\n".join(lines[:4]) + "\n")
+    return run, job
+
+
 class FakeSlurm:
     """Stands in for subprocess.run in slurmquery: answers scontrol/sacct/scancel from
     recorded text and counts the calls."""

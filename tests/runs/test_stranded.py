@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from runs_fakes import recorded_run
+from runs_fakes import recorded_run, unended_run
 from slurmtrain.cli import main
 from slurmtrain import ledger
 from slurmtrain.runs import classify, resubmit, slurmquery
@@ -124,14 +124,6 @@ def test_the_watch_requeues_a_stranded_job_when_accounting_does_not_answer(tmp_p
     assert said[0] == "Slurm did not answer (sacct did not answer within 30 s); asking again in 1 s", said
 
 
-def silent_run(tmp_path):
-    """A run whose start ended without a word: its first three events (started, two saves)."""
-    run, job = recorded_run(tmp_path, "node_died_then_completed")
-    lines = (run.path / "events.jsonl").read_text().splitlines()
-    (run.path / "events.jsonl").write_text("\n".join(lines[:4]) + "\n")
-    return run, job
-
-
 def test_the_batch_host_of_an_ended_job_is_asked_by_its_state(fake_slurm):
     from slurmtrain.runs.states import JobState
 
@@ -144,7 +136,7 @@ def test_the_watch_requeues_a_job_slurm_ended_failed_when_its_batch_host_died(tm
     """Slurm 24.11: a job of one node and a spare (--no-kill), its batch host dead, ended
     FAILED with exit code 0 once the node was DOWN, no end event written (the lane's test:
     tests/e2e/test_dead_batch_host_24.py). That is the stranded job's end, not an unknown one."""
-    run, job = silent_run(tmp_path)
+    run, job = unended_run(tmp_path)
     fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
     fake.down = ["stnode1"]
     answers = iter([resubmit.JobEnd(job, "FAILED", 0, False), resubmit.JobEnd(job, "COMPLETED", 0, False)])
@@ -159,7 +151,7 @@ def test_the_watch_requeues_a_job_slurm_ended_failed_when_its_batch_host_died(tm
 
 
 def test_a_failed_job_with_its_batch_host_up_stays_unknown_to_the_watch(tmp_path, fake_slurm, monkeypatch):
-    run, job = silent_run(tmp_path)
+    run, job = unended_run(tmp_path)
     fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
     monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 0, False))
     said: list[str] = []
@@ -168,7 +160,7 @@ def test_a_failed_job_with_its_batch_host_up_stays_unknown_to_the_watch(tmp_path
 
 
 def test_a_refused_requeue_of_an_ended_stranded_job_resubmits_it(tmp_path, fake_slurm, monkeypatch):
-    run, job = silent_run(tmp_path)
+    run, job = unended_run(tmp_path)
     fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
     fake.down = ["stnode1"]
     fake.refuse_requeue = f"scontrol: error: Invalid job id specified for job {job}"
@@ -191,7 +183,7 @@ def test_a_refused_requeue_of_an_ended_stranded_job_resubmits_it(tmp_path, fake_
 
 
 def test_status_says_a_job_ended_failed_by_its_dead_batch_host_and_how_to_requeue_it(tmp_path, fake_slurm):
-    run, job = silent_run(tmp_path)
+    run, job = unended_run(tmp_path)
     fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
     assert "unknown" in out and "batch host" not in out, out

@@ -11,18 +11,10 @@ import time
 
 from click.testing import CliRunner
 
-from runs_fakes import recorded_run
+from runs_fakes import unended_run
 from slurmtrain.cli import main
 from slurmtrain.errors import UsageError
 from slurmtrain.runs import watcher
-
-
-def unended_run(tmp_path):
-    """A run whose start has begun and not ended (started, two saves)."""
-    run, job = recorded_run(tmp_path, "node_died_then_completed")
-    lines = (run.path / "events.jsonl").read_text().splitlines()
-    (run.path / "events.jsonl").write_text("\n".join(lines[:4]) + "\n")
-    return run, job
 
 
 def test_a_second_watch_of_a_run_is_refused_naming_the_first(tmp_path):
