@@ -163,8 +163,8 @@ class Trainer:
         elif durable is None and cfg.save_steps and step % cfg.save_steps == 0:
             self.ckpt.save(step)
             saved = True
-        newest = max(self.ckpt.last_saved, self.ckpt.last_kept)  # either is a point to restart from
-        if memory is not None and self.ckpt.last_saved != step and memory.due(step, newest):
+        if memory is not None and self.ckpt.last_saved != step and \
+                memory.due(step, max(self.ckpt.last_saved, self.ckpt.last_kept)):  # either is a restart point
             self._save_on_cadence(memory, step, self.ckpt.keep_in_memory, tier="memory")
             saved = True
         elif memory is None and cfg.memory_steps and step % cfg.memory_steps == 0 and self.ckpt.last_saved != step:
