@@ -67,7 +67,13 @@ class Reference:
     def assert_same(self, out: Path, run: Path) -> None:
         if self.proc.returncode is None:  # the first caller waits for it
             _, self.err = waiting.communicate(self.proc, "the uninterrupted reference run", [self.dir])
-        assert self.proc.returncode == 0, self.err[-3000:]
+        # The baseline is plain torchrun, not slurmtrain: a worker that aborted in its teardown
+        # after the last save (gloo's threads: "terminate called without an active exception",
+        # seen in local CI runs even after destroy_process_group) still left a whole
+        # run behind; final_state checks that it saved its last step. Anything else fails.
+        torn_down = "terminate called without an active exception" in self.err and \
+            (self.dir / "out" / f"checkpoint-{STEPS}" / "trainer_state.json").is_file()
+        assert self.proc.returncode == 0 or torn_down, self.err[-3000:]
         (got, got_log), (want, want_log) = final_state(out), final_state(self.dir / "out")
         assert got.keys() == want.keys()
         different = [k for k in want if not (got[k].dtype == want[k].dtype and got[k].equal(want[k]))]
