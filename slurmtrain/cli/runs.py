@@ -119,7 +119,7 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
             click.echo()
         _print_status(st)
         if st.job_id and (st.state is JobState.RUNNING or (st.state is JobState.FAILED and st.outcome == "unknown")):
-            _say_if_stranded(st.job_id, st.name, st.state)
+            _say_if_stranded(st.job_id, st.name, st.state, st.watcher)
         if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
             errors = program_errors(target, st.job_id)  # the program's words, above the launcher's
             for node, tail in track.failing_node_logs(target, st.job_id, lines).items():
@@ -130,7 +130,7 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
                     click.echo(f"  {line}")
 
 
-def _say_if_stranded(job_id: str, name: str, state) -> None:
+def _say_if_stranded(job_id: str, name: str, state, watched: dict | None) -> None:
     """A job whose batch host Slurm holds down, RUNNING with nothing of it left running, or
     ended FAILED without a word (Slurm 24.11): runs/resubmit.py."""
     from ..errors import SlurmError
@@ -141,9 +141,11 @@ def _say_if_stranded(job_id: str, name: str, state) -> None:
         return
     if found:
         (host, what), how = found, "keeps the job RUNNING" if state.value == "RUNNING" else f"ended the job {state.value}"
+        fix = (f"the watch (pid {watched.get('pid', '?')} on {watched.get('host', '?')}) requeues it at its next "
+               "poll" if watched is not None else f"`slurmtrain resubmit --watch --detach {name}` requeues it (and "
+               f"keeps watching), or `scontrol requeue {job_id}`")
         click.echo(f"warning    its batch host {host} {what} and Slurm {how} (a job with spares "
-                   f"runs with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {name}` "
-                   f"requeues it (and keeps watching), or `scontrol requeue {job_id}`")
+                   f"runs with --no-kill) with nothing of it left running: {fix}")
 
 
 def _print_status(st) -> None:

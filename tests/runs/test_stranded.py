@@ -98,7 +98,7 @@ def test_status_says_a_job_is_stranded_and_how_to_requeue_it(tmp_path, fake_slur
     fake.down = ["stnode1"]
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
     assert (f"warning    its batch host stnode1 is down and Slurm keeps the job RUNNING (a job with spares runs "
-            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {run.name}` requeues "
+            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch --detach {run.name}` requeues "
             f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
 
 
@@ -182,6 +182,21 @@ def test_a_refused_requeue_of_an_ended_stranded_job_resubmits_it(tmp_path, fake_
 
 
 
+def test_status_says_a_running_watch_will_requeue_a_stranded_job(tmp_path, fake_slurm):
+    import os
+    import socket
+
+    from slurmtrain.runs import watcher
+
+    run, job = recorded_run(tmp_path, "preempted_then_completed")
+    fake = fake_slurm(scontrol=scontrol(job, "RUNNING"))
+    fake.down = ["stnode1"]
+    with watcher.claim(run):
+        out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert (f"with nothing of it left running: the watch (pid {os.getpid()} on {socket.gethostname()}) requeues it "
+            "at its next poll") in out, out
+
+
 def test_status_says_a_job_ended_failed_by_its_dead_batch_host_and_how_to_requeue_it(tmp_path, fake_slurm):
     run, job = unended_run(tmp_path)
     fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
@@ -190,5 +205,5 @@ def test_status_says_a_job_ended_failed_by_its_dead_batch_host_and_how_to_requeu
     fake.down = ["stnode1"]
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
     assert (f"warning    its batch host stnode1 is down and Slurm ended the job FAILED (a job with spares runs "
-            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch {run.name}` requeues "
+            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch --detach {run.name}` requeues "
             f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
