@@ -158,6 +158,8 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
         if size is not None:
             st.nodes = manifest.get("nodes")  # each task's; the tasks' own nodes are in st.tasks
             _array_from_info(st, info, evs, size)
+        elif info.state is JobState.SIGNALING:
+            _ended_while_signaling(st, evs)
         return st
     if size is not None:
         return _array_from_events(st, evs, size)
@@ -236,6 +238,19 @@ def _from_events(st: RunStatus, evs: list[dict[str, Any]]) -> RunStatus:
         st.elapsed_s = int(float(last_final["time"]) - float(started[-1]["time"]))
     st.note = f"Slurm no longer knows job {st.job_id}; state from events.jsonl ({last_final['event']})"
     return st
+
+
+def _ended_while_signaling(st: RunStatus, evs: list[dict[str, Any]]) -> None:
+    """SIGNALING is a flag of a signal in flight, and scontrol's text shows it in place of
+    the job's own state. Slurm 24.11 once kept it for minutes on a job that had ended
+    (slurmctld logged the end, squeue no longer listed it). When the job's events record a
+    final end of its latest start, that end is the state."""
+    end = _from_events(replace(st, state=JobState.UNKNOWN, note=None), evs)
+    if end.state.is_final:
+        st.state, st.exit_code, st.elapsed_s = end.state, end.exit_code, end.elapsed_s or st.elapsed_s
+        st.source = "events.jsonl"
+        st.note = (f"Slurm still shows job {st.job_id} SIGNALING (a signal in flight), but events.jsonl "
+                   "records its end: state from events.jsonl")
 
 
 # ---- job arrays: the tasks' states combined ---------------------------------------------

@@ -92,9 +92,12 @@ def wait_until(cwd: Path, names: list[str], what: str, pred, timeout: float = 24
         return dict(last) if pred(last) else None
 
     def details() -> str:
-        pending = {n: s["state"] for n, s in last.items() if s["state"] not in FINAL}
+        pending = {n: s for n, s in last.items() if s["state"] not in FINAL}
         logs = {n: cli(cwd, "logs", n).stdout[-3000:] for n in pending}
-        return f"states: { {n: s['state'] for n, s in last.items()} }\n{logs}"
+        # Slurm's own record of each, to tell a stuck state flag from a job still at work.
+        shown = {n: subprocess.run(["scontrol", "-o", "show", "job", s["job_id"]], capture_output=True, text=True,
+                                   timeout=30).stdout.strip() for n, s in pending.items() if s.get("job_id")}
+        return f"states: { {n: s['state'] for n, s in last.items()} }\nscontrol: {shown}\n{logs}"
 
     return waiting.wait_for(what, poll_once, lambda: _progress(cwd, last), poll=poll, details=details)
 

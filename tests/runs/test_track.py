@@ -58,6 +58,20 @@ def test_forgotten_jobs_take_their_state_from_events(tmp_path, fake_slurm):
     assert track.statuses([gone])[0].state is JobState.CANCELLED
 
 
+def test_a_job_slurm_shows_signaling_after_its_events_ended_takes_the_events_end(tmp_path, fake_slurm):
+    # Slurm 24.11 once showed an ended job SIGNALING for minutes (a flag that hides its state).
+    line = "JobId={} JobState=SIGNALING Restarts=1 ExitCode=0:0 RunTime=00:01:00 NodeList=stnode1 NumNodes=1"
+    fake_slurm(scontrol="\n".join(line.format(j) for j in (31, 32)), sacct=None)
+    ended = _run(tmp_path, "ended", "31", [("started", {"job_id": "31", "restart": 1, "nodes": "stnode1"}),
+                                           ("failed", {"job_id": "31", "restart": 1, "exit_code": 3})])
+    running = _run(tmp_path, "running", "32", [("started", {"job_id": "32", "restart": 0, "nodes": "stnode1"})])
+    a, b = track.statuses([ended, running])
+    assert (a.state, a.exit_code, a.source) == (JobState.FAILED, 3, "events.jsonl")
+    assert "still shows job 31 SIGNALING" in a.note
+    # No end in its events: a signal in flight to a running job, Slurm's word stands.
+    assert (b.state, b.source, b.note) == (JobState.SIGNALING, "scontrol", None)
+
+
 def test_program_exit_code_from_torchrun_summary(tmp_path, fake_slurm):
     fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
     run = _run(tmp_path, "fail", "12")
