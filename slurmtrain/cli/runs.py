@@ -140,12 +140,10 @@ def _say_if_stranded(job_id: str, name: str, state, watched: dict | None) -> Non
     except SlurmError:
         return
     if found:
-        (host, what), how = found, "keeps the job RUNNING" if state.value == "RUNNING" else f"ended the job {state.value}"
         fix = (f"the watch (pid {watched.get('pid', '?')} on {watched.get('host', '?')}) requeues it at its next "
                "poll" if watched is not None else f"`slurmtrain resubmit --watch --detach {name}` requeues it (and "
                f"keeps watching), or `scontrol requeue {job_id}`")
-        click.echo(f"warning    its batch host {host} {what} and Slurm {how} (a job with spares "
-                   f"runs with --no-kill) with nothing of it left running: {fix}")
+        click.echo(f"warning    {found}: {fix}")
 
 
 def _print_status(st) -> None:

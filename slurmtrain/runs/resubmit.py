@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .. import events, ledger
 from ..errors import SlurmError, UsageError
@@ -58,19 +58,36 @@ def job_end(run: RunDir) -> JobEnd | None:
     return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active)
 
 
-def stranded(job_id: str, state: JobState = JobState.RUNNING) -> tuple[str, str] | None:
-    """(batch host, what became of it) for a job in ``state`` whose batch host died (the
-    supervisor with it), or None. Slurm holds the host DOWN, or it died and is back, and Slurm
-    took it out of the job's nodes. RUNNING: Slurm keeps the job (--no-kill) with nothing of
-    it left running. FAILED: Slurm 24.11 ended a job of one node and a spare that way (exit
-    code 0, no end event). A job without spares Slurm ends or requeues itself."""
+class Stranded(NamedTuple):
+    """A job whose batch host died: the host, what became of it, the state Slurm shows."""
+
+    host: str
+    what: str  # "is down", or "died and is back, out of the job's nodes"
+    state: JobState
+
+    @property
+    def how(self) -> str:
+        """What Slurm did with the job."""
+        return "keeps the job RUNNING" if self.state is JobState.RUNNING else f"ended the job {self.state.value}"
+
+    def __str__(self) -> str:
+        return (f"its batch host {self.host} {self.what}, and Slurm {self.how} (--no-kill: a job with spares) "
+                "with nothing of it left running")
+
+
+def stranded(job_id: str, state: JobState = JobState.RUNNING) -> Stranded | None:
+    """The job in ``state`` if its batch host died (the supervisor with it), else None.
+    Slurm holds the host DOWN, or it died and is back, and Slurm took it out of the job's
+    nodes. RUNNING: Slurm keeps the job (--no-kill) with nothing of it left running. FAILED:
+    Slurm 24.11 ended a job of one node and a spare that way (exit code 0, no end event). A
+    job without spares Slurm ends or requeues itself."""
     found = slurmquery.batch_host(job_id, state)  # scontrol's: sacct does not know it
     if found is None:
         return None
     if slurmquery.down([found.host]):
-        return found.host, "is down"
+        return Stranded(found.host, "is down", state)
     if found.nodes and found.host not in found.nodes:  # seen after a node's return: the job stays RUNNING
-        return found.host, "died and is back, out of the job's nodes"
+        return Stranded(found.host, "died and is back, out of the job's nodes", state)
     return None
 
 
@@ -87,20 +104,17 @@ def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
         return None
     if found is None:
         return None
-    host, what = found
-    how = "keeps the job RUNNING" if state is JobState.RUNNING else f"ended the job {state.value}"
-    say(f"job {end.job_id}: its batch host {host} {what}, and Slurm {how} (--no-kill: a job "
-        "with spares) with nothing of it left running; requeueing it")
+    say(f"job {end.job_id}: {found}; requeueing it")
     try:
         slurmquery.requeue(end.job_id)
     except SlurmError as err:
         say(f"job {end.job_id}: the requeue failed: {err}")
         return False
     try:
-        ledger.add(run.path.parent, host, f"the batch host of job {end.job_id}, which {what} (Slurm {how}; "
+        ledger.add(run.path.parent, found.host, f"the batch host of job {end.job_id}, which {found.what} (Slurm {found.how}; "
                    "requeued by `slurmtrain resubmit --watch`)", run=run.name, job_id=end.job_id, source="node_failure")
     except OSError as err:
-        say(f"could not record {host} in the bad-node ledger ({err})")
+        say(f"could not record {found.host} in the bad-node ledger ({err})")
     return True
 
 

@@ -12,6 +12,7 @@ from runs_fakes import recorded_run, unended_run
 from slurmtrain.cli import main
 from slurmtrain import ledger
 from slurmtrain.runs import classify, resubmit, slurmquery
+from slurmtrain.runs.states import JobState
 
 
 def scontrol(job_id: str, state: str, host: str = "stnode1", nodes: str = "stnode[1-3]") -> str:
@@ -34,7 +35,7 @@ def test_a_running_job_is_stranded_only_when_its_batch_host_is_down(fake_slurm):
     fake.down = ["stnode2"]
     assert resubmit.stranded("41") is None            # another node of the job: the supervisor handles it
     fake.down = ["stnode1"]
-    assert resubmit.stranded("41") == ("stnode1", "is down")
+    assert resubmit.stranded("41") == ("stnode1", "is down", JobState.RUNNING)
     assert ["scontrol", "--oneliner", "show", "node", "stnode1"] in fake.calls
     fake.scontrol = scontrol("41", "PENDING")         # requeued already: nothing to do
     assert resubmit.stranded("41") is None
@@ -46,7 +47,7 @@ def test_a_running_job_is_stranded_when_its_batch_host_came_back_out_of_its_node
     `NodeList=stnode2 BatchHost=stnode1` 4 minutes later. A watch that asked only for DOWN
     would never requeue it."""
     fake_slurm(scontrol=scontrol("41", "RUNNING", "stnode1", "stnode2"))
-    assert resubmit.stranded("41") == ("stnode1", "died and is back, out of the job's nodes")
+    assert resubmit.stranded("41") == ("stnode1", "died and is back, out of the job's nodes", JobState.RUNNING)
     fake_slurm(scontrol=scontrol("41", "RUNNING", "stnode1", "(null)"))  # no list: nothing to tell
     assert resubmit.stranded("41") is None
 
@@ -97,8 +98,8 @@ def test_status_says_a_job_is_stranded_and_how_to_requeue_it(tmp_path, fake_slur
     assert "batch host" not in out, out
     fake.down = ["stnode1"]
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
-    assert (f"warning    its batch host stnode1 is down and Slurm keeps the job RUNNING (a job with spares runs "
-            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch --detach {run.name}` requeues "
+    assert (f"warning    its batch host stnode1 is down, and Slurm keeps the job RUNNING (--no-kill: a job with "
+            f"spares) with nothing of it left running: `slurmtrain resubmit --watch --detach {run.name}` requeues "
             f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
 
 
@@ -125,7 +126,6 @@ def test_the_watch_requeues_a_stranded_job_when_accounting_does_not_answer(tmp_p
 
 
 def test_the_batch_host_of_an_ended_job_is_asked_by_its_state(fake_slurm):
-    from slurmtrain.runs.states import JobState
 
     fake_slurm(scontrol=scontrol("41", "FAILED", "stnode3"))
     assert slurmquery.batch_host("41") is None                     # not RUNNING
@@ -204,6 +204,6 @@ def test_status_says_a_job_ended_failed_by_its_dead_batch_host_and_how_to_requeu
     assert "unknown" in out and "batch host" not in out, out
     fake.down = ["stnode1"]
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
-    assert (f"warning    its batch host stnode1 is down and Slurm ended the job FAILED (a job with spares runs "
-            f"with --no-kill) with nothing of it left running: `slurmtrain resubmit --watch --detach {run.name}` requeues "
+    assert (f"warning    its batch host stnode1 is down, and Slurm ended the job FAILED (--no-kill: a job with "
+            f"spares) with nothing of it left running: `slurmtrain resubmit --watch --detach {run.name}` requeues "
             f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
