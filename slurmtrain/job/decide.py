@@ -653,6 +653,35 @@ def go_on_here(spares_cover: bool, relaunches: int, budget: int) -> bool:
     return spares_cover and relaunches < budget
 
 
+@dataclass(frozen=True)
+class AfterFailure:
+    """What follows a launch's end (no straggler's replacement under way): ``action`` is
+    "relaunch" (in this allocation), "requeue_without" (the lost nodes) or "finish" (decide
+    as after any launch: :func:`after_launch`)."""
+
+    action: str
+    why: str = ""     # a relaunch's cause for its event: "nodes lost", "stray kill", "" (a new checkpoint)
+    words: str = ""   # the reason in words: a relaunch's ("as node(s) n2 were lost"), a requeue's
+
+
+def after_failure(f: Facts, lost: list[str], seen_as_hang: bool, spares_cover: bool, progressed: bool,
+                  repeated: bool, relaunches: int, budget: int) -> AfterFailure:
+    """Nodes ``lost`` (dead or named twice) go out: with spares to cover them and an in-job
+    restart left the launch starts again here, else the job is requeued without them.
+    Without a lost node: :func:`relaunch` decides."""
+    names = " ".join(lost)
+    if lost and not go_on_here(spares_cover, relaunches, budget):
+        seen = " (seen first as a hang)" if seen_as_hang else ""
+        return AfterFailure("requeue_without", words=f"node(s) {names} lost{seen}")
+    if lost:
+        return AfterFailure("relaunch", "nodes lost", f"as node(s) {names} were lost")
+    if not relaunch(f, progressed, repeated, relaunches, budget):
+        return AfterFailure("finish")
+    if f.stray_kill:
+        return AfterFailure("relaunch", "stray kill", "as Slurm killed it (its kill of an earlier start's step)")
+    return AfterFailure("relaunch", words="after a new checkpoint")
+
+
 def replacement_goes_on(f: Facts, preempted: bool) -> bool:
     """After the supervisor's stop to replace a straggler: the spare takes its place, unless
     the program finished or Slurm ended the job meanwhile (a cancel, a requeue, a preemption,

@@ -206,40 +206,47 @@ class Supervisor:
         """The launch is over: the spare in a straggler's place, lost nodes left out, the
         program started again here after a failure (resilience.restarts_in_job), or the end
         of this start (finish)."""
-        st, facts = self.state, self.facts(status)
-        mine = eventlog.of_task(events.read(self.cfg.run_dir)[self.events_mark:], self.job.array_task)
+        facts = self.facts(status)
         last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
-        if st.replacing is not None:
-            preempted = decide.replacement_goes_on(facts, False) and bool(self.slurm.preempted())  # asked if it decides
-            if not decide.replacement_goes_on(facts, preempted):
-                return self.finish(facts)
-            self.faults.replace(st.replacing, facts.status, st.launch + 1, last)
-            self.stop_file.unlink(missing_ok=True)
-            self.clear_marks()
-            return decide.Settled("replace")
+        if self.state.replacing is not None:
+            return self.replace_straggler(facts, last)
+        return self.after_failure(facts, last)
+
+    def replace_straggler(self, facts: decide.Facts, last: dict) -> decide.Settled | decide.Over:
+        """The supervisor stopped the launch to put the spare in a straggler's place."""
+        preempted = decide.replacement_goes_on(facts, False) and bool(self.slurm.preempted())  # asked if it decides
+        if not decide.replacement_goes_on(facts, preempted):
+            return self.finish(facts)
+        self.faults.replace(self.state.replacing, facts.status, self.state.launch + 1, last)
+        self.stop_file.unlink(missing_ok=True)
+        self.clear_marks()
+        return decide.Settled("replace")
+
+    def after_failure(self, facts: decide.Facts, last: dict) -> decide.Settled | decide.Over:
+        """Lost nodes left out, the program started again here (resilience.restarts_in_job),
+        or the end of this start (finish): decide.after_failure, carried out."""
+        st = self.state
+        mine = eventlog.of_task(events.read(self.cfg.run_dir)[self.events_mark:], self.job.array_task)
         repeated = decide.repeated_error(mine, eventlog.since_start(eventlog.of_task(events.read(self.cfg.run_dir),
                                                                                     self.job.array_task)))
         blame = not (repeated or facts.stray_kill)
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
         progressed = any(e.get("event") == Ev.CHECKPOINT_SAVED for e in mine)
+        covered = bool(lost) and self.pool.can_run_without(lost)
+        then = decide.after_failure(facts, lost, bool(cause.get("seen_as")), covered, progressed, repeated,
+                                    st.relaunches, self.cfg.restarts_in_job)
         if lost:
-            here = decide.go_on_here(self.pool.can_run_without(lost), st.relaunches, self.cfg.restarts_in_job)
-            self.faults.leave_out(lost, cause, here)
-            if not here:
-                seen = " (seen first as a hang)" if cause.get("seen_as") else ""
-                names = " ".join(lost)
-                return decide.Settled("requeue_without", (tuple(lost), f"node(s) {names} lost{seen}", "node", cause))
-        elif not decide.relaunch(facts, progressed, repeated, st.relaunches, self.cfg.restarts_in_job):
+            self.faults.leave_out(lost, cause, then.action == "relaunch")
+        if then.action == "requeue_without":
+            return decide.Settled("requeue_without", (tuple(lost), then.words, "node", cause))
+        if then.action == "finish":
             return self.finish(facts)
         n = st.relaunches + 1
-        why, said = (("nodes lost", f"as node(s) {' '.join(lost)} were lost") if lost else
-                     ("stray kill", "as Slurm killed it (its kill of an earlier start's step)") if facts.stray_kill
-                     else ("", "after a new checkpoint"))
-        self.say(f"slurmtrain: the program failed (exit status {facts.status}) {said}; starting it again in "
+        self.say(f"slurmtrain: the program failed (exit status {facts.status}) {then.words}; starting it again in "
                  f"this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
-                          **({"why": why} if why else {}), **cause)
+                          **({"why": then.why} if then.why else {}), **cause)
         self.clear_marks()
         return decide.Settled("relaunch")
 

@@ -247,6 +247,23 @@ def test_relaunch(change, progressed, repeated, relaunches, expected):
 
 
 
+@pytest.mark.parametrize("change,lost,covered,progressed,relaunches,expected", [
+    ({}, ["n2"], True, False, 0, ("relaunch", "nodes lost", "as node(s) n2 were lost")),  # saved or not
+    ({}, ["n2", "n3"], False, True, 0, ("requeue_without", "", "node(s) n2 n3 lost")),     # no spare to cover
+    ({}, ["n2"], True, True, 3, ("requeue_without", "", "node(s) n2 lost")),               # the budget is spent
+    ({"hung": True}, ["n2"], False, True, 0, ("requeue_without", "", "node(s) n2 lost (seen first as a hang)")),
+    ({}, [], False, True, 0, ("relaunch", "", "after a new checkpoint")),
+    ({"stray_kill": True}, [], False, False, 0,
+     ("relaunch", "stray kill", "as Slurm killed it (its kill of an earlier start's step)")),
+    ({}, [], False, False, 0, ("finish", "", "")),                                         # nothing new to resume from
+    ({"stop_requested": True}, [], False, True, 0, ("finish", "", "")),
+], ids=["covered", "uncovered", "budget", "hang", "saved", "stray-kill", "no-progress", "stop"])
+def test_after_failure(change, lost, covered, progressed, relaunches, expected):
+    f = replace(FAILED_AFTER_SAVING, **change)
+    then = decide.after_failure(f, lost, f.hung, covered, progressed, False, relaunches, 3)
+    assert (then.action, then.why, then.words) == expected
+
+
 def test_a_launch_fault_is_what_the_node_probe_shows_not_the_first_verdict():
     """A dead node's peers wait in a collective: the hang verdict comes first, the probe names
     the node after; the cause is the node. A node named twice is alive: its hang is a hang."""
