@@ -70,7 +70,6 @@ _PHRASES = {
     Ev.PREEMPTED: "preempted by Slurm (the tasks got SIGTERM)",
     Ev.CHECKPOINT_SAVED: "checkpoint saved at step {step}",
     Ev.CHECKPOINT_INTERVAL: "checkpoints every {steps} steps from now (checkpoint_every = \"auto\")",
-    Ev.RESUMED: "resumed from the checkpoint of step {step}",
     Ev.STOPPED: "stopped after step {step} (checkpoint saved)",
     Ev.REQUEUED_BY_SLURM: "Slurm had requeued the job itself (a node of the job failed)",
     Ev.REQUEUE_FAILED: "could not requeue: {message} (continue with `slurmtrain resubmit`)",
@@ -137,6 +136,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
     if name == Ev.NODES_LOST and e.get("why") == "straggler":
         return f"{e.get('nodes')} left out of the job (a straggler); spare in its place: {e.get('spares')}"
+    if name == Ev.RESUMED:
+        return _resumed(e)
     if name == Ev.CHECKPOINT_INTERVAL and e.get("tier") == "memory":
         return f"copies in node memory every {e.get('steps')} steps from now (checkpoint_every = \"auto\")"
     if name == Ev.DOCTOR and isinstance(e.get("passed"), bool):
@@ -147,6 +148,16 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         return _PHRASES[name].format_map(_Fields(e))
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
     return f"{name} {extra}".rstrip()
+
+
+def _resumed(e: dict[str, Any]) -> str:
+    """Where the state came from (the durable checkpoint, or node memory: train.memory_steps),
+    and how long the load took."""
+    where = "the copy in node memory" if e.get("tier") == "memory" else "the checkpoint"
+    peers = e.get("from_peer") or []
+    peer = f" (rank(s) {' '.join(map(str, peers))} from a peer node's copy)" if peers else ""
+    took = f" in {e['seconds']:.1f} s" if isinstance(e.get("seconds"), (int, float)) else ""
+    return f"resumed from {where} of step {e.get('step', '?')}{peer}{took}"
 
 
 def _clock(e: dict[str, Any]) -> str:

@@ -213,6 +213,7 @@ class Checkpointer:
         durable = int(path.name[len("step_"):]) if path is not None else -1
         self.last_saved = durable
         template = {"step": 0, "data": self.data.state_dict()}
+        began = time.perf_counter()
         got = self.memory.restore(template, durable) if self.memory is not None else None
         if got is not None:
             step, from_peer, client = got
@@ -224,9 +225,10 @@ class Checkpointer:
         else:
             return 0
         self.data.load_state_dict(client["data"])
+        seconds = round(time.perf_counter() - began, 3)
         if self.rank == 0:
-            log.info("resumed from %s (step %d)", source, step)
-            events.append(self.run_dir, Ev.RESUMED, step=step, **fields)
+            log.info("resumed from %s (step %d) in %.2f s", source, step, seconds)
+            events.append(self.run_dir, Ev.RESUMED, step=step, seconds=seconds, **fields)
         return step
 
     def keep_in_memory(self, step: int) -> None:

@@ -35,6 +35,18 @@ def test_preempted_then_completed(tmp_path):
     assert any("resumed from the checkpoint of step 72" in x for x in lines)
 
 
+@pytest.mark.parametrize("fields, said", [
+    ({"step": 40}, "resumed from the checkpoint of step 40"),       # events written before the load's time
+    ({"step": 40, "seconds": 3.04}, "resumed from the checkpoint of step 40 in 3.0 s"),
+    ({"step": 42, "seconds": 0.4, "tier": "memory", "from_peer": []}, "resumed from the copy in node memory of step 42 in 0.4 s"),
+    ({"step": 42, "seconds": 1.25, "tier": "memory", "from_peer": [1, 3]},
+     "resumed from the copy in node memory of step 42 (rank(s) 1 3 from a peer node's copy) in 1.2 s"),
+])
+def test_a_resume_says_where_its_state_came_from_and_how_long_the_load_took(tmp_path, fields, said):
+    run = write(tmp_path, "submitted", START, ("resumed", fields))
+    assert classify.history(run)[-1].endswith(said), classify.history(run)
+
+
 @pytest.mark.parametrize("requeue, said", [
     ({"reason": "node", "exclude": "stnode2"}, "requeueing without stnode2"),
     ({"reason": "node", "exclude": "", "waits_for": "stnode2"},
