@@ -22,7 +22,7 @@ and several times faster than the requeue.
 
 ``--memory-tier``: in-job recovery with the node-memory tier (``train.memory_steps``)
 against today's path (the durable checkpoint), on a wider model than tiny-demo (``--dim``,
-8 layers, a durable save every 5 steps), in one run of the script: jobs of each kind in
+``--layers``, ``--seq-len``, ``--micro-batch``; a durable save every 5 steps), in one run of the script: jobs of each kind in
 turn, each crashed at most twice (once on each node: a node whose ranks fail first in two
 launches of a start is left out as a bad one), ``--rounds`` crashes of each kind in all. The tier's job is crashed once a copy in memory is newer than the
 durable checkpoint (its restart loads that copy: the ``resumed`` event says so); the other
@@ -30,7 +30,7 @@ right after a durable save. Before each kill the durable checkpoint's files are 
 the page cache, as a restart on another node of a cluster would find them. Goal (issue 35):
 the tier's recovery at most 0.7x today's.
 
-    python scripts/bench_recovery.py --memory-tier --rounds 3 [--dim 2048]
+    python scripts/bench_recovery.py --memory-tier --rounds 3 [--dim 2048 --layers 8 --seq-len 64 --micro-batch 2]
 """
 
 from __future__ import annotations
@@ -133,8 +133,10 @@ def crash(run: Path, before_kill=None, turn: int = 1) -> dict:
     os.kill(sorted(trainer_ranks(run), key=node_of)[turn % 2], signal.SIGKILL)
     first = wait("the relaunched launch's first step", lambda: first_step_after(run, killed))
     relaunched = [e for e in named(run, "relaunched") if e["time"] > killed][0]
+    resumed = [e for e in named(run, "resumed") if e["time"] > killed]
     return {"in_job_s": first["at"] - killed, "detected_s": relaunched["time"] - killed,
-            "relaunch_to_step_s": first["at"] - relaunched["time"]}
+            "relaunch_to_step_s": first["at"] - relaunched["time"],
+            "first_step_s": first["at"] - resumed[-1]["time"] if resumed else float("nan")}
 
 
 def requeue(run: Path, job: str, release_after: float | None) -> dict:
@@ -201,12 +203,19 @@ def tier_crash(run: Path, job: str, tier: bool, turn: int) -> dict:
     loaded = resumed[-1].get("tier", "durable") if resumed else "nothing"
     if loaded != ("memory" if tier else "durable"):
         sys.exit(f"bench_recovery: the {'tier' if tier else 'durable'} job's restart loaded {loaded}")
-    return {"in_job_s": row["in_job_s"], "relaunch_to_step_s": row["relaunch_to_step_s"]}
+    # Where the time went: the kill seen and the launch ended; the new processes' start-up
+    # and model build (to the load's start); the load; the first step (and its heartbeat).
+    load_end = resumed[-1]["time"]
+    return {"in_job_s": row["in_job_s"], "detected_s": row["detected_s"],
+            "startup_s": row["in_job_s"] - row["detected_s"] - row["first_step_s"] - resumed[-1]["seconds"],
+            "load_s": resumed[-1]["seconds"], "first_step_s": row["first_step_s"]}
 
 
 def tier_main(args, work: Path, env: dict) -> int:
-    model = [f"model.dim={args.dim}", "model.n_layers=8", "model.n_heads=16", "model.n_kv_heads=16",
-             "data.max_seq_len=64", "train.global_batch_size=4", "train.micro_batch_size=2"]
+    batch = 2 * args.micro_batch
+    model = [f"model.dim={args.dim}", f"model.n_layers={args.layers}", "model.n_heads=16", "model.n_kv_heads=16",
+             f"data.max_seq_len={args.seq_len}", f"train.global_batch_size={batch}",
+             f"train.micro_batch_size={args.micro_batch}"]
     rows: dict[bool, list[dict]] = {True: [], False: []}
     # At most a crash on each node per job: a node whose ranks fail first in two launches of
     # a start is left out as a bad one. The two kinds of job alternate.
@@ -224,16 +233,27 @@ def tier_main(args, work: Path, env: dict) -> int:
             finally:
                 sh("scancel", job, check=False)
             wait(f"job {job} to end", lambda: not sh("squeue", "-h", "-j", job, check=False).strip(), timeout=120)
-    med = {t: statistics.median(r["in_job_s"] for r in rows[t]) for t in rows}
-    span = {t: f"{med[t]:.1f} ({min(r['in_job_s'] for r in rows[t]):.1f}-{max(r['in_job_s'] for r in rows[t]):.1f})"
-            for t in rows}
     size = sum(f.stat().st_size for f in (run / "checkpoints").rglob("*") if f.is_file()) / 2**20
-    print(f"| in-job recovery, kill to first step (dim {args.dim}, 8 layers; checkpoint {size:.0f} MiB) "
-          f"| seconds, median (min-max) over {args.rounds} | against today's |\n|---|---|---|\n"
-          f"| today's: the durable checkpoint, read from disk | {span[False]} | 1.00x |\n"
-          f"| node-memory tier: each rank its node's copy | {span[True]} | {med[True] / med[False]:.2f}x |\n\n"
-          f"tier / durable = {med[True] / med[False]:.2f} (goal: at most 0.7)")
+    print(tier_table(rows, f"dim {args.dim}, {args.layers} layers, {args.micro_batch} x {args.seq_len} tokens "
+                           f"a rank a step; checkpoint {size:.0f} MiB"))
     return 0
+
+
+def tier_table(rows: dict[bool, list[dict]], what: str) -> str:
+    """The two kinds of recovery side by side, each part's median, the whole's spread."""
+    med = {t: {k: statistics.median(r[k] for r in rows[t]) for k in rows[t][0]} for t in rows}
+    parts = [("kill seen, launch ended", "detected_s"), ("new processes' start-up and model build", "startup_s"),
+             ("checkpoint load", "load_s"), ("first step", "first_step_s")]
+    whole = {t: f"**{med[t]['in_job_s']:.1f}** ({min(r['in_job_s'] for r in rows[t]):.1f}-"
+                f"{max(r['in_job_s'] for r in rows[t]):.1f})" for t in rows}
+    lines = [f"in-job recovery, kill to first step ({what}); seconds, medians over {len(rows[False])}", "",
+             "| | today's: the durable checkpoint, read from disk | node-memory tier: each rank its node's copy |",
+             "|---|---|---|", f"| kill to first step (min-max) | {whole[False]} | {whole[True]} |"]
+    lines += [f"| ... {label} | {med[False][k]:.2f} | {med[True][k]:.2f} |" for label, k in parts]
+    ratio = med[True]["in_job_s"] / med[False]["in_job_s"]
+    lines += ["", f"tier / durable = {ratio:.2f} (goal: at most 0.7); "
+                  f"the load alone: {med[True]['load_s'] / med[False]['load_s']:.2f}"]
+    return "\n".join(lines)
 
 
 def submit(work: Path, env: dict, restarts: int, name: str, sets: list[str], save_steps: int = 10) -> tuple[str, Path]:
@@ -253,6 +273,9 @@ def main() -> int:
     p.add_argument("--memory-tier", action="store_true",
                    help="in-job recovery with the node-memory tier against the durable checkpoint")
     p.add_argument("--dim", type=int, default=2048, help="--memory-tier: the model's width (default 2048)")
+    p.add_argument("--layers", type=int, default=8, help="--memory-tier: the model's depth (default 8)")
+    p.add_argument("--seq-len", type=int, default=64, help="--memory-tier: tokens a sequence (default 64)")
+    p.add_argument("--micro-batch", type=int, default=2, help="--memory-tier: sequences a rank a step (default 2)")
     p.add_argument("--release-after", type=float, default=None,
                    help="lift Slurm's hold of the requeued job after this many seconds (default: keep it)")
     p.add_argument("--json", action="store_true", help="print each round as JSON too")
