@@ -233,9 +233,10 @@ def tier_main(args, work: Path, env: dict) -> int:
             finally:
                 sh("scancel", job, check=False)
             wait(f"job {job} to end", lambda: not sh("squeue", "-h", "-j", job, check=False).strip(), timeout=120)
-    size = sum(f.stat().st_size for f in (run / "checkpoints").rglob("*") if f.is_file()) / 2**20
+    newest = max((run / "checkpoints").glob("step_*"), key=lambda d: int(d.name[len("step_"):]))
+    size = sum(f.stat().st_size for f in newest.rglob("*") if f.is_file()) / 2**20
     print(tier_table(rows, f"dim {args.dim}, {args.layers} layers, {args.micro_batch} x {args.seq_len} tokens "
-                           f"a rank a step; checkpoint {size:.0f} MiB"))
+                           f"a rank a step; a durable save {size:.0f} MiB"))
     return 0
 
 
