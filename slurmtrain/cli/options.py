@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
+import re
 import shlex
 from pathlib import Path
 from typing import Callable
@@ -53,6 +55,40 @@ def job_options(f: Callable) -> Callable:
     return functools.reduce(lambda g, d: d(g), reversed(decorators), f)
 
 
+def check_command(command: tuple[str, ...]) -> None:
+    """What click lets through to the command but cannot be one. Unknown options are taken
+    as the command's first words (so that a program's own options need no quoting): a
+    mistyped option of ours (``--node 2 -- python train.py``) would be the program. And the
+    job runs the command without a shell, so ``FOO=1 python train.py`` runs a program
+    named ``FOO=1``."""
+    if command[:1] == ("--",):
+        raise UsageError("the command begins with a second `--`: one separates slurmtrain's options from it")
+    if command and command[0].startswith("-") and command[0] != "-":
+        ctx = click.get_current_context()
+        name = command[0].split("=", 1)[0]
+        known = _long_options(ctx.command)
+        gen = ctx.parent.command.get_command(ctx.parent, "gen") if ctx.parent is not None else None
+        close = difflib.get_close_matches(name, known, n=2, cutoff=0.6)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        if gen is not None and ctx.command is not gen and name in _long_options(gen):
+            hint = " (it is `slurmtrain gen`'s)"
+        raise UsageError(f"no such option {name}{hint}; `slurmtrain {ctx.info_name} --help` lists them, and "
+                         "the program's command goes after `--`")
+    if command and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", command[0]):
+        key, value = command[0].split("=", 1)
+        raise UsageError(f"the command begins with an environment assignment ({command[0]}); the job runs it "
+                         f"without a shell: set it with --set 'env.vars.{key}={_toml_string(value)}' (or export it "
+                         "in the profile's [env] vars)")
+
+
+def _long_options(command: click.Command) -> list[str]:
+    return [o for p in command.params for o in getattr(p, "opts", []) if o.startswith("--")]
+
+
+def _toml_string(value: str) -> str:
+    return f'"{_toml_escape(value)}"'
+
+
 def overrides(nodes, gpus_per_node, time_limit, partition, launcher, max_requeues, sets) -> list[str]:
     """Flags become --set assignments so one mechanism (with provenance) applies them."""
     out = list(sets)
@@ -83,6 +119,7 @@ def _sweep_points(sweeps: tuple[str, ...], sweep_file: Path | None, command: tup
 def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit, partition, launcher,
               max_requeues, sets, recipe, job_name, command, sweeps=(), sweep_file=None, max_parallel=None,
               run_dir: str | None = None, regen_args: list[str] | None = None) -> tuple[LoadedProfile, JobSpec]:
+    check_command(tuple(command))
     loaded = load_profile(profile, overrides(nodes, gpus_per_node, time_limit, partition, launcher,
                                              max_requeues, sets))
     points = _sweep_points(tuple(sweeps), sweep_file, tuple(command))

@@ -44,8 +44,8 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
            **opts) -> None:
     """Submit COMMAND (or --recipe) to Slurm and record it in a new run directory.
 
-    Takes the same options as `gen` and submits exactly the script `gen` prints, with
-    the run directory filled in: runs/<name>-<stamp>/ holds job.sbatch, profile.toml,
+    Takes the options of `gen` (all but --plain: a submitted job is supervised) and submits
+    exactly the script `gen` prints, with the run directory filled in: runs/<name>-<stamp>/ holds job.sbatch, profile.toml,
     manifest.json, events.jsonl and logs/.
 
     \b

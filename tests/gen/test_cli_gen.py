@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from slurmtrain.cli import main
@@ -34,6 +35,30 @@ def test_g5_has_efa_without_rdma():
 def test_gen_without_command_is_a_clear_error():
     result = CliRunner().invoke(main, ["gen", "--profile", "local"])
     assert result.exit_code == 2 and "nothing to run" in result.output
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["gen", "--node", "2", "--", "python", "train.py"], "no such option --node (did you mean --nodes"),
+    (["gen", "--tme=1:00", "--", "python", "train.py"], "no such option --tme (did you mean --time"),
+    (["submit", "--plain", "--", "python", "train.py"], "no such option --plain (it is `slurmtrain gen`'s)"),
+    (["gen", "--", "--", "python", "train.py"], "begins with a second `--`"),
+    (["submit", "--", "FOO=1", "python", "train.py"],
+     "begins with an environment assignment (FOO=1); the job runs it without a shell: "
+     "set it with --set 'env.vars.FOO=\"1\"'"),
+])
+def test_what_cannot_be_a_command_is_refused_before_anything_is_queued(tmp_path, monkeypatch, argv, said):
+    # click takes unknown options as the command's first words: a mistyped option of ours
+    # would have been the program (and `submit` queued it).
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_command_keeps_its_own_options():
+    result = CliRunner().invoke(main, ["gen", "--nodes", "2", "--", "python", "train.py", "--node", "2", "A=1"])
+    assert result.exit_code == 0, result.output
+    assert "\n    train.py --node 2 A=1\n" in result.output
 
 
 def test_launcher_not_allowed_by_profile():
