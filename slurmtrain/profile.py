@@ -78,7 +78,7 @@ class FabricSection(Frozen):
 
     kind: Literal["efa", "ib", "socket", "none"] = field("efa (AWS), ib (InfiniBand), socket (TCP), none", "socket")
     gpu_rdma: bool = field("EFA GPU-direct RDMA (p4d/p5: true; g5/g4dn: false)", False)
-    socket_ifname: str | None = field("network interface for NCCL/gloo sockets (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME)", None,
+    socket_ifname: str | None = field("network interface for NCCL/gloo sockets: NCCL_SOCKET_IFNAME as given; GLOO_SOCKET_IFNAME each node's interface it names (none for ^...)", None,
                                       check=matches(r"[\w.\-^,=]+", "an interface name such as eth0 or ^lo,docker"))
     nccl_debug: Literal["", "WARN", "INFO", "TRACE"] = field("NCCL_DEBUG level; empty: unset", "WARN")
     env: dict[str, str] = field("extra environment for this fabric", {}, factory=dict)

@@ -151,9 +151,8 @@ def _fabric_env(p: Profile) -> dict[str, str]:
         env["NCCL_PROTO"] = "simple"
     elif f.kind == "socket":
         env["NCCL_IB_DISABLE"] = "1"
-    if f.socket_ifname:
+    if f.socket_ifname:  # gloo's own: each node's task picks its interface (templates/task.j2)
         env["NCCL_SOCKET_IFNAME"] = f.socket_ifname
-        env["GLOO_SOCKET_IFNAME"] = f.socket_ifname
     if f.nccl_debug and p.slurm.gpus_per_node:
         env["NCCL_DEBUG"] = f.nccl_debug
     env.update(f.env)

@@ -28,6 +28,7 @@ def main() -> None:
         "sum": total.item(),
         "args": args,
         "prefix": sys.prefix,  # which Python environment ran this rank
+        "gloo_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
     }
     # One short line with O_APPEND: lines from several processes do not interleave.
     fd = os.open(os.path.join(os.environ["SLURMTRAIN_RUN_DIR"], "ranks.jsonl"),

@@ -51,13 +51,21 @@ def test_each_node_has_its_own_name_address_tmp_and_shm(sandbox_networked, tmp_p
         assert (here / "tmp" / f"mine-{node}").exists() and (here / "shm" / f"mine-{node}").exists()  # seen from here
 
 
-def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_path):
-    name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "over-eth0", "--", "python", str(PROGRAM))
+@pytest.mark.parametrize("ifname, gloo", [(None, None), ("et", "eth0"), ("^lo,docker", None)],
+                         ids=["hostname", "nccl-prefix", "nccl-exclusion"])
+def test_a_two_node_job_talks_over_eth0_and_completes(sandbox_networked, tmp_path, ifname, gloo):
+    """fabric.socket_ifname is NCCL's syntax (a prefix, ^ to exclude); gloo takes whole names
+    only ("Unable to find address for: ^lo" from an exclusion list): each node's task gives it
+    the interface the prefix names, and leaves it to the hostname's address for an exclusion."""
+    sets = ["--set", f"fabric.socket_ifname={ifname}"] if ifname else []
+    name = submit(tmp_path, "--profile", "local", "--nodes", "2", "--name", "over-eth0", *sets, "--", "python",
+                  str(PROGRAM))
     final = wait_final(tmp_path, [name], timeout=240)[name]
     assert (final["state"], final["exit_code"]) == ("COMPLETED", 0), cli(tmp_path, "logs", name).stdout[-3000:]
     got = ranks(tmp_path, name)
     assert sorted(r["rank"] for r in got) == [0, 1, 2, 3] and {r["sum"] for r in got} == {10.0}, got
     assert sorted({r["node"] for r in got}) == ["stnode1", "stnode2"], got
+    assert {r["gloo_ifname"] for r in got} == {gloo}, got
 
 
 def _flap(cwd: Path, node: str, times: int, down: int, up: int) -> None:
