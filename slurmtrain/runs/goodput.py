@@ -9,7 +9,8 @@ goes to one part:
 trained     first progress of a launch to its last, less what is counted below
 startup     the job start to its first launch's first progress (``first_step``)
 checkpoint  the seconds a save held the training (``checkpoint_saved {stall}``; without
-            it, as from programs that save synchronously, all of ``seconds``)
+            it, as from programs that save synchronously, all of ``seconds``; a save
+            reported without ``seconds`` costs nothing known, but ends the lost steps)
 lost        a launch's last checkpoint to its last progress, when a fault ended it:
             steps that are trained again
 hang        the last progress to the supervisor's detection (``hang {seconds}``)
@@ -195,13 +196,19 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
 def _saves(evs: list[dict]) -> list[tuple[float, float]]:
     """(began, training went on) of each save in ``evs``. An asynchronous save is reported
     when its write is durable, long after the training went on: its ``stall`` says how long
-    it held the loop; a synchronous one held it for all its ``seconds``."""
+    it held the loop; a synchronous one held it for all its ``seconds``. A save reported
+    without its time (a user's program: ``slurmtrain.stop.saved``) is a restart point of no
+    known cost, at its report."""
     out = []
     for e in evs:
-        if e.get("event") == Ev.CHECKPOINT_SAVED and isinstance(e.get("seconds"), (int, float)):
-            began = e["time"] - e["seconds"]
-            held = e.get("stall")
-            out.append((began, began + (held if isinstance(held, (int, float)) else e["seconds"])))
+        if e.get("event") != Ev.CHECKPOINT_SAVED or not isinstance(e.get("time"), (int, float)):
+            continue
+        if not isinstance(e.get("seconds"), (int, float)):
+            out.append((e["time"], e["time"]))
+            continue
+        began = e["time"] - e["seconds"]
+        held = e.get("stall")
+        out.append((began, began + (held if isinstance(held, (int, float)) else e["seconds"])))
     return out
 
 

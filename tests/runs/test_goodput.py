@@ -53,6 +53,18 @@ def test_a_background_save_costs_only_its_stall_and_the_steps_after_it_are_lost_
     assert g.cost(0) == {"lost": 19.5, "restart": 15}
 
 
+def test_a_save_a_users_program_reported_without_its_time_is_where_the_lost_steps_begin():
+    # slurmtrain.stop.saved(step, path) writes no `seconds`: its cost is not known, but the
+    # steps before it are kept (they were all counted lost, from the launch's first step).
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=10, path="/ckpt/10"),
+           ev(50, "relaunched", attempt=1, exit_code=1, last_progress=45),
+           ev(60, "first_step", step=11), ev(100, "finished", step=20), ev(101, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    assert parts(g) == {"startup": 10, "lost": 15, "restart": 15, "trained": 60, "other": 1}
+    assert g.cost(0) == {"lost": 15, "restart": 15}
+
+
 def test_a_hang_costs_its_detection_the_lost_steps_and_the_restart():
     evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(5, "first_step", step=1),
            ev(20, "checkpoint_saved", step=10, seconds=1),
