@@ -18,23 +18,27 @@ from .refs import resolve_run, runs_dir_option
 
 
 @main.command()
-@click.argument("ref", metavar="RUN")
+@click.argument("ref", metavar="[RUN]", required=False)
 @runs_dir_option
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
 @click.option("--interval", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Seconds between refreshes.")
-def watch(ref: str, runs_dir: str, once: bool, interval: float) -> None:
+def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
     """Follow the training of RUN: step of total, loss, tokens/s, ETA.
 
     Keeps going across requeues (the metrics file is appended) and stops when the
     run ends (finished, failed, cancelled, requeue limit, ...), or on Ctrl-C; exits 1
-    when the run ended without finishing. RUN is a run directory, a run name under
-    --runs-dir or a unique prefix of one, a job id, or a job name (its latest run).
+    when the run ended without finishing (--once too). RUN is a run directory, a run name
+    under --runs-dir or a unique prefix of one, a job id, or a job name (its latest run);
+    default: the latest run.
     """
     from ..runs.progress import progress_line, snapshot
     run = resolve_run(ref, runs_dir).path
     if once:
-        click.echo(progress_line(snapshot(run)))
+        snap = snapshot(run)
+        click.echo(progress_line(snap))
+        if snap.ended and not snap.finished:
+            sys.exit(1)
         return
     tty = sys.stdout.isatty()
     try:

@@ -17,10 +17,17 @@ runs_dir_option = click.option(
     help="Directory holding the run directories (env: SLURMTRAIN_RUNS_DIR).")
 
 
-def resolve_run(ref: str, runs_dir: str):
-    """The run directory RUN names (UsageError, exit 2, when none or several do)."""
+def resolve_run(ref: str | None, runs_dir: str):
+    """The run directory RUN names (UsageError, exit 2, when none or several do); no RUN:
+    the latest run under ``runs_dir``."""
+    from ..errors import UsageError
     from ..runs import rundir
 
+    if ref is None:
+        found = rundir.list_runs(runs_dir)
+        if not found:
+            raise UsageError(f"no runs under {runs_dir}; name a run or a job id")
+        return found[-1]
     return rundir.resolve(ref, runs_dir)
 
 

@@ -72,13 +72,9 @@ def _short_time(iso: str | None) -> str:
 def _targets(refs: tuple[str, ...], runs_dir: str):
     """RUN or JOBID arguments -> run directories, or job ids no run records."""
     from ..errors import UsageError
-    from ..runs import rundir
 
     if not refs:
-        found = rundir.list_runs(runs_dir)
-        if not found:
-            raise UsageError(f"no runs under {runs_dir}; name a run or a job id")
-        return [found[-1]]
+        return [resolve_run(None, runs_dir)]
     out = []
     for ref in refs:
         try:
@@ -322,15 +318,15 @@ def sync(ref: str, runs_dir: str, dry_run: bool) -> None:
 
 
 @main.command()
-@click.argument("ref", metavar="RUN")
+@click.argument("ref", metavar="[RUN]", required=False)
 @runs_dir_option
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--node", help="Only this node's task log (default: the batch log and every node's).")
-def logs(ref: str, runs_dir: str, follow: bool, node: str | None) -> None:
+def logs(ref: str | None, runs_dir: str, follow: bool, node: str | None) -> None:
     """Print a run's batch log and per-node logs; -f follows them until the job ends.
 
     RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a job
-    id, or a job name (its latest run).
+    id, or a job name (its latest run); default: the latest run.
     """
     from ..runs import track
 

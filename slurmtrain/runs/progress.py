@@ -87,7 +87,10 @@ def progress_line(snap: Snapshot) -> str:
     if snap.step is None:
         if snap.finished:
             return "no metrics; finished"
-        return f"no metrics; ended: {snap.ended} (see `slurmtrain status`)" if snap.ended else "no metrics yet"
+        if snap.ended:
+            return f"no metrics; ended: {snap.ended} (see `slurmtrain status`)"
+        # The built-in trainer writes metrics.jsonl; a program of the user's writes none.
+        return "no metrics yet (the built-in trainer writes them; `slurmtrain logs -f` follows any program's output)"
     parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total else "")]
     if snap.total:
         parts[0] += f" ({100 * snap.step / snap.total:.0f}%)"

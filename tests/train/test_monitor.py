@@ -72,3 +72,21 @@ def test_watch_stops_and_fails_when_the_run_ends_without_finishing(tmp_path):
     events.append(tmp_path, "resubmitted", job_id="7")  # a later start carries on: not ended
     result = CliRunner().invoke(main, ["watch", str(tmp_path), "--once"])
     assert result.exit_code == 0 and "ETA" in result.output
+
+
+def test_watch_and_logs_default_to_the_latest_run_and_once_fails_for_a_failed_one(tmp_path, monkeypatch):
+    from slurmtrain.runs import rundir
+    monkeypatch.chdir(tmp_path)
+    old, new = rundir.create(tmp_path / "runs", "old"), rundir.create(tmp_path / "runs", "new")
+    old.update_manifest(name=old.name, job_ids=["1"], submitted_at="2026-01-01T00:00:00")
+    new.update_manifest(name=new.name, job_ids=["2"], submitted_at="2026-01-02T00:00:00")
+    (old.path / "metrics.jsonl").write_text('{"step": 4, "total_steps": 10, "loss": 3.0, "step_time": 0.1}\n')
+    events.append(new.path, "started")
+    result = CliRunner().invoke(main, ["watch", "--once"])  # the latest: no metrics from a program of one's own
+    assert result.exit_code == 0 and "no metrics yet" in result.output and "logs -f" in result.output, result.output
+    (new.logs / "job-2.out").write_text("hello from the latest run\n")
+    result = CliRunner().invoke(main, ["logs"])
+    assert result.exit_code == 0 and "hello from the latest run" in result.output, result.output
+    events.append(new.path, "failed", exit_code=1)
+    result = CliRunner().invoke(main, ["watch", "--once"])
+    assert result.exit_code == 1 and "ended: user error" in result.output, result.output
