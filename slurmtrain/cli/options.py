@@ -81,6 +81,19 @@ def check_command(command: tuple[str, ...]) -> None:
                          "in the profile's [env] vars)")
 
 
+def warn_of_missing_script(loaded: LoadedProfile, job: JobSpec) -> None:
+    """Once the job passed its checks: the command's script (its first word ending in .py or
+    .sh) when it is not here, where the job runs the command. In a container the image may
+    hold it: not judged."""
+    if loaded.profile.container.runtime != "none":
+        return
+    script = next((w for w in job.command if w.endswith((".py", ".sh")) and not w.startswith("-")), None)
+    if script is None or "{" in script or Path(script).expanduser().exists():  # {KEY}: a sweep's word
+        return
+    click.echo(f"slurmtrain: warning: {script}: no such file in {Path.cwd()}, where the job runs the command",
+               err=True)
+
+
 def _long_options(command: click.Command) -> list[str]:
     return [o for p in command.params for o in getattr(p, "opts", []) if o.startswith("--")]
 

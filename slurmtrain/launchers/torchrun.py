@@ -17,7 +17,10 @@ PROGRAM = {"module": ["-m"], "exec": ["--no-python"], "script": []}
 # A failed worker: torchrun exits 1 with its own traceback (ChildFailedError) and a summary
 # whose "Root Cause" gives the worker's exit status.
 ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?exitcode\s*:\s*(-?\d+)", re.S)
-OWN_EXCEPTIONS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",)
+# Its own exceptions: a worker failed; the agent got a signal (srun ending the step after
+# another node's task failed).
+OWN_EXCEPTIONS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+                  "torch.distributed.elastic.multiprocessing.api.SignalException")
 
 
 def static_rendezvous(w: Words) -> list[str]:

@@ -24,7 +24,7 @@ def test_gen_prints_script_matching_render():
                   regen_command="slurmtrain gen --profile aws-p4d --nodes 4 -- python train.py")
     expected = render(load_profile("aws-p4d", ["slurm.nodes=4"]), job)
     body = lambda s: s.split("\n", 4)[4]  # the header names the exact command line
-    assert body(result.output) == body(expected)
+    assert body(result.stdout) == body(expected)  # stderr warns that train.py is not here
 
 
 def test_g5_has_efa_without_rdma():
@@ -53,6 +53,19 @@ def test_what_cannot_be_a_command_is_refused_before_anything_is_queued(tmp_path,
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 2 and said in result.output, result.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_script_not_in_the_submit_directory_is_warned_of(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    said = "nosuch.py: no such file in"
+    for argv, warned in ((["--", "python", "nosuch.py"], True), (["--", "torchrun", "--nproc_per_node", "2",
+                          "nosuch.py", "--lr", "1"], True), (["--", "python", "train.py"], False),
+                         (["--", "python", "-m", "pkg.train"], False),
+                         (["-p", "hpc-apptainer", "--", "python", "nosuch.py"], False)):  # the image may hold it
+        result = CliRunner().invoke(main, ["gen", *argv])
+        assert result.exit_code == 0, result.output
+        assert (said in result.stderr) is warned, (argv, result.stderr)
 
 
 def test_the_command_keeps_its_own_options():

@@ -25,6 +25,35 @@ def test_launcher_report_alone_is_not_the_programs_error():
     assert logs.program_error(["step 10 | loss 2.3", "all fine"]) is None
 
 
+def test_pythons_own_refusal_to_start_the_program():
+    line = "/usr/bin/python3: can't open file '/home/u/proj/nosuch.py': [Errno 2] No such file or directory"
+    assert logs.program_error([line, *LAUNCHER_REPORT]) == line
+    line = "/opt/venv/bin/python3.11: No module named nosuch"
+    assert logs.program_error([line, *LAUNCHER_REPORT]) == line
+
+
+def _killed_report(signal: str, number: int) -> list[str]:
+    """torchrun's summary (a node's report, then another's) with its root cause (rank 2)
+    killed by ``signal`` in the second."""
+    root = ["Root Cause (first observed failure):", "[0]:", "  time      : 2026-11-27_11:58:02",
+            "  host      : stnode2", "  rank      : 2 (local_rank: 0)", f"  exitcode  : -{number} (pid: 20620)",
+            "  error_file: <N/A>", f"  traceback : Signal {number} ({signal}) received by PID 20620", "=" * 60]
+    return [*LAUNCHER_REPORT, *root]
+
+
+def test_a_worker_killed_by_a_signal_is_the_root_cause_not_what_its_peers_raised_after_it():
+    peers = ["[rank3]: Traceback (most recent call last):", '[rank3]:   File "t.py", line 9',
+             "[rank3]: RuntimeError: [gloo] Connection closed by peer [10.0.0.2]:4740"]
+    assert logs.program_error([*peers, *_killed_report("SIGKILL", 9)]) == (
+        "rank 2 was killed by SIGKILL (torchrun's first observed failure: out of memory, or a kill)")
+    assert "SIGSEGV (torchrun's first observed failure: a crash in native code)" in \
+        logs.program_error(_killed_report("SIGSEGV", 11))
+    # SIGTERM is the launch's own end (a stop, srun's teardown): what the program said stands.
+    assert logs.program_error([*peers, *_killed_report("SIGTERM", 15)]) == peers[-1].removeprefix("[rank3]: ")
+    agent = "torch.distributed.elastic.multiprocessing.api.SignalException: Process 19783 got signal: 15"
+    assert logs.program_error(["Traceback (most recent call last):", '  File "x", line 1', agent]) is None
+
+
 def test_slurmtrain_error_line():
     line = "slurmtrain: error: corpus.jsonl: data.path: no such file or folder: /x/corpus.jsonl"
     assert logs.program_error(["12:00:01 [rank0] INFO model: ...", line, *LAUNCHER_REPORT]) == line
