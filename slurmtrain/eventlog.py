@@ -87,7 +87,7 @@ class Ev:
     PREFLIGHT_PASSED = "preflight_passed"  # {nodes}: every node passed the in-job gate
     PREFLIGHT_FAILED = "preflight_failed"  # {nodes}: these did not; left out (spares) or requeued without them
     NODES_LOST = "nodes_lost"              # {nodes, spares, left, cause?, seen_as?}: left out of the job start; spares in their place
-    RELAUNCHED = "relaunched"              # {attempt, exit_code?, last_progress?, why?, cause?, seen_as?, nodes?}: the launch started again in the job
+    RELAUNCHED = "relaunched"              # {attempt, exit_code?, last_progress?, why?, cause?, seen_as?, nodes?, node? (srun's first failing)}: the launch started again in the job
     FIRST_STEP = "first_step"              # {step, at}: a launch's first heartbeat (at: its own time)
     STRAGGLER = "straggler"                # {node, compute_ms, others_ms, pct}: a node computes slower
     HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout

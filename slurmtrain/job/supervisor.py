@@ -242,11 +242,12 @@ class Supervisor:
             return decide.Settled("requeue_without", (tuple(lost), then.words, "node", cause))
         if then.action == "finish":
             return self.finish(facts)
-        n = st.relaunches + 1
-        self.say(f"slurmtrain: the program failed (exit status {facts.status}) {then.words}; starting it again in "
-                 f"this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
+        n, first = st.relaunches + 1, self.record.first_failure(self.log_mark)
+        where = f" on {first}" if first else ""
+        self.say(f"slurmtrain: the program failed{where} (exit status {facts.status}) {then.words}; starting it "
+                 f"again in this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
-                          **({"why": then.why} if then.why else {}), **cause)
+                          **({"why": then.why} if then.why else {}), **({"node": first} if first else {}), **cause)
         self.clear_marks()
         return decide.Settled("relaunch")
 

@@ -84,8 +84,6 @@ _PHRASES = {
                     "their place: {spares}; idle spares left: {left}"),
     Ev.HANG: ("hang: no rank reported progress for {seconds} s; the last to report: rank(s) {ranks} on {nodes} "
               "(step {step}); stacks in {stacks}"),
-    Ev.RELAUNCHED: ("the program failed (exit status {exit_code}) after a new checkpoint: started again in the "
-                    "job from it (in-job restart {attempt})"),
     Ev.STRAGGLER: "straggler: {node} computes {pct}% slower than the other nodes ({compute_ms} ms against {others_ms} ms)",
     Ev.FIRST_STEP: "training under way: first progress of the launch (step {step})",
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
@@ -134,6 +132,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
     if name == Ev.RELAUNCHED and e.get("why") == "nodes lost":
         return (f"the launch ended with exit status {e.get('exit_code')} as nodes were lost: started again in the "
                 f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
+    if name == Ev.RELAUNCHED:
+        return _relaunched(e)
     if name == Ev.NODES_LOST and e.get("why") == "straggler":
         return f"{e.get('nodes')} left out of the job (a straggler); spare in its place: {e.get('spares')}"
     if name == Ev.RESUMED:
@@ -148,6 +148,18 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         return _PHRASES[name].format_map(_Fields(e))
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
     return f"{name} {extra}".rstrip()
+
+
+def _relaunched(e: dict[str, Any]) -> str:
+    """An in-job restart after a failure (a straggler's and lost nodes' are said above)."""
+    attempt = f"(in-job restart {e.get('attempt', '?')})"
+    if e.get("cause") == eventlog.LAUNCH_FAILED:
+        return f"srun could not start the tasks on {e.get('nodes', '?')}: launched again {attempt}"
+    where = f" on {e['node']}" if e.get("node") else ""
+    failed = f"the program failed{where} (exit status {e.get('exit_code', '?')})"
+    if e.get("why") == "stray kill":
+        return f"{failed} as Slurm killed it (its kill of an earlier start's step): started again in the job {attempt}"
+    return f"{failed} after a new checkpoint: started again in the job from it {attempt}"
 
 
 def _resumed(e: dict[str, Any]) -> str:

@@ -284,7 +284,8 @@ def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None
     if cause == eventlog.HANG and hang is not None:
         return at, _fault(out, eventlog.HANG, hang["time"], hung + left, True)
     return at, _fault(out, eventlog.CRASH, nxt["time"],
-                      f"the program failed (exit status {nxt.get('exit_code')}){left}", True)
+                      f"the program failed{' on ' + nxt['node'] if nxt.get('node') else ''} "
+                      f"(exit status {nxt.get('exit_code')}){left}", True)
 
 
 def _requeued_without(out: Goodput, evs: list[Event], e: Event, hang: Event | None) -> tuple[float, int]:

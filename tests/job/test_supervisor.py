@@ -1143,7 +1143,17 @@ def test_a_rank_that_dies_after_a_checkpoint_is_launched_again_in_the_job(rig):
     assert rig.launched == ["task", "task"]
     assert not {"requeue", "requeuehold"} & set(rig.slurm.names())  # no queue, no new job start
     assert "starting it again in this allocation on n1 n2 (1 of 3)" in rig.said()
+    assert "node" not in rig.event("relaunched")  # srun named no node
     assert rig.summary() == "finished, exit status 0"
+
+
+def test_an_in_job_restart_names_the_node_srun_saw_fail_first(rig, tmp_path):
+    with_batch_log(rig, tmp_path)
+    rig.task = [Plan([*DIES_AFTER_SAVING.at[:-1], (4.5, srun_says("srun: error: n2: task 1: Exited with exit code 1")),
+                      (5, exits(1))]), RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.event("relaunched")["node"] == "n2"
+    assert "the program failed on n2 (exit status 1) after a new checkpoint; starting it again" in rig.said()
 
 
 def test_a_failure_before_any_new_checkpoint_is_not_launched_again(rig):

@@ -47,6 +47,22 @@ def test_a_resume_says_where_its_state_came_from_and_how_long_the_load_took(tmp_
     assert classify.history(run)[-1].endswith(said), classify.history(run)
 
 
+@pytest.mark.parametrize("fields, said", [
+    ({"attempt": 1, "exit_code": 143}, "the program failed (exit status 143) after a new checkpoint: started again "
+                                       "in the job from it (in-job restart 1)"),
+    ({"attempt": 2, "exit_code": 1, "node": "stnode2"}, "the program failed on stnode2 (exit status 1) after a new "
+                                                         "checkpoint: started again in the job from it (in-job restart 2)"),
+    ({"attempt": 1, "exit_code": 137, "node": "stnode1", "why": "stray kill"},
+     "the program failed on stnode1 (exit status 137) as Slurm killed it (its kill of an earlier start's step): "
+     "started again in the job (in-job restart 1)"),
+    ({"attempt": 1, "cause": "launch failed", "nodes": "stnode2"},
+     "srun could not start the tasks on stnode2: launched again (in-job restart 1)"),
+])
+def test_an_in_job_restart_says_why_and_where(tmp_path, fields, said):
+    run = write(tmp_path, "submitted", START, ("relaunched", fields))
+    assert classify.history(run)[-1].endswith(said), classify.history(run)
+
+
 @pytest.mark.parametrize("requeue, said", [
     ({"reason": "node", "exclude": "stnode2"}, "requeueing without stnode2"),
     ({"reason": "node", "exclude": "", "waits_for": "stnode2"},
