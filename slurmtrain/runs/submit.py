@@ -15,7 +15,7 @@ from .. import events, slurmversion
 from ..errors import SlurmError, UsageError
 from ..profile import LoadedProfile
 from ..render import JobSpec, check_job_name, render
-from . import rundir
+from . import rundir, slurmquery
 from .rundir import POINTS, PROFILE, RunDir
 from ..eventlog import Ev
 
@@ -96,7 +96,8 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
         message = str(err)
         run.update_manifest(state="refused", refusal=message)
         events.append(run.path, Ev.SUBMIT_REFUSED, message=message)
-        raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_ledger_hint(run)}") from None
+        raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_size_hint(run, message)}"
+                         f"{_ledger_hint(run)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
     # The controller's version at each submission: a run outlives an upgrade of its cluster.
     version = slurmversion.from_config(config) if config else slurmversion.of_cluster()
@@ -116,6 +117,29 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
 def excluded_nodes(run: RunDir) -> str:
     """The nodes the run's job leaves out (the manifest's ``exclude``), comma-separated; "" if none."""
     return ",".join(run.manifest().get("exclude") or [])
+
+
+# sbatch's words for a job larger than its partition (nodes, CPUs, GPUs).
+_TOO_BIG = ("Node count specification invalid", "More processors requested than permitted",
+            "Requested node configuration is not available", "Invalid generic resource")
+
+
+def _size_hint(run: RunDir, message: str) -> str:
+    """For a job larger than its partition: what the partition has, as sinfo says."""
+    if not any(words in message for words in _TOO_BIG):
+        return ""
+    partition = run.manifest().get("partition")
+    try:
+        proc = slurmquery.run_slurm(["sinfo", "-h", "-o", "%P|%D|%c|%G", *(["-p", partition] if partition else [])])
+    except SlurmError:
+        return ""
+    rows = [line.split("|") for line in proc.stdout.splitlines() if line.count("|") == 3]
+    row = next((r for r in rows if r[0].endswith("*")), rows[0]) if rows and proc.returncode == 0 else None
+    if row is None:
+        return ""
+    gres = "no GPUs (GRES)" if row[3] in ("(null)", "") else f"GRES {row[3]}"
+    return (f"; partition {row[0].rstrip('*')} has {row[1]} node(s) of {row[2]} CPUs, {gres}; the job asks for "
+            f"{run.manifest().get('nodes')} node(s) (sinfo)")
 
 
 def _ledger_hint(run: RunDir) -> str:

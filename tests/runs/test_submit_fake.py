@@ -23,7 +23,15 @@ if grep -q -- '--partition=nope' "${@: -1}"; then
   echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
   exit 1
 fi
+if grep -q -- '--nodes=3' "${@: -1}"; then
+  echo "sbatch: error: Batch job submission failed: Node count specification invalid" >&2
+  exit 1
+fi
 echo "Submitted batch job 4242"
+"""
+FAKE_SINFO = """#!/bin/bash
+echo "$@" >> "$(dirname "$0")/sinfo.calls"
+echo 'debug*|2|4|(null)'
 """
 
 
@@ -31,7 +39,7 @@ echo "Submitted batch job 4242"
 def fake_bin(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("sbatch", FAKE_SBATCH), ("srun", "#!/bin/sh\nexit 0\n")):
+    for name, text in (("sbatch", FAKE_SBATCH), ("sinfo", FAKE_SINFO), ("srun", "#!/bin/sh\nexit 0\n")):
         path = bin_dir / name
         path.write_text(text)
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -81,6 +89,17 @@ def test_refusal_is_one_line_nonzero_and_recorded(fake_bin, tmp_path):
     assert m["state"] == "refused" and "Invalid partition name" in m["refusal"] and m["job_ids"] == []
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["submit_refused"]
+
+
+def test_a_job_larger_than_its_partition_is_told_what_the_partition_has(fake_bin, tmp_path):
+    result = CliRunner().invoke(main, ["submit", "--nodes", "3", "--", "python", "x.py"])
+    assert result.exit_code == 1
+    assert ("Node count specification invalid (recorded in " in result.output and
+            "; partition debug has 2 node(s) of 4 CPUs, no GPUs (GRES); the job asks for 3 node(s) (sinfo)"
+            in result.output), result.output
+    # Any other refusal asks nothing more of Slurm.
+    CliRunner().invoke(main, ["submit", "--partition", "nope", "--", "python", "x.py"])
+    assert len((fake_bin / "sinfo.calls").read_text().splitlines()) == 1
 
 
 def test_render_error_leaves_no_run_directory(fake_bin, tmp_path):
