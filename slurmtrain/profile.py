@@ -15,7 +15,7 @@ import os
 from ._toml import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from . import launchers, resources
 from .errors import ConfigError
@@ -259,14 +259,17 @@ def _resolve(path: Path, sources: Sources, chain: list[Path], cwd: Path | None) 
     return merge(base, data)
 
 
-def load_profile(name: str, sets: list[str] | tuple[str, ...] = (), cwd: Path | None = None) -> LoadedProfile:
-    """Find, merge (``extends``), override (``--set``) and validate a profile."""
+def load_profile(name: str, sets: Iterable[str | tuple[str, str]] = (), cwd: Path | None = None) -> LoadedProfile:
+    """Find, merge (``extends``), override (``--set``) and validate a profile. A set is
+    ``KEY=VALUE``, or (``KEY=VALUE``, what the user typed: ``--time 1h``) for an option
+    that stands for one, so that an error names what was typed."""
     path = find(name, cwd)
     sources = Sources(str(path))
     data = _resolve(path, sources, [], cwd)
-    for assignment in sets:
+    for item in sets:
+        assignment, origin = item if isinstance(item, tuple) else (item, f"--set {item}")
         key, value = parse_set(assignment)
-        apply_set(data, key, value, sources, f"--set {assignment}")
+        apply_set(data, key, value, sources, origin)
     profile = build(Profile, data, sources)
     _check_consistency(profile, sources)
     return LoadedProfile(name=path.stem, source=str(path), profile=profile)

@@ -102,14 +102,18 @@ def _toml_string(value: str) -> str:
     return f'"{_toml_escape(value)}"'
 
 
-def overrides(nodes, gpus_per_node, time_limit, partition, launcher, max_requeues, sets) -> list[str]:
-    """Flags become --set assignments so one mechanism (with provenance) applies them."""
-    out = list(sets)
-    for key, value in (("slurm.nodes", nodes), ("slurm.gpus_per_node", gpus_per_node),
-                       ("slurm.time", time_limit), ("slurm.partition", partition),
-                       ("launch.launcher", launcher), ("resilience.max_requeues", max_requeues)):
+def overrides(nodes, gpus_per_node, time_limit, partition, launcher, max_requeues,
+              sets) -> list[str | tuple[str, str]]:
+    """Flags become --set assignments so one mechanism applies them; each keeps the flag
+    as its provenance (an error names ``--time 1h``, not a --set the user never typed)."""
+    out: list[str | tuple[str, str]] = list(sets)
+    for flag, key, value in (("--nodes", "slurm.nodes", nodes), ("--gpus-per-node", "slurm.gpus_per_node", gpus_per_node),
+                             ("--time", "slurm.time", time_limit), ("--partition", "slurm.partition", partition),
+                             ("--launcher", "launch.launcher", launcher),
+                             ("--max-requeues", "resilience.max_requeues", max_requeues)):
         if value is not None:
-            out.append(f"{key}={value}" if isinstance(value, int) else f'{key}="{_toml_escape(value)}"')
+            assignment = f"{key}={value}" if isinstance(value, int) else f'{key}="{_toml_escape(value)}"'
+            out.append((assignment, f"{flag} {value}"))
     return out
 
 

@@ -47,7 +47,7 @@ def tokenize_argv(inputs: list[Path], tokenizer: str, out: Path, *, text_field: 
     return tuple(argv)
 
 
-def build(profile: str, sets: list[str], job_name: str, argv: tuple[str, ...],
+def build(profile: str, sets: list[str | tuple[str, str]], job_name: str, argv: tuple[str, ...],
           regen_args: list[str]) -> tuple[LoadedProfile, JobSpec]:
     """The profile (one node per task) and the job: an array of as many tasks as the
     profile's ``slurm.nodes`` after ``sets`` (``--nodes N``)."""

@@ -68,6 +68,14 @@ def test_a_script_not_in_the_submit_directory_is_warned_of(tmp_path, monkeypatch
         assert (said in result.stderr) is warned, (argv, result.stderr)
 
 
+def test_a_bad_value_of_an_option_is_named_as_typed_not_as_a_set_never_typed():
+    result = CliRunner().invoke(main, ["gen", "-t", "1h", "--", "python", "x.py"])
+    assert result.exit_code == 2 and result.output.startswith("slurmtrain: error: --time 1h: slurm.time: "), \
+        result.output
+    result = CliRunner().invoke(main, ["gen", "--set", "slurm.time=1h", "--", "python", "x.py"])
+    assert "error: --set slurm.time=1h: slurm.time: " in result.output, result.output
+
+
 def test_the_command_keeps_its_own_options():
     result = CliRunner().invoke(main, ["gen", "--nodes", "2", "--", "python", "train.py", "--node", "2", "A=1"])
     assert result.exit_code == 0, result.output
