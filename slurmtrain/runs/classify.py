@@ -184,7 +184,12 @@ def history(run_dir: str | Path) -> list[str]:
     An array task's lines begin with ``task N:`` and name its job ``<array job>_<N>``."""
     lines = []
     requeued: dict[int | None, bool] = {}  # by task: Slurm requeued it in its latest start
-    for e in events_of(run_dir):
+    evs = events_of(run_dir)
+    # A resubmission writes `submitted` (sbatch took it) and `resubmitted`: one line says it.
+    resubmitted = {e.get("job_id") for e in evs if e.get("event") == Ev.RESUBMITTED}
+    for e in evs:
+        if e.get("event") == Ev.SUBMITTED and e.get("job_id") in resubmitted:
+            continue
         task = eventlog.task_of(e)
         if e.get("event") == Ev.STARTED:
             requeued[task] = False

@@ -47,6 +47,14 @@ def test_a_resume_says_where_its_state_came_from_and_how_long_the_load_took(tmp_
     assert classify.history(run)[-1].endswith(said), classify.history(run)
 
 
+def test_a_resubmission_is_one_line_of_history(tmp_path):
+    run = write(tmp_path, ("submitted", {"job_id": "1175"}), START, ("failed", {"exit_code": 1}),
+                ("submitted", {"job_id": "1177"}), ("resubmitted", {"job_id": "1177", "previous_job_id": "1175"}))
+    said = [line.split("  ", 1)[1] for line in classify.history(run)]
+    assert said[0] == "submitted as job 1175" and said[-1] == "resubmitted as job 1177 (after job 1175)", said
+    assert "submitted as job 1177" not in said
+
+
 @pytest.mark.parametrize("fields, said", [
     ({"attempt": 1, "exit_code": 143}, "the program failed (exit status 143) after a new checkpoint: started again "
                                        "in the job from it (in-job restart 1)"),
