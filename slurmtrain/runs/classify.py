@@ -185,10 +185,10 @@ def history(run_dir: str | Path) -> list[str]:
     lines = []
     requeued: dict[int | None, bool] = {}  # by task: Slurm requeued it in its latest start
     evs = events_of(run_dir)
-    # A resubmission writes `submitted` (sbatch took it) and `resubmitted`: one line says it.
-    resubmitted = {e.get("job_id") for e in evs if e.get("event") == Ev.RESUBMITTED}
-    for e in evs:
-        if e.get("event") == Ev.SUBMITTED and e.get("job_id") in resubmitted:
+    # A resubmission writes `submitted` (sbatch took it), then `resubmitted`: one line says it.
+    resubmitted = {e.get("job_id"): i for i, e in enumerate(evs) if e.get("event") == Ev.RESUBMITTED}
+    for i, e in enumerate(evs):
+        if e.get("event") == Ev.SUBMITTED and resubmitted.get(e.get("job_id"), -1) > i:
             continue
         task = eventlog.task_of(e)
         if e.get("event") == Ev.STARTED:
