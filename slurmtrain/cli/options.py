@@ -107,7 +107,8 @@ def overrides(nodes, gpus_per_node, time_limit, partition, launcher, max_requeue
     """Flags become --set assignments so one mechanism applies them; each keeps the flag
     as its provenance (an error names ``--time 1h``, not a --set the user never typed)."""
     out: list[str | tuple[str, str]] = list(sets)
-    for flag, key, value in (("--nodes", "slurm.nodes", nodes), ("--gpus-per-node", "slurm.gpus_per_node", gpus_per_node),
+    for flag, key, value in (("--nodes", "slurm.nodes", nodes),
+                             ("--gpus-per-node", "slurm.gpus_per_node", gpus_per_node),
                              ("--time", "slurm.time", time_limit), ("--partition", "slurm.partition", partition),
                              ("--launcher", "launch.launcher", launcher),
                              ("--max-requeues", "resilience.max_requeues", max_requeues)):

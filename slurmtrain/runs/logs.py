@@ -56,7 +56,8 @@ def program_error(lines: Iterable[str]) -> str | None:
                 found = line
     killed = ([None] + list(_KILLED.finditer("\n".join(seen))))[-1]  # the last launch's
     if killed and killed[3] in _WHY_KILLED:  # not SIGTERM: the launch's own end (a stop, srun's teardown)
-        return f"rank {killed[1]} was killed by {killed[3]} (torchrun's first observed failure: {_WHY_KILLED[killed[3]]})"
+        return (f"rank {killed[1]} was killed by {killed[3]} (torchrun's first observed failure: "
+                f"{_WHY_KILLED[killed[3]]})")
     return found
 
 

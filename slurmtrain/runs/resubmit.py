@@ -111,8 +111,9 @@ def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
         say(f"job {end.job_id}: the requeue failed: {err}")
         return False
     try:
-        ledger.add(run.path.parent, found.host, f"the batch host of job {end.job_id}, which {found.what} (Slurm {found.how}; "
-                   "requeued by `slurmtrain resubmit --watch`)", run=run.name, job_id=end.job_id, source="node_failure")
+        ledger.add(run.path.parent, found.host, f"the batch host of job {end.job_id}, which {found.what} "
+                   f"(Slurm {found.how}; requeued by `slurmtrain resubmit --watch`)", run=run.name, job_id=end.job_id,
+                   source="node_failure")
     except OSError as err:
         say(f"could not record {found.host} in the bad-node ledger ({err})")
     return True
