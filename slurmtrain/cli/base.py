@@ -59,6 +59,13 @@ class _Group(click.Group):
         except SlurmtrainError as err:
             click.echo(f"slurmtrain: error: {err}", err=True)
             sys.exit(err.exit_code)
+        except BrokenPipeError:  # `slurmtrain logs RUN | head`: the reader left
+            sys.stderr.close()
+            sys.exit(1)
+        except OSError as err:  # a path the user gave that cannot be written or read: one line, not a traceback
+            where = f"{err.filename}: " if err.filename else ""
+            click.echo(f"slurmtrain: error: {where}{err.strerror or err}", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -32,8 +32,15 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
     under --runs-dir or a unique prefix of one, a job id, or a job name (its latest run);
     default: the latest run.
     """
+    from ..runs import sweeps
     from ..runs.progress import progress_line, snapshot
-    run = resolve_run(ref, runs_dir).path
+    found = resolve_run(ref, runs_dir)
+    points = sweeps.points(found)
+    if points:  # its metrics are its points': one line each would be `status`
+        labels = ", ".join(p["label"] for p in points)
+        raise UsageError(f"{found.name} is a sweep: watch one of its points ({found.name}/points/LABEL; "
+                         f"its points: {labels}), or see them all with `slurmtrain status {found.name}`")
+    run = found.path
     if once:
         snap = snapshot(run)
         click.echo(progress_line(snap))
@@ -57,6 +64,9 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
         sys.exit(1)
 
 
+_PICTURES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
 @main.command()
 @click.argument("ref", metavar="RUN")
 @runs_dir_option
@@ -74,6 +84,8 @@ def plot(ref: str, runs_dir: str, out: Path) -> None:
     from .. import events
     from ..runs import sweeps
     from ..runs.progress import plot as plot_run, read_metrics
+    if out.suffix.lower() not in _PICTURES:  # matplotlib picks the format by it
+        raise UsageError(f"-o {out}: a picture's name ends in {', '.join(_PICTURES)}")
     found = resolve_run(ref, runs_dir)
     run = found.path
     if sweeps.points(found):  # a sweep: its points' loss curves in one picture

@@ -18,7 +18,7 @@ from typing import Any, Literal, Sequence
 from .._toml import tomllib
 from ..errors import ConfigError
 from ..resources import recipes_dir
-from ..schema import Sources, apply_set, build, field, non_negative, parse_set, positive
+from ..schema import Sources, apply_set, build, field, matches, non_negative, parse_set, positive
 
 DEMO_CORPUS = "demo/corpus.jsonl"  # where ``slurmtrain demo-corpus`` writes by default
 
@@ -47,7 +47,8 @@ class ModelSection:
 @dataclass(frozen=True)
 class DataSection:
     path: str = field("jsonl file with a `text` field, or a folder of .jsonl/.txt files; "
-                      "relative paths are resolved against the current directory", DEMO_CORPUS)
+                      "relative paths are resolved against the current directory", DEMO_CORPUS,
+                      check=matches(r".*\S.*", "a corpus file or folder"))  # "" would be the whole current directory
     tokenizer: str | None = field("tokenizer.json (or a folder holding one); none: byte-level", None)
     max_seq_len: int = field("tokens per training sequence", 512, check=positive)
     val_fraction: float = field("share of packed sequences held out for evaluation", 0.01,

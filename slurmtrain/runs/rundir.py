@@ -213,6 +213,14 @@ def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
     if _is_path(ref):
         if path.is_dir():
             return RunDir(path.absolute())
+        point = re.fullmatch(rf"([^/]+)/{POINTS}/([^/]+)/?", ref)  # a sweep's point by the sweep's name
+        if point and not path.is_absolute():
+            sweep = resolve(point[1], runs_dir)
+            if (sweep.path / POINTS / point[2]).is_dir():
+                return RunDir(sweep.path / POINTS / point[2])
+            labels = sorted(d.name for d in (sweep.path / POINTS).glob("*") if d.is_dir())
+            raise UsageError(f"{ref}: run {sweep.name} has no point {point[2]!r}"
+                             + (f" (its points: {', '.join(labels)})" if labels else " (it is no sweep)"))
         raise UsageError(f"{ref}: no such run directory")
     if is_run_dir(path):
         return RunDir(path.absolute())
