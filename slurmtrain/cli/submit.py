@@ -121,7 +121,7 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
         raise UsageError("--detach goes with --watch (a resubmit alone is over at once)")
     run = resolve_run(ref, runs_dir)
     if not watch:
-        done = lib.resubmit(run, force=force)
+        done = lib.resubmit(run, force=force, say=lambda text: click.echo(f"slurmtrain: {text}", err=True))
         click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done))
         return
     if detach:

@@ -27,6 +27,7 @@ from ..errors import SlurmError, UsageError
 from . import classify, slurmquery, sweeps
 from .rundir import POINTS, RunDir
 from .states import JobState
+from . import environ
 from .submit import Submitted, submit_run
 from ..eventlog import Ev
 
@@ -119,7 +120,7 @@ def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
     return True
 
 
-def resubmit(run: RunDir, force: bool = False) -> Submitted:
+def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lambda text: None) -> Submitted:
     """sbatch the run's ``job.sbatch`` again as a new job continuing the same run.
 
     Refused while the run's job is still queued or running, and (unless ``force``)
@@ -156,6 +157,11 @@ def resubmit(run: RunDir, force: bool = False) -> Submitted:
         ((f"--array={','.join(str(t) for t in tasks)}",) if tasks is not None else ()) + _where(run)
     done = submit_run(run, args, tasks=tasks)
     events.append(run.path, Ev.RESUBMITTED, job_id=done.job_id, previous_job_id=previous or "")
+    drift = environ.drift(run.manifest().get("environment"))
+    if drift:  # sbatch gave the job this shell's environment, not the submit's
+        say(f"warning: job {done.job_id} has this shell's environment, not the one run {run.name} was submitted "
+            f"with ({drift}): a program that reads its settings from it runs with these; cancel and resubmit "
+            "from a shell that has them, or put them in the profile's [env] vars")
     return done
 
 
@@ -243,6 +249,6 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
             say(f"not resubmitting: --max-resubmits {max_resubmits} reached")
             return classify.Outcome(classify.REQUEUE_LIMIT, f"{outcome.detail}; {resubmits} resubmissions, "
                                     f"max_resubmits={max_resubmits} reached", True, outcome.step)
-        done = resubmit(run)
+        done = resubmit(run, say=say)
         resubmits += 1
         say(f"resubmitted as job {done.job_id} ({resubmits}/{max_resubmits})")

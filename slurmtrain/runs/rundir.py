@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import __version__, tracking
 from ..errors import UsageError
+from . import environ
 
 MANIFEST = "manifest.json"
 SCRIPT = "job.sbatch"
@@ -286,6 +287,7 @@ def initial_manifest(run: RunDir, *, loaded, job, cwd: str | os.PathLike) -> dic
         "array": job.array,  # tasks of a job array (each of `nodes` nodes); None: one job
         "exclude": list(job.exclude),  # nodes sbatch was told to leave out (the bad-node ledger's)
         "partition": p.slurm.partition,
+        "environment": environ.digest(),  # what sbatch gives the job; resubmit compares (runs/environ.py)
         "state": "created",
         "job_ids": [],
         "submitted_at": None,

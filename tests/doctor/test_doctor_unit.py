@@ -220,6 +220,31 @@ def test_a_resubmitted_job_runs_where_the_run_was_first_submitted_from(fake_sbat
         resubmit.resubmit(rundir.RunDir(run.path))
 
 
+def test_a_resubmission_from_a_shell_with_another_environment_is_warned_of(fake_sbatch, tmp_path, monkeypatch):
+    """sbatch gives the job the resubmitting shell's environment: a program that reads its
+    settings from it (OUT=... STEPS=... slurmtrain submit ...) would run with others, and
+    resume some other run's checkpoints. The manifest keeps a digest, never a value."""
+    from slurmtrain.runs import resubmit, rundir, submit
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec
+    monkeypatch.setenv("OUT", "/scratch/run-a")
+    monkeypatch.setenv("STEPS", "6000")
+    monkeypatch.setenv("API_TOKEN", "sk-SENTINEL-do-not-keep")
+    run = submit.prepare(load_profile("local"), JobSpec(command=("true",), job_name="z"), tmp_path / "runs")
+    assert "sk-SENTINEL" not in (run.path / "manifest.json").read_text()
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    said: list[str] = []
+    resubmit.resubmit(rundir.RunDir(run.path), say=said.append)
+    assert said == []  # the same shell: nothing to say
+    monkeypatch.delenv("OUT")
+    monkeypatch.setenv("STEPS", "10")
+    monkeypatch.setenv("PWD", "/elsewhere")  # differs between any two shells: not counted
+    monkeypatch.setenv("NEW_ONE", "1")
+    resubmit.resubmit(rundir.RunDir(run.path), say=said.append)
+    assert len(said) == 1 and "has this shell's environment, not the one run" in said[0], said
+    assert "(unset here: OUT; changed: STEPS; new here: NEW_ONE)" in said[0], said
+
+
 def test_resubmit_keeps_the_nodes_the_run_already_excluded(fake_sbatch, tmp_path, monkeypatch):
     """sbatch's --exclude replaces the script's: a resubmit adds the ledger's new nodes to
     the run's own exclusions (the manifest's), it does not drop them."""

@@ -167,7 +167,7 @@ def test_a_refused_requeue_of_an_ended_stranded_job_resubmits_it(tmp_path, fake_
     monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 0, False))
     resubmitted: list[object] = []
 
-    def resubmit_once(r):
+    def resubmit_once(r, say=None):
         resubmitted.append(r)
         raise SystemExit("resubmitted")  # the rest is resubmit's own tests
     monkeypatch.setattr(resubmit, "resubmit", resubmit_once)

@@ -1,0 +1,47 @@
+"""The submitting shell's environment, which sbatch gives the job (``--export=ALL``): a
+digest of it kept in the manifest at submit, and what a resubmission's shell changed.
+
+A program that reads its settings from the environment (``OUT=... STEPS=... slurmtrain
+submit ...``) is resubmitted with the environment of whatever shell runs ``resubmit``: a
+different output folder there silently resumes some other run's checkpoints. Only a
+digest of each value is kept (sha256), never the value: the environment holds secrets.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Mapping
+
+# What differs between two shells of the same user by nature: the terminal, the session,
+# the directory, Slurm's own variables inside a job, the laptop's ssh.
+_VOLATILE = re.compile(r"(_|PWD|OLDPWD|SHLVL|COLUMNS|LINES|PS[1-4]|PROMPT_COMMAND|MAIL|HOSTNAME|STY|WINDOW|"
+                       r"LS_COLORS|COLORTERM|GPG_TTY|KRB5CCNAME|HIST\w*|TERM\w*|SSH_\w+|XDG_\w+|TMUX\w*|DISPLAY|"
+                       r"DBUS_\w+|SLURM_\w+|SLURMD_\w+|SLURMTRAIN_SLURM_TRACE|OMPI_\w+|PMI\w*|VSCODE_\w+)")
+
+
+def digest(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """Each variable a job would get, by name: the first 16 hex digits of its value's sha256."""
+    return {name: hashlib.sha256(value.encode(errors="replace")).hexdigest()[:16]
+            for name, value in sorted(env.items()) if not _VOLATILE.fullmatch(name)}
+
+
+def drift(recorded: Mapping[str, str] | None, env: Mapping[str, str] = os.environ) -> str | None:
+    """What this shell changed of the environment recorded at submit, in words; None when
+    nothing did (or nothing was recorded: a run submitted before the digest was kept)."""
+    if not recorded:
+        return None
+    now = digest(env)
+    unset = sorted(recorded.keys() - now.keys())
+    changed = sorted(n for n in recorded.keys() & now.keys() if recorded[n] != now[n])
+    new = sorted(now.keys() - recorded.keys())
+    parts = [f"{what}: {_names(names)}" for what, names in (("unset here", unset), ("changed", changed),
+                                                             ("new here", new)) if names]
+    return "; ".join(parts) or None
+
+
+def _names(names: list[str], most: int = 8) -> str:
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
