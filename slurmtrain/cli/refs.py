@@ -27,7 +27,10 @@ def resolve_run(ref: str | None, runs_dir: str):
         found = rundir.list_runs(runs_dir)
         if not found:
             raise UsageError(f"no runs under {runs_dir}; name a run or a job id")
-        return found[-1]
+        # `doctor` keeps its checks' jobs as runs too; the latest run meant is a training's.
+        from ..doctor.run import DOCTOR_JOB_NAME
+        own = [r for r in found if r.manifest().get("job_name") != DOCTOR_JOB_NAME]
+        return (own or found)[-1]
     return rundir.resolve(ref, runs_dir)
 
 

@@ -30,6 +30,8 @@ OVERRIDES = ("launch.procs_per_node=1", "resilience.requeue=false")
 DEFAULT_TIME = "00:10:00"
 MULTI_NODE = ("allreduce", "clock")
 
+DOCTOR_JOB_NAME = "doctor"  # its checks' jobs are runs too (`status` with no RUN skips them)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -59,7 +61,7 @@ def job_spec(loaded: LoadedProfile, chosen: tuple[str, ...], check_timeout: floa
            "--rdzv-port", str(loaded.profile.launch.rdzv_port),
            "--rdzv-port-spread", str(loaded.profile.launch.rdzv_port_spread)]
     cmd += launchers.get(loaded.profile.launch.launcher).gate_args  # what its nodes must have too
-    return JobSpec(command=tuple(cmd), job_name="doctor", regen_command="slurmtrain doctor")
+    return JobSpec(command=tuple(cmd), job_name=DOCTOR_JOB_NAME, regen_command="slurmtrain doctor")
 
 
 def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.PathLike, *,

@@ -90,3 +90,7 @@ def test_watch_and_logs_default_to_the_latest_run_and_once_fails_for_a_failed_on
     events.append(new.path, "failed", exit_code=1)
     result = CliRunner().invoke(main, ["watch", "--once"])
     assert result.exit_code == 1 and "ended: user error" in result.output, result.output
+    doctor = rundir.create(tmp_path / "runs", "doctor")  # doctor's checks are runs too: not the one meant
+    doctor.update_manifest(name=doctor.name, job_name="doctor", job_ids=["3"], submitted_at="2026-01-03T00:00:00")
+    result = CliRunner().invoke(main, ["logs"])
+    assert "hello from the latest run" in result.output, result.output
