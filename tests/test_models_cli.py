@@ -1,6 +1,7 @@
 """``slurmtrain models`` (torch-free) and ``slurmtrain export RUN --hf OUT``."""
 
 import json
+from pathlib import Path
 import os
 import subprocess
 import sys
@@ -102,6 +103,54 @@ def test_export_writes_a_checkpoint_transformers_loads(tmp_path, fake_checkpoint
     assert again.exit_code == 0, again.output
     assert (out / "model.safetensors.index.json").exists()
     assert not (out / "model.safetensors").exists()
+
+
+def _a_saved_checkpoint(run: Path, tokenizer: str | None, submit_cwd: Path) -> None:
+    """A complete checkpoint folder as far as export's reading of its meta goes (the weights
+    come from the stand-in reader), with the run's recipe naming ``tokenizer``."""
+    step = run / "checkpoints" / "step_4"
+    step.mkdir(parents=True)
+    (step / "train_meta.json").write_text(json.dumps({"engine": "deepspeed", "recipe": {"data": {"tokenizer": tokenizer}}}))
+    (step / "mp_rank_00_model_states.pt").write_bytes(b"")
+    (step / "COMPLETE").write_text("")
+    (run / "manifest.json").write_text(json.dumps({"name": run.name, "submit_cwd": str(submit_cwd)}))
+
+
+@pytest.mark.torch
+def test_export_gives_the_runs_tokenizer_ids_and_file(tmp_path, fake_checkpoints):
+    """transformers takes BOS 1 and EOS 2 where config.json says nothing: the run's own ids go
+    there (the byte-level tokenizer's 256 and 257), and a tokenizer.json beside the weights."""
+    from tokenizers import Tokenizer, models
+    byte_run, tok_run = tmp_path / "bytes", tmp_path / "tok"
+    _a_saved_checkpoint(byte_run, None, tmp_path)
+    result = CliRunner().invoke(main, ["export", str(byte_run), "--hf", str(tmp_path / "hf1")])
+    assert result.exit_code == 0 and "byte-level tokenizer (ids 0-255 are UTF-8 bytes, BOS 256, EOS 257" in \
+        result.output, result.output
+    config = json.loads((tmp_path / "hf1" / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (256, 257)
+    (tmp_path / "tk").mkdir()
+    Tokenizer(models.WordLevel({"<s>": 0, "</s>": 1, "[UNK]": 2, "hi": 3}, unk_token="[UNK]")).save(
+        str(tmp_path / "tk" / "tokenizer.json"))
+    _a_saved_checkpoint(tok_run, "tk/tokenizer.json", tmp_path)  # relative to where the run was submitted
+    result = CliRunner().invoke(main, ["export", str(tok_run), "--hf", str(tmp_path / "hf2")])
+    assert result.exit_code == 0 and "tokenizer.json copied (BOS 0, EOS 1)" in result.output, result.output
+    assert (tmp_path / "hf2" / "tokenizer.json").read_bytes() == (tmp_path / "tk" / "tokenizer.json").read_bytes()
+    config = json.loads((tmp_path / "hf2" / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (0, 1)
+
+
+def test_export_of_a_sweep_or_a_run_without_the_trainers_checkpoints_says_which(tmp_path):
+    from slurmtrain.runs import rundir
+    sweep = rundir.create(tmp_path / "runs", "lrs")
+    sweep.update_manifest(name=sweep.name, job_ids=["9"], sweep={"keys": ["train.lr"], "points": [
+        {"task": 0, "label": "lr=1e-3", "values": {}}]})
+    result = CliRunner().invoke(main, ["export", str(sweep.path), "--hf", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "is a sweep: export one of its points" in result.output, result.output
+    mine = rundir.create(tmp_path / "runs", "mine")
+    mine.update_manifest(name=mine.name, job_ids=["10"])
+    result = CliRunner().invoke(main, ["export", str(mine.path), "--hf", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "no complete checkpoint of the built-in trainer" in result.output, \
+        result.output
 
 
 def test_export_without_a_checkpoint_reader_says_so(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import SlurmtrainError, UsageError
+from ..errors import ConfigError, SlurmtrainError, UsageError
 from .base import main
 from .refs import resolve_run, runs_dir_option
 
@@ -98,7 +98,9 @@ def export(ref: str, runs_dir: str, out: Path, dtype: str | None, max_shard_gb: 
     run directory, a run name under --runs-dir or a unique prefix of one, a job id, or a
     job name (its latest run).
     """
-    run = resolve_run(ref, runs_dir).path
+    found = resolve_run(ref, runs_dir)
+    run = found.path
+    _not_a_sweep(found)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: exists and is not a directory")
     if out.is_dir() and not overwrite and any(
@@ -111,9 +113,55 @@ def export(ref: str, runs_dir: str, out: Path, dtype: str | None, max_shard_gb: 
     from ..train.hf import export_hf
     from ..recipes.presets import human_count, param_count
 
-    args, state_dict = load_consolidated(run)
+    try:
+        args, state_dict = load_consolidated(run)
+    except ConfigError as err:
+        if "no complete checkpoint" not in str(err):
+            raise
+        raise UsageError(f"{found.name}: no complete checkpoint of the built-in trainer in {run / 'checkpoints'} "
+                         "(export reads those of `python -m slurmtrain.train`, --recipe; a program of your own "
+                         "saves its own)") from None
+    tokens, said = _tokenizer_of(found, out)
     written = export_hf(state_dict, args, out,
                         dtype=getattr(torch, dtype) if dtype else None,
-                        max_shard_bytes=int(max_shard_gb * 2**30))
+                        max_shard_bytes=int(max_shard_gb * 2**30), extra_config=tokens)
     click.echo(f"exported {human_count(param_count(args))} parameters from {run} to {out} "
-               f"({len(written)} files)")
+               f"({len(written)} files)" + (f"; {said}" if said else ""))
+
+
+def _not_a_sweep(found) -> None:
+    """A sweep's checkpoints are its points': say so, not "no complete checkpoint"."""
+    from ..runs import sweeps
+    labels = [p["label"] for p in sweeps.points(found)]
+    if labels:
+        raise UsageError(f"{found.name} is a sweep: export one of its points ({found.name}/points/LABEL; its "
+                         f"points: {', '.join(labels)})")
+
+
+def _tokenizer_of(found, out: Path) -> tuple[dict, str]:
+    """The run's tokenizer for the export: its BOS/EOS ids for config.json, its
+    tokenizer.json copied beside the weights; and what to say of it."""
+    import json
+    import shutil
+
+    from ..data.tokenizer import load_tokenizer
+    from ..recipes.inputs import tokenizer_file
+    from ..train.checkpoint import META, newest_complete
+    newest = newest_complete(found.path)
+    if newest is None or not (newest[1] / META).is_file():
+        return {}, ""
+    meta = json.loads((newest[1] / META).read_text())
+    name = ((meta.get("recipe") or {}).get("data") or {}).get("tokenizer")
+    if name and not Path(name).is_absolute():  # the recipe's path is from where the run was submitted
+        name = str(Path(found.manifest().get("submit_cwd") or ".") / name)
+    try:
+        tok = load_tokenizer(name)
+    except (ConfigError, OSError) as err:
+        return {}, f"its tokenizer ({name}) could not be read ({err}): config.json has no BOS/EOS ids"
+    ids = {"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id}
+    if not name:
+        return ids, (f"byte-level tokenizer (ids 0-255 are UTF-8 bytes, BOS {tok.bos_id}, EOS {tok.eos_id}; "
+                     "no tokenizer file)")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer_file(name), out / "tokenizer.json")
+    return ids, f"tokenizer.json copied (BOS {tok.bos_id}, EOS {tok.eos_id})"
