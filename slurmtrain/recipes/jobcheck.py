@@ -51,8 +51,14 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
     procs = procs_per_node(p)
     for point in job.sweep or (None,):  # every point of a sweep is a recipe of its own
         recipe, sources = load_recipe_sources(ref, recipe_sets(args) + _point_sets(point))
-        check_pipeline(recipe, sources, p.slurm.nodes * procs,
-                       f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
+        try:
+            check_pipeline(recipe, sources, p.slurm.nodes * procs,
+                           f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
+        except ConfigError as err:  # a rule across keys: the point's values may be the ones at fault
+            if point is None:
+                raise
+            values = " ".join(f"{k}={v}" for k, v in point.values)
+            raise ConfigError(f"sweep point {values}", "", str(err)) from None
     if start is None or files_later:
         return
     check_files(recipe, sources, start, where, env)

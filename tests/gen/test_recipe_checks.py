@@ -141,6 +141,15 @@ def test_trainer_command_line_is_checked_too(work):
     assert "--bogus" in line
 
 
+def test_a_sweep_point_that_breaks_a_rule_across_keys_is_named(work):
+    """The recipe's global batch is fine; the point's micro-batch makes it indivisible."""
+    r = str(recipe(work / "r.toml"))
+    corpus(work / "corpus.jsonl")
+    line = one_error(gen("-p", "local", "--recipe", r, "--sweep", "train.micro_batch_size=1,5"))
+    assert line.startswith("slurmtrain: error: sweep point train.micro_batch_size=5: ") and "not divisible" in line, \
+        line
+
+
 def test_container_paths_are_left_to_the_container(work):
     """Inside a container the program sees the container's filesystem, not this one."""
     r = str(recipe(work / "r.toml", data="/datasets/c.jsonl", batch=8))
