@@ -97,9 +97,15 @@ def forget(ctx, node_names, everything) -> None:
     from ..errors import UsageError
     if bool(node_names) == everything:
         raise UsageError("nodes forget: give node names or --all (not both)")
+    site_nodes = {e.node for e in ledger.read_site()}
+    known = {e.node for e in ledger.read(ctx.obj["runs_dir"])} | site_nodes
+    unknown = sorted(set(node_names) - known)
+    if unknown:  # a typo forgets nothing: say so, and what is there
+        listed = " ".join(sorted(known)) or "none"
+        raise UsageError(f"nodes forget: {' '.join(unknown)} not in the bad-node ledger under {ctx.obj['runs_dir']} "
+                         f"(its nodes: {listed})")
     n = ledger.forget(ctx.obj["runs_dir"], None if everything else list(node_names))
     click.echo(f"forgot {n} entr{'y' if n == 1 else 'ies'}")
-    site_nodes = {e.node for e in ledger.read_site()}
     kept = sorted(site_nodes if everything else site_nodes & set(node_names))
     if kept:
         click.echo(f"still in the site's ledger {ledger.site_path()} (read-only; its admins keep it): {' '.join(kept)}")

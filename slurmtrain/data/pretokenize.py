@@ -34,6 +34,9 @@ SUFFIXES = tuple(f"{s}{c}" for s in (".jsonl", ".txt") for c in ("", ".gz", ".zs
 MAX_SKIPPED_SHOWN = 20
 _BATCH = 1024  # documents per encode_batch call
 
+_JSON_KIND = {int: "a number", float: "a number", bool: "true or false", list: "a list", dict: "an object",
+              type(None): "null"}  # how JSON calls a value
+
 
 @dataclass(frozen=True)
 class Unit:
@@ -194,7 +197,7 @@ def _jsonl_texts(fh: IO[bytes], unit: Unit, text_field: str, bad: Callable[[int,
             continue
         text = obj[text_field]
         if not isinstance(text, str):
-            bad(k, f'"{text_field}" is a {type(text).__name__}, not a string')
+            bad(k, f'"{text_field}" is {_JSON_KIND.get(type(text), type(text).__name__)}, not a string')
             continue
         if text:
             yield text

@@ -50,8 +50,9 @@ def require(loaded: LoadedProfile, chosen: tuple[str, ...], explicit: bool) -> N
     if explicit and p.slurm.nodes < 2:
         for name in chosen:
             if name in MULTI_NODE:
-                raise ConfigError(loaded.source, "slurm.nodes", f"check {name!r} needs at least 2 nodes, the "
-                                  f"profile runs {p.slurm.nodes} (give --nodes 2 or more)")
+                raise ConfigError(f"--checks {name}", "", f"needs at least 2 nodes, and the job has "
+                                  f"{p.slurm.nodes} (--nodes, else the profile {loaded.name}'s slurm.nodes): "
+                                  "give --nodes 2 or more")
 
 
 def job_spec(loaded: LoadedProfile, chosen: tuple[str, ...], check_timeout: float, seconds: float) -> JobSpec:

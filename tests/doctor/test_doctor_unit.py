@@ -276,11 +276,15 @@ def test_bad_input_is_one_line_exit_2(fake_sbatch):
     r = CliRunner().invoke(main, ["doctor", "--checks", "versions,bogus"])
     assert r.exit_code == 2 and "unknown check 'bogus'" in r.output and "Traceback" not in r.output
     r = CliRunner().invoke(main, ["doctor", "-N", "1", "--checks", "allreduce"])
-    assert r.exit_code == 2 and "slurm.nodes: check 'allreduce' needs at least 2 nodes" in r.output
+    assert r.exit_code == 2 and "--checks allreduce: needs at least 2 nodes, and the job has 1" in r.output
     r = CliRunner().invoke(main, ["doctor", "--set", "fabric.expected_busbw_gbps=-1"])
     assert r.exit_code == 2 and "fabric.expected_busbw_gbps: expected a positive number" in r.output
     r = CliRunner().invoke(main, ["nodes", "forget"])
     assert r.exit_code == 2 and "give node names or --all" in r.output
+    ledger.add("runs", "stnode2", "watchdog", source="watchdog")
+    r = CliRunner().invoke(main, ["nodes", "forget", "stnode9"])  # a typo forgets nothing: said, not "forgot 0"
+    assert r.exit_code == 2 and "stnode9 not in the bad-node ledger under runs (its nodes: stnode2)" in r.output, \
+        r.output
 
 
 def test_doctor_cli_path_imports_no_torch():

@@ -108,7 +108,7 @@ def test_bad_input_names_file_and_line(corpus, tmp_path):
     res = run(str(bad), *tok, "--out", str(tmp_path / "o3"), "--skip-bad")
     assert "skipped 3 bad lines" in res.output
     assert f'{bad}:4: no "text" field (--field names another)' in res.output
-    assert f'{bad}:5: "text" is a int, not a string' in res.output
+    assert f'{bad}:5: "text" is a number, not a string' in res.output
     assert ": 1 documents," in res.output
 
     empty = tmp_path / "empty.jsonl"
