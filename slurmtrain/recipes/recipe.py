@@ -192,6 +192,7 @@ def load_recipe_sources(name_or_path: str, sets: Sequence[tuple[str, Any, str]] 
     recipe = build(Recipe, data, sources)
     _check_preset(recipe, sources)
     _check_engine(recipe, sources)
+    _check_schedule(recipe, sources)
     return recipe, sources
 
 
@@ -217,6 +218,14 @@ def _check_preset(recipe: Recipe, sources: Sources) -> None:
                           f"{recipe.data.max_seq_len} is longer than the model's max_seq_len "
                           f"{args.max_seq_len}; lower it or set model.max_seq_len")
     _check_pipeline_model(recipe.pipeline, args, sources)
+
+
+def _check_schedule(recipe: Recipe, sources: Sources) -> None:
+    """The cosine decays from lr down to min_lr: a min_lr above lr would climb instead."""
+    t = recipe.train
+    if t.min_lr > t.lr:
+        raise ConfigError(sources.of("train.min_lr"), "train.min_lr",
+                          f"{t.min_lr:g} is above train.lr {t.lr:g}: the schedule decays from lr to min_lr")
 
 
 def _check_engine(recipe: Recipe, sources: Sources) -> None:

@@ -139,6 +139,8 @@ def test_trainer_command_line_is_checked_too(work):
     assert "--set train.global_batch_size=6: train.global_batch_size: 6 is not divisible" in line
     line = one_error(gen(*trainer, "--bogus"))
     assert "--bogus" in line
+    line = one_error(gen(*trainer, "--set", "train.min_lr=1.0"))
+    assert "--set train.min_lr=1.0: train.min_lr: 1 is above train.lr" in line, line
 
 
 def test_a_sweep_point_that_breaks_a_rule_across_keys_is_named(work):
