@@ -179,7 +179,7 @@ def _print_status(st) -> None:
     if st.watcher is not None:
         from ..runs.watcher import describe as watched
         row("watch", f"`resubmit --watch`: {watched(st.watcher)}")
-    for label, text in _goodput_rows(st.goodput):
+    for label, text in _goodput_rows(st.goodput, ended=st.state.is_final):
         row(label, text)
     from ..cadence import describe  # torch-free
     for label, chosen in (("ckpt", st.checkpoint_interval), ("memory", st.memory_interval)):
@@ -220,7 +220,7 @@ _PART_WORDS = {"startup": "start-up", "checkpoint": "checkpoints", "lost": "lost
                "restart": "restarts", "spare": "idle spares", "other": "other"}
 
 
-def _goodput_rows(report: dict | None) -> list[tuple[str, str]]:
+def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, str]]:
     """``goodput`` (the share of node time that trained kept steps, and where the rest went)
     and one ``faults`` line per interruption with what it cost (runs/goodput.py)."""
     if not report:
@@ -232,8 +232,9 @@ def _goodput_rows(report: dict | None) -> list[tuple[str, str]]:
     rest = [f"{word} {parts[p] / allocated:.0%}" for p, word in _PART_WORDS.items() if parts[p] >= 0.005 * allocated]
     text = (f"{report['share']:.0%} of {_human(allocated)} of node time trained steps that were kept"
             + (f"; {', '.join(rest)}" if rest else "") + (f"; {queue}" if queue else ""))
-    if not report["progress_known"]:
-        text += " (the program sends no heartbeat: start-up and lost steps count as trained)"
+    if not report["progress_known"]:  # a run starting up has sent none yet: not known to send none
+        text += (" (the program sends no heartbeat: start-up and lost steps count as trained)" if ended else
+                 " (no heartbeat yet: until the first, start-up counts as trained)")
     rows = [("goodput", text)]
     for i, f in enumerate(report["faults"]):
         cost = dict(f["cost"])

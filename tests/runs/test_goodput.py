@@ -278,3 +278,14 @@ def test_nodes_left_out_with_no_spare_end_the_start_as_the_fault_the_supervisor_
            ev(56, "requeue", reason="node", exclude="b", cause=cause, **seen)]
     [fault] = goodput.of_events(evs, now=60).faults
     assert (fault.kind, fault.detail, fault.in_job) == (cause, detail + "; requeued", False)
+
+
+def test_a_run_without_a_heartbeat_yet_is_not_said_to_send_none():
+    from slurmtrain.cli.runs import _goodput_rows
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0)]
+    report = goodput.of_events(evs, now=30).to_json()
+    assert not report["progress_known"]
+    [(_, running)] = _goodput_rows(report, ended=False)
+    assert running.endswith("(no heartbeat yet: until the first, start-up counts as trained)"), running
+    [(_, ended)] = _goodput_rows(report, ended=True)
+    assert ended.endswith("(the program sends no heartbeat: start-up and lost steps count as trained)"), ended
