@@ -153,7 +153,8 @@ def _print_status(st) -> None:
     if point:
         row("sweep", point)
     row("job", st.job_id or "-")
-    row("state", f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else ""))
+    row("state", f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else "")
+        + (_HELD if st.state.value == "PENDING" and st.reason == "BeginTime" and st.restarts else ""))
     if st.outcome and st.outcome != "running":
         row("outcome", f"{st.outcome}: {st.outcome_detail}")
     if st.note:
@@ -218,6 +219,10 @@ def _point_of(run: str | None) -> str | None:
 
 _PART_WORDS = {"startup": "start-up", "checkpoint": "checkpoints", "lost": "lost steps", "hang": "hangs",
                "restart": "restarts", "spare": "idle spares", "other": "other"}
+
+
+# Slurm's own hold of a job it (or we) requeued: not a fault, and it ends by itself.
+_HELD = " (Slurm holds a requeued job for about two minutes before it may start again)"
 
 
 def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, str]]:

@@ -150,3 +150,14 @@ def test_follow_stops_when_finished(tmp_path):
     out = io.StringIO()
     track.follow(lambda: [("a", log)], finished, out, poll_s=0.01, check_every_s=0.0)
     assert out.getvalue() == "[a] one\n[a] two\n[a] three\n"
+
+
+def test_a_requeued_job_held_by_slurm_says_the_hold_ends_by_itself(tmp_path, fake_slurm):
+    line = "JobId=41 JobState=PENDING Reason=BeginTime Restarts={} ExitCode=0:0 RunTime=00:00:00 NumNodes=1"
+    fake_slurm(scontrol=line.format(1), sacct=None)
+    _run(tmp_path, "held", "41")
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path)]).output
+    assert "reason: BeginTime (Slurm holds a requeued job for about two minutes before it may start again)" in out, out
+    fake_slurm(scontrol=line.format(0), sacct=None)  # never requeued: a begin time the user asked for
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path)]).output
+    assert "reason: BeginTime" in out and "holds a requeued job" not in out, out
