@@ -59,6 +59,8 @@ def demo_corpus(out: Path, max_mb: float) -> None:
     trainer starts in the same directory.
     """
     from ..data.demo_corpus import write_demo_corpus
+    again = " (replacing the one there)" if out.is_file() else ""
+    click.echo(f"gathering up to {max_mb:g} MB of text on this machine into {out}{again}...", err=True)
     n_docs, n_bytes = write_demo_corpus(out, int(max_mb * 1e6))
     if n_docs == 0:
         raise UsageError("found no text on this machine to build a corpus from")

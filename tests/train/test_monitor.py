@@ -55,6 +55,9 @@ def test_demo_corpus(tmp_path):
     out = tmp_path / "demo" / "corpus.jsonl"
     result = CliRunner().invoke(main, ["demo-corpus", str(out), "--max-mb", "0.2"])
     assert result.exit_code == 0, result.output
+    assert f"gathering up to 0.2 MB of text on this machine into {out}..." in result.stderr  # it takes seconds
+    again = CliRunner().invoke(main, ["demo-corpus", str(out), "--max-mb", "0.2"])
+    assert "(replacing the one there)" in again.stderr, again.stderr
     docs = [json.loads(line)["text"] for line in out.read_text().splitlines()]
     assert len(docs) > 10 and sum(map(len, docs)) > 150_000
 
