@@ -153,8 +153,7 @@ def _print_status(st) -> None:
     if point:
         row("sweep", point)
     row("job", st.job_id or "-")
-    row("state", f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else "")
-        + (_HELD if st.state.value == "PENDING" and st.reason == "BeginTime" and st.restarts else ""))
+    row("state", _state_text(st))
     if st.outcome and st.outcome != "running":
         row("outcome", f"{st.outcome}: {st.outcome_detail}")
     if st.note:
@@ -221,8 +220,13 @@ _PART_WORDS = {"startup": "start-up", "checkpoint": "checkpoints", "lost": "lost
                "restart": "restarts", "spare": "idle spares", "other": "other"}
 
 
-# Slurm's own hold of a job it (or we) requeued: not a fault, and it ends by itself.
-_HELD = " (Slurm holds a requeued job for about two minutes before it may start again)"
+def _state_text(st) -> str:
+    """The state, whose word it is, and why a job waits: Slurm's own hold of a job it (or
+    we) requeued is no fault, and it ends by itself."""
+    text = f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else "")
+    if st.state.value == "PENDING" and st.reason == "BeginTime" and st.restarts:
+        text += " (Slurm holds a requeued job for about two minutes before it may start again)"
+    return text
 
 
 def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, str]]:
