@@ -24,10 +24,9 @@ from typing import Callable, NamedTuple
 
 from .. import events, ledger
 from ..errors import SlurmError, UsageError
-from . import classify, slurmquery, sweeps
+from . import classify, environ, slurmquery, sweeps
 from .rundir import POINTS, RunDir
 from .states import JobState
-from . import environ
 from .submit import Submitted, submit_run
 from ..eventlog import Ev
 
