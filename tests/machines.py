@@ -6,12 +6,28 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 
 def kill_machine(node: str, state_dir: Path) -> list[int]:
     """SIGKILL the node's slurmd and every process of a job step on it (its slurmstepd and
-    the tasks below it): the sandbox's nodes share this machine, so by their environment."""
+    the tasks below it): the sandbox's nodes share this machine, so by their environment.
+
+    All of them are stopped first and killed only once every one has stopped, as a machine
+    that loses power stops everything at once: killed one by one, a slurmstepd still alive
+    for a moment sees its batch script die and tells slurmctld, which then ends the job
+    FAILED (exit 0, signal 9) instead of meeting a node that died (seen under load on 24.11)."""
+    victims = _processes_of(node, state_dir)
+    _signal(victims, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(_stopped(pid) for pid in victims):
+        time.sleep(0.01)
+    _signal(victims, signal.SIGKILL)
+    return sorted(victims)
+
+
+def _processes_of(node: str, state_dir: Path) -> set[int]:
     victims = {int((state_dir / "run" / f"slurmd-{node}.pid").read_text())}
     conf = f"SLURM_CONF={state_dir}/slurm.conf".encode()
     for proc in Path("/proc").iterdir():
@@ -25,9 +41,21 @@ def kill_machine(node: str, state_dir: Path) -> list[int]:
                 victims.add(parent)
         except (OSError, ValueError):
             continue
-    for pid in victims:
+    return victims
+
+
+def _signal(pids: set[int], sig: signal.Signals) -> None:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
-    return sorted(victims)
+
+
+def _stopped(pid: int) -> bool:
+    """Stopped (T), or gone (a zombie, or no such process)."""
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("T", "t", "Z", "X")

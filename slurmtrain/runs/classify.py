@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from signal import Signals
 from typing import Any
 
 from .. import eventlog
@@ -26,15 +27,17 @@ _SLURM_KIND = {"NODE_FAIL": NODE_FAILURE, "BOOT_FAIL": NODE_FAILURE, "TIMEOUT": 
                "DEADLINE": TIME_LIMIT}
 
 
-def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int | None = None) -> Outcome:
+def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int | None = None,
+             signal: int | None = None) -> Outcome:
     """How the run's latest job start ended (or that it has not ended yet).
 
     ``slurm_state`` is Slurm's word for the job (``scontrol``/``sacct``: NODE_FAIL,
-    TIMEOUT, ``CANCELLED by 0``...) when known; ``exit_code`` the batch script's status.
+    TIMEOUT, ``CANCELLED by 0``...) when known; ``exit_code`` the batch script's status,
+    ``signal`` the signal that killed it (ExitCode ``0:9``).
     """
     outcome = eventlog.latest(events_of(run_dir))
     word = (slurm_state or "").strip().split(" ")[0].rstrip("+").upper()
-    said = f"Slurm says {word}" + (f" (exit code {exit_code})" if exit_code is not None else "")
+    said = f"Slurm says {word}" + _exit_words(exit_code, signal)
     # Slurm's word is more precise than a stop the events could not explain, and a node
     # failure, time-out or out-of-memory kill may leave no end event at all.
     overrides = outcome.kind in (RUNNING, UNKNOWN) or word in ("NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY")
@@ -50,6 +53,18 @@ def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int
                                       "requeued", True, outcome.step)
         return Outcome(USER_ERROR if exit_code else UNKNOWN, said, True, outcome.step)
     return outcome
+
+
+def _exit_words(exit_code: int | None, signal: int | None) -> str:
+    """`` (exit code 3)``; a script killed by a signal has exit code 0, which says nothing."""
+    if signal and not exit_code:
+        try:
+            name = Signals(signal).name
+        except ValueError:
+            name = f"signal {signal}"
+        why = " (out of memory, or a kill)" if name == "SIGKILL" else ""
+        return f" (the job script was killed by {name}{why})"
+    return f" (exit code {exit_code})" if exit_code is not None else ""
 
 
 def ends(run_dir: str | Path) -> list[Outcome]:

@@ -42,6 +42,7 @@ class JobEnd:
     state: str | None        # Slurm's word, None when Slurm no longer knows the job
     exit_code: int | None
     active: bool             # queued or running (or requeued and waiting)
+    signal: int | None = None  # the signal that killed the job script, where one did
 
 
 def job_end(run: RunDir) -> JobEnd | None:
@@ -55,7 +56,7 @@ def job_end(run: RunDir) -> JobEnd | None:
     active = info.state.is_active
     if info.state is JobState.PREEMPTED:  # from 24.05 also Slurm's end of a preempted job it did not requeue
         active = not classify.classify(run.path, info.state.value, info.exit_code).final
-    return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active)
+    return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active, signal=info.signal)
 
 
 class Stranded(NamedTuple):
@@ -79,8 +80,9 @@ def stranded(job_id: str, state: JobState = JobState.RUNNING) -> Stranded | None
     """The job in ``state`` if its batch host died (the supervisor with it), else None.
     Slurm holds the host DOWN, or it died and is back, and Slurm took it out of the job's
     nodes. RUNNING: Slurm keeps the job (--no-kill) with nothing of it left running. FAILED:
-    Slurm 24.11 ended a job of one node and a spare that way (exit code 0, no end event). A
-    job without spares Slurm ends or requeues itself."""
+    the batch script died a moment before its node and its slurmstepd said so (ExitCode 0:9,
+    no end event; seen on 24.11 when a test killed a node's processes one by one). A job
+    without spares Slurm ends or requeues itself."""
     found = slurmquery.batch_host(job_id, state)  # scontrol's: sacct does not know it
     if found is None:
         return None
@@ -139,7 +141,8 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
                          f"(or cancel it with `slurmtrain cancel {run.name}`)")
     tasks = _points_again(run, force, only) if sweeps.points(run) else None
     if tasks is None:
-        outcome = classify.classify(run.path, end.state if end else None, end.exit_code if end else None)
+        outcome = classify.classify(run.path, end.state if end else None, end.exit_code if end else None,
+                                    end.signal if end else None)
         if not force and outcome.kind not in CONTINUABLE:
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
                              "nothing to continue (use --force to submit it again anyway)")
@@ -225,7 +228,7 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
             requeue_stranded(run, end, say)
             sleep(poll_s)
             continue
-        outcome = classify.classify(run.path, end.state, end.exit_code)
+        outcome = classify.classify(run.path, end.state, end.exit_code, end.signal)
         if outcome.kind == classify.UNKNOWN:
             requeued = requeue_stranded(run, end, say, JobState.FAILED)
             if requeued:
@@ -237,7 +240,7 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
         if outcome.kind == classify.RUNNING:
             # Slurm forgot the job or has not written the last event yet: ask again shortly.
             sleep(poll_s)
-            if job_end(run) == end and classify.classify(run.path, end.state, end.exit_code) == outcome:
+            if job_end(run) == end and classify.classify(run.path, end.state, end.exit_code, end.signal) == outcome:
                 say(f"job {end.job_id} ended ({end.state or 'unknown to Slurm'}) without an end event; stopping")
                 return outcome
             continue

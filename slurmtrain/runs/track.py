@@ -115,7 +115,8 @@ def _chained(run: RunDir, st: RunStatus) -> None:
 
 def _classify(run: RunDir, st: RunStatus) -> None:
     """How the run's latest start ended (classify), in ``st.outcome``/``st.outcome_detail``."""
-    o = classify.classify(run.path, None if st.state is JobState.UNKNOWN else st.state.value, st.exit_code)
+    o = classify.classify(run.path, None if st.state is JobState.UNKNOWN else st.state.value, st.exit_code,
+                          st.signal)
     if st.state.is_active and o.final and st.state is not JobState.PREEMPTED:
         # The job is queued or running again (a resubmission that has not started yet):
         # the end the events record is an earlier job's.

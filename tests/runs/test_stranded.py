@@ -159,6 +159,18 @@ def test_a_failed_job_with_its_batch_host_up_stays_unknown_to_the_watch(tmp_path
     assert ["scontrol", "requeue", job] not in fake.calls and not ledger.read(tmp_path)
 
 
+def test_a_job_script_killed_by_sigkill_is_named_by_status_and_the_watch(tmp_path, fake_slurm):
+    """ExitCode=0:9 from scontrol, through job_end and status's tracking, not "exit code 0"."""
+    run, job = unended_run(tmp_path)
+    fake_slurm(scontrol=scontrol(job, "FAILED").replace("ExitCode=0:0", "ExitCode=0:9"))
+    killed = "unknown: Slurm says FAILED (the job script was killed by SIGKILL (out of memory, or a kill))"
+    said: list[str] = []
+    resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
+    assert f"job {job} ended: {killed}" in said, said
+    out = CliRunner().invoke(main, ["status", str(run.path)]).output
+    assert killed.split(": ", 1)[1] in out, out
+
+
 def test_a_refused_requeue_of_an_ended_stranded_job_resubmits_it(tmp_path, fake_slurm, monkeypatch):
     run, job = unended_run(tmp_path)
     fake = fake_slurm(scontrol=scontrol(job, "FAILED"))

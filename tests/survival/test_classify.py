@@ -127,3 +127,16 @@ def test_slurm_state_fills_in_when_events_are_silent(tmp_path):
     assert classify.classify(run, "CANCELLED by 0").kind == classify.CANCELLED
     assert classify.classify(run, "FAILED", 75).kind == classify.PREEMPTED
     assert classify.classify(write(tmp_path, "submitted")).detail == "submitted as job 7; not started yet"
+
+
+def test_a_job_script_killed_by_a_signal_says_so_not_exit_code_0(tmp_path):
+    """ExitCode 0:9: the job script (our supervisor) was SIGKILLed before it wrote an end:
+    "exit code 0" would read as a success."""
+    run = write(tmp_path, "submitted", START)
+    killed = classify.classify(run, "FAILED", 0, 9)
+    assert (killed.kind, killed.detail) == (classify.UNKNOWN, "Slurm says FAILED (the job script was killed by "
+                                                              "SIGKILL (out of memory, or a kill))")
+    assert classify.classify(run, "FAILED", 0, 6).detail == "Slurm says FAILED (the job script was killed by SIGABRT)"
+    assert classify.classify(run, "FAILED", 0, 99).detail == "Slurm says FAILED (the job script was killed by signal 99)"
+    assert classify.classify(run, "FAILED", 0).detail == "Slurm says FAILED (exit code 0)"
+    assert classify.classify(run, "FAILED", 2, 9).kind == classify.USER_ERROR  # an exit status says more
