@@ -285,9 +285,9 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
              recipe.data.path, corpus.n_docs, f"{corpus.n_tokens:,}", tok.name, len(corpus.train),
              len(corpus.val), recipe.data.max_seq_len)
     # Hugging Face weights are a start: a run that has a checkpoint resumes from it instead.
-    fresh = init_ckpt is not None and newest_complete(run_dir, warn=False) is None
+    resuming = _checkpoint_found(run_dir)
     engine = engines.build(engines.Context(recipe, sources, world, args, accum, microbatches,
-                                           init_ckpt if fresh else None))
+                                           None if resuming else init_ckpt, resuming=resuming))
     # The data position is global: a data-parallel rank reads the same sequences whatever
     # the pipeline depth, and a resume on another layout continues the same sequence.
     stream = data_mod.TrainStream(corpus.train, recipe.data.seed, engine.dp_rank, engine.dp,
@@ -298,7 +298,18 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     ckpt = Checkpointer(run_dir, engine, stream, meta, keep_last=cfg.keep_last,
                         kill_at_step=recipe.debug.kill_in_save_at_step,
                         slow_at_step=recipe.debug.slow_save_at_step, memory=_memory_tier(recipe, sources, engine))
+    step = ckpt.resume()
+    if resuming and not step:  # the engine drew no parameters: never train on empty memory
+        raise RuntimeError(f"a checkpoint was found in {run_dir} before the model was built, "
+                           "and none loaded after")
     return Trainer(recipe=recipe, world=world, run_dir=run_dir, engine=engine, stream=stream,
                    val=corpus.val, ckpt=ckpt, accum=accum,
-                   flops_per_token=flops_per_token(args, recipe.data.max_seq_len),
-                   step=ckpt.resume())
+                   flops_per_token=flops_per_token(args, recipe.data.max_seq_len), step=step)
+
+
+def _checkpoint_found(run_dir: Path) -> bool:
+    """Whether rank 0 finds a complete checkpoint, told to every rank: the resume that
+    follows loads the one rank 0 chooses then, so all ranks build for the same start."""
+    found = [newest_complete(run_dir, warn=False) is not None] if dist.get_rank() == 0 else [None]
+    dist.broadcast_object_list(found, src=0)
+    return bool(found[0])

@@ -47,3 +47,7 @@ class Context:
     accum: int            # micro-batches per step on each data-parallel rank
     microbatches: int     # a torch pipeline's micro-batches per step
     init_ckpt: str | None  # Hugging Face weights to start from (only when no checkpoint exists)
+    # A checkpoint will be loaded over every parameter (rank 0 found one): the torch engines
+    # draw no initial values, which costs seconds a restart at scale (each rank its shard, on
+    # the CPU). DeepSpeed's engine initialises anyway: its optimizer copies the weights first.
+    resuming: bool = False

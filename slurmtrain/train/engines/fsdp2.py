@@ -110,7 +110,10 @@ def build(ctx: Context) -> FSDP2Engine:
                           activation_checkpointing=cfg.activation_checkpointing,
                           compile=cfg.compile)
     model.to_empty(device=world.device)
-    model.init_weights(seed=cfg.seed)  # each shard its slice of the same numbers
+    if ctx.resuming:
+        model.rope.init_weights()  # not in the state dict: computed, never loaded
+    else:
+        model.init_weights(seed=cfg.seed)  # each shard its slice of the same numbers
     if ctx.init_ckpt:
         load_initial_weights(model, ctx, whole_model=True)
     return FSDP2Engine(ctx, model, autocast=None if sharded else dtype)

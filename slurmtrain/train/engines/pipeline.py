@@ -243,14 +243,15 @@ def _describe(split: list[range], stages: int) -> None:
                  ", ".join(what))
 
 
-def _materialise(local: Parts, chunks: list[Parts], args, seed: int, device, *,
+def _materialise(local: Parts, chunks: list[Parts], args, seed: int | None, device, *,
                  compile: bool, activation_checkpointing: bool) -> None:
-    """Storage and initial values for this rank's modules, then compile and activation
-    checkpointing block by block."""
+    """Storage and initial values for this rank's modules (none for ``seed`` None: a
+    checkpoint sets them), then compile and activation checkpointing block by block."""
     # Initialised before any wrapper, under the blocks' own names: every parameter gets
     # the numbers any other layout gives it.
     local.to_empty(device=device)
-    init_parameters(local, args, seed)
+    if seed is not None:
+        init_parameters(local, args, seed)
     for chunk in chunks:
         chunk.rope.to_empty(device=device)
         chunk.rope.init_weights()
@@ -286,10 +287,11 @@ def _schedule(pp: PipelineSection, stages: list, microbatches: int, loss_fn: Cro
 
 
 def build_pipeline(model: Transformer, pp: PipelineSection, world: World, microbatches: int, *,
-                   seed: int, param_dtype: torch.dtype | None, activation_checkpointing: bool,
+                   seed: int | None, param_dtype: torch.dtype | None, activation_checkpointing: bool,
                    compile: bool) -> Pipeline:
     """Split ``model`` (built on the meta device) into this rank's chunks, materialise and
-    initialise them, shard each over its data-parallel group and build the schedule."""
+    initialise them (``seed`` None: a checkpoint sets them), shard each over its
+    data-parallel group and build the schedule."""
     dp = world.size // pp.stages
     mesh = init_device_mesh(world.device.type, (pp.stages, dp), mesh_dim_names=("pp", "dp"))
     pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
@@ -348,7 +350,7 @@ class PipelineEngine(TorchEngine):
 def build(ctx: Context) -> PipelineEngine:
     cfg = ctx.recipe.train
     pipe = build_pipeline(meta_model(ctx.args), ctx.recipe.pipeline, ctx.world, ctx.microbatches,
-                          seed=cfg.seed,
+                          seed=None if ctx.resuming else cfg.seed,
                           param_dtype=optim_mod.compute_dtype(cfg.dtype, ctx.world.device),
                           activation_checkpointing=cfg.activation_checkpointing,
                           compile=cfg.compile)

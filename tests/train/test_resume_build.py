@@ -1,0 +1,72 @@
+"""A resumed trainer draws no initial parameters: the checkpoint's load sets them all, and the
+draws (each rank its shard, on the CPU) cost seconds a restart at scale. One process, in
+this test's own process so that the draw can be watched; the bitwise resumes elsewhere
+(test_trainer_e2e.py, test_memtier_e2e.py, test_pipeline_e2e.py) show nothing changed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from trainer_util import setup_run  # noqa: E402
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+torch = pytest.importorskip("torch")
+
+
+@contextlib.contextmanager
+def one_rank(tmp: Path):
+    """A one-process world in ``tmp``, the process's signal handlers and cwd given back."""
+    from slurmtrain.train.distributed import close_world, init_world
+
+    saved_env = {k: os.environ.pop(k, None) for k in ("RANK", "WORLD_SIZE")}
+    os.environ["SLURMTRAIN_STOP_FILE"] = str(tmp / ".stop-absent")
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    world = init_world()
+    try:
+        yield world
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        close_world()
+        os.chdir(cwd)
+        os.environ.pop("SLURMTRAIN_STOP_FILE", None)
+        os.environ.update({k: v for k, v in saved_env.items() if v is not None})
+
+
+def test_a_resume_draws_no_parameters_and_a_fresh_start_does(tmp_path, monkeypatch):
+    from slurmtrain.recipes.recipe import load_recipe_sources
+    from slurmtrain.train import model as model_mod
+    from slurmtrain.train import trainer as trainer_mod
+
+    draws: list[int] = []
+    real = model_mod.init_parameters
+    monkeypatch.setattr(model_mod, "init_parameters", lambda *a, **k: (draws.append(1), real(*a, **k))[1])
+    recipe = setup_run(tmp_path, steps=4, save_steps=4)
+    (tmp_path / "run").mkdir()
+    with one_rank(tmp_path) as world:
+        def build(steps: int):
+            loaded, sources = load_recipe_sources(str(recipe), [("train.steps", steps, "test"),
+                                                                ("train.eval_steps", 0, "test")])
+            return trainer_mod.build(loaded, sources, world, tmp_path / "run", None)
+
+        first = build(4)
+        assert (first.step, draws) == (0, [1])
+        assert first.train() == 0
+        saved = {k: v.detach().clone() for k, v in first.engine.model.state_dict().items()}
+        draws.clear()
+        second = build(6)
+        assert (second.step, draws) == (4, [])  # loaded, nothing drawn
+        got = second.engine.model.state_dict()
+        assert sorted(got) == sorted(saved)
+        for name, value in saved.items():
+            assert torch.equal(got[name], value), name
+        assert second.train() == 0
