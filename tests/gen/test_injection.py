@@ -24,7 +24,7 @@ NASTY = [
 ]
 
 
-def run_script(tmp_path, script: str, env_keys: str = "") -> dict[str, dict]:
+def run_script(tmp_path, script: str, env_keys: str = "", **extra_env: str) -> dict[str, dict]:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     path = tmp_path / "job.sbatch"
@@ -33,7 +33,7 @@ def run_script(tmp_path, script: str, env_keys: str = "") -> dict[str, dict]:
         **os.environ, "PATH": f"{FAKEBIN}:{os.environ['PATH']}", "FAKE_NODES": "nodeA nodeB",
         "FAKE_OUT": str(out), "FAKE_LOG": str(tmp_path / "fake.log"), "FAKE_ENV_KEYS": env_keys,
         "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "node[A-B]", "SLURM_SUBMIT_DIR": str(tmp_path),
-        "SLURM_JOB_NAME": "t", "SLURMTRAIN_RUN_DIR": str(tmp_path / "run"),
+        "SLURM_JOB_NAME": "t", "SLURMTRAIN_RUN_DIR": str(tmp_path / "run"), **extra_env,
     }
     result = subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -49,6 +49,22 @@ def test_command_arguments_arrive_unchanged(tmp_path, launcher):
     assert set(records) == {"launcher-python-nodeA", "launcher-python-nodeB"}
     for rec in records.values():
         assert rec["argv"][-len(NASTY) - 1:] == ["train.py", *NASTY]
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["supervised", "plain"])
+def test_the_tasks_get_the_jobs_cpus_per_task(tmp_path, plain):
+    """Slurm 22.05 and later: srun takes --cpus-per-task from SRUN_CPUS_PER_TASK only, not
+    from sbatch's; without it each node's launcher and its workers are bound to one CPU."""
+    profile = load_profile("local", ['launch.launcher="srun-loop"', f'launch.python="{FAKEBIN}/launcher-python"',
+                                     "slurm.cpus_per_task=8"])
+    script = render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"), plain=plain))
+    assert "#SBATCH --cpus-per-task=8" in script
+    records = run_script(tmp_path, script, env_keys="SRUN_CPUS_PER_TASK", SLURM_CPUS_PER_TASK="8",
+                         SLURM_JOB_NUM_NODES="2")
+    assert {rec["env"].get("SRUN_CPUS_PER_TASK") for rec in records.values()} == {"8"}, records
+    (tmp_path / "out").rename(tmp_path / "out-before")
+    unset = run_script(tmp_path, script, env_keys="SRUN_CPUS_PER_TASK", SLURM_JOB_NUM_NODES="2")  # no -c: none
+    assert {rec["env"].get("SRUN_CPUS_PER_TASK") for rec in unset.values()} == {None}, unset
 
 
 def test_exec_command_and_node_ranks(tmp_path):
