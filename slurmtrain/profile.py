@@ -254,9 +254,25 @@ def _resolve(path: Path, sources: Sources, chain: list[Path], cwd: Path | None) 
     if parent is not None:
         if not isinstance(parent, str) or not parent:
             raise ConfigError(str(path), "extends", f"expected a profile name or path, got {parent!r}")
-        base = _resolve(find(parent, cwd, relative_to=path.parent), sources, chain + [path], cwd)
+        base = _resolve(_parent(parent, path, chain, cwd), sources, chain + [path], cwd)
     sources.record(data, str(path))
     return merge(base, data)
+
+
+def _parent(name: str, child: Path, chain: list[Path], cwd: Path | None) -> Path:
+    """The file ``extends = name`` means in ``child``. A name the child's own file shadows
+    (``aws-p5.toml`` in a project directory that extends "aws-p5") is the next one in
+    look-up order: the built-in it customises."""
+    if "/" not in name and not name.endswith(".toml"):
+        seen = {p.resolve() for p in chain + [child]}
+        later = [d / f"{name}.toml" for d in search_dirs(cwd)]
+        later = [p for p in later if p.is_file() and p.resolve() not in seen]
+        if later:
+            return later[0]
+    try:
+        return find(name, cwd, relative_to=child.parent)
+    except ConfigError as err:  # the file that says `extends` is where to look
+        raise ConfigError(str(child), "extends", f"{err}") from None
 
 
 def load_profile(name: str, sets: Iterable[str | tuple[str, str]] = (), cwd: Path | None = None) -> LoadedProfile:
@@ -275,6 +291,36 @@ def load_profile(name: str, sets: Iterable[str | tuple[str, str]] = (), cwd: Pat
     return LoadedProfile(name=path.stem, source=str(path), profile=profile)
 
 
+def _check_container_without_runtime(p: Profile, sources: Sources) -> None:
+    """An image or binds with no runtime named: the job would run on the host, silently.
+    A runtime = "none" written out (say over an inherited image) is meant."""
+    if p.container.runtime != "none" or sources.given("container.runtime"):
+        return
+    for key in ("image", "binds", "workdir", "home", "options"):
+        if getattr(p.container, key):
+            raise ConfigError(sources.of(f"container.{key}"), f"container.{key}",
+                              "is set, but container.runtime is not, so the job would run without a container: "
+                              'set container.runtime ("apptainer", "singularity" or "pyxis"), or runtime = "none" '
+                              "to run on the host")
+
+
+def _check_fabric(p: Profile, sources: Sources) -> None:
+    """Settings the chosen fabric would ignore or contradict, named rather than dropped."""
+    f = p.fabric
+    if f.gpu_rdma and f.kind != "efa":
+        raise ConfigError(sources.of("fabric.gpu_rdma"), "fabric.gpu_rdma",
+                          f"only for fabric.kind = \"efa\" (EFA's device RDMA), and kind is {f.kind!r}; "
+                          "on InfiniBand NCCL uses GPUDirect RDMA by itself")
+    if f.kind != "socket":
+        return
+    for key, mapping in (("fabric.env", f.env), ("env.vars", p.env.vars)):
+        for var in mapping:
+            if var.startswith(("NCCL_IB_", "NCCL_NET_GDR")) and var != "NCCL_IB_DISABLE":
+                raise ConfigError(sources.of(f"{key}.{var}"), f"{key}.{var}",
+                                  "an InfiniBand setting, but fabric.kind is \"socket\", which turns InfiniBand "
+                                  "off (NCCL_IB_DISABLE=1): set fabric.kind = \"ib\"")
+
+
 def _check_consistency(p: Profile, sources: Sources) -> None:
     """Rules that span fields."""
     if p.launch.launcher not in p.allowed_launchers:
@@ -284,6 +330,8 @@ def _check_consistency(p: Profile, sources: Sources) -> None:
     if p.container.runtime != "none" and not p.container.image:
         raise ConfigError(sources.of("container.image"), "container.image",
                           f"required when container.runtime is {p.container.runtime!r}; expected an image path or name")
+    _check_container_without_runtime(p, sources)
+    _check_fabric(p, sources)
     for key, mapping in (("env.vars", p.env.vars), ("container.env", p.container.env), ("fabric.env", p.fabric.env)):
         for var in mapping:
             problem = ENV_NAME(var)

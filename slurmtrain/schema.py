@@ -75,6 +75,10 @@ class Sources:
     def set(self, key: str, source: str) -> None:
         self._by_key[key] = source
 
+    def given(self, key: str) -> bool:
+        """Whether ``key`` itself was set somewhere (a file, --set), not left to its default."""
+        return key in self._by_key
+
     def of(self, key: str) -> str:
         parts = key.split(".")
         while parts:
@@ -299,15 +303,15 @@ def to_toml(obj: Any) -> str:
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(value):
-            body = "".join(f"{f2.name} = {_toml_value(getattr(value, f2.name))}\n"
+            body = "".join(f"{f2.name} = {toml_value(getattr(value, f2.name))}\n"
                            for f2 in dataclasses.fields(value) if getattr(value, f2.name) is not None)
             sections.append(f"[{f.name}]\n{body}")
         elif value is not None:
-            top.append(f"{f.name} = {_toml_value(value)}\n")
+            top.append(f"{f.name} = {toml_value(value)}\n")
     return "".join(top) + ("\n" if top else "") + "\n".join(sections)
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -315,11 +319,11 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{_toml_key(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
 
 
 def _toml_key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else toml_value(k)

@@ -1,4 +1,4 @@
-"""Commands: gen, profiles list, profiles show."""
+"""Commands: gen, profiles list, profiles show, profiles keys."""
 
 from __future__ import annotations
 
@@ -59,5 +59,24 @@ def profiles_list() -> None:
 @click.argument("name")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key, as in gen.")
 def profiles_show(name: str, sets: tuple[str, ...]) -> None:
-    """Print profile NAME after `extends` and --set, as TOML."""
+    """Print profile NAME after `extends` and --set, as TOML (unset keys left out: see `profiles keys`)."""
     click.echo(load_profile(name, sets).to_toml(), nl=False)
+
+
+@profiles.command("keys")
+@click.argument("section", required=False)
+def profiles_keys(section: str | None) -> None:
+    """Every key a profile may set: its default and what it means (SECTION: only those of
+    one section, such as fabric)."""
+    from ..errors import UsageError
+    from ..profile import Profile
+    from ..schema import docs, toml_value
+    rows = docs(Profile)
+    if section:
+        rows = [r for r in rows if r[0].startswith(section.strip(".") + ".") or r[0] == section]
+        if not rows:
+            sections = sorted({k.split(".")[0] for k, _, _ in docs(Profile) if "." in k})
+            raise UsageError(f"no profile section or key {section!r}; sections: {', '.join(sections)}")
+    for key, doc, default in rows:
+        shown = "unset" if default is None else toml_value(default)
+        click.echo(f"{key} = {shown}\n    {doc}")

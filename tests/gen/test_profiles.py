@@ -116,6 +116,28 @@ def test_missing_required_value(user_dir):
     expect_error(lambda: load_profile("bad"), f"{path}: container.image", "required")
 
 
+def test_a_container_without_a_runtime_is_refused_not_dropped(user_dir):
+    path = write(user_dir, "bad", '[container]\nimage = "/shared/train.sif"\nbinds = ["/data:/data"]\n')
+    expect_error(lambda: load_profile("bad"), f"{path}: container.image", "container.runtime is not",
+                 "would run without a container", 'runtime = "none"')
+    expect_error(lambda: load_profile("local", ['container.binds=["/d:/d"]']), "--set container.binds=",
+                 "container.binds", "would run without a container")
+    # Written out, "none" is meant: an apptainer site's profile run on the host.
+    assert load_profile("hpc-apptainer", ['container.runtime="none"']).profile.container.image
+    write(user_dir, "host", 'extends = "hpc-apptainer"\n[container]\nruntime = "none"\n')
+    assert load_profile("host").profile.container.runtime == "none"
+
+
+def test_fabric_settings_the_kind_would_ignore_are_refused(user_dir):
+    path = write(user_dir, "ib", '[fabric]\nsocket_ifname = "ib0"\nenv = { NCCL_IB_HCA = "mlx5" }\n')
+    expect_error(lambda: load_profile("ib"), f"{path}: fabric.env.NCCL_IB_HCA", 'fabric.kind is "socket"',
+                 "NCCL_IB_DISABLE=1", 'set fabric.kind = "ib"')
+    assert load_profile("ib", ['fabric.kind="ib"']).profile.fabric.env == {"NCCL_IB_HCA": "mlx5"}
+    expect_error(lambda: load_profile("hpc-apptainer", ["fabric.gpu_rdma=true"]), "fabric.gpu_rdma",
+                 "only for fabric.kind", "'ib'")
+    assert load_profile("aws-p4d").profile.fabric.gpu_rdma  # EFA's
+
+
 def test_value_outside_choices(user_dir):
     path = write(user_dir, "bad", '[launch]\nlauncher = "torchrum"\n')
     expect_error(lambda: load_profile("bad"), f"{path}: launch.launcher", "one of 'torchrun', 'srun-loop', 'deepspeed'",
@@ -126,6 +148,20 @@ def test_extends_cycle(user_dir):
     write(user_dir, "a", 'extends = "b"\n')
     write(user_dir, "b", 'extends = "a"\n')
     expect_error(lambda: load_profile("a"), "extends cycle", "a.toml -> ", "b.toml -> ")
+
+
+def test_a_profile_extending_the_builtin_it_shadows_customises_it(user_dir):
+    write(user_dir, "aws-p5", 'extends = "aws-p5"\n[slurm]\naccount = "ml-team"\n')
+    p = load_profile("aws-p5").profile
+    assert (p.slurm.account, p.fabric.kind, p.slurm.gpus_per_node) == ("ml-team", "efa", 8)
+
+
+def test_a_wrong_extends_names_the_file_that_says_it(user_dir):
+    child = write(user_dir, "child", 'extends = "hpc-apptainr"\n')
+    expect_error(lambda: load_profile("child"), f"{child}: extends: profile 'hpc-apptainr': not found",
+                 'did you mean "hpc-apptainer"')
+    child = write(user_dir, "child", 'extends = "./sub/base.toml"\n')
+    expect_error(lambda: load_profile("child"), f"{child}: extends: {user_dir}/sub/base.toml: profile file not found")
 
 
 def test_error_in_parent_names_parent_file(user_dir):
@@ -188,3 +224,19 @@ def test_profiles_list_shows_a_broken_profile_without_hiding_others(user_dir):
     assert result.exit_code == 0
     assert "broken" in result.output and "(invalid:" in result.output and "slurm.nodez" in result.output
     assert "aws-p4d" in result.output
+
+
+def test_profiles_keys_lists_every_key_with_its_default_and_meaning():
+    out = CliRunner().invoke(main, ["profiles", "keys"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert "slurm.account = unset" in lines and 'fabric.kind = "socket"' in lines, lines
+    assert lines[lines.index("slurm.account = unset") + 1].strip() == "account to charge"
+    keys = [line.split(" = ")[0] for line in lines if not line.startswith(" ")]
+    assert {"slurm.qos", "slurm.gpu_type", "allowed_launchers", "container.home"} <= set(keys), keys
+    one = CliRunner().invoke(main, ["profiles", "keys", "fabric"])
+    assert one.exit_code == 0 and all(k.startswith("fabric.") for k in
+                                      (line.split(" = ")[0] for line in one.output.splitlines()
+                                       if not line.startswith(" "))), one.output
+    bad = CliRunner().invoke(main, ["profiles", "keys", "fabirc"])
+    assert bad.exit_code == 2 and "no profile section or key 'fabirc'; sections: container, env, fabric" in bad.output
