@@ -32,6 +32,7 @@ class Program(Frozen):
     procs_per_node: int | None = None  # what a launcher written in the command asked for
     nnodes: int | None = None
     launcher_in_command: str | None = None  # "torchrun", "deepspeed", ... when one was taken apart
+    local_rank_option: bool = False  # that launcher would have appended --local_rank=N (deepspeed, launch)
 
 
 def is_python(word: str) -> bool:
@@ -64,7 +65,8 @@ def _python(command: tuple[str, ...]) -> Program:
     interp, rest = command[0], list(command[1:])
     if rest[:1] == ["-m"] and len(rest) > 1:
         if rest[1] in ("torch.distributed.run", "torch.distributed.launch"):
-            return _torchrun(tuple(rest[2:]), interp, f"{os.path.basename(interp)} -m {rest[1]}")
+            return _torchrun(tuple(rest[2:]), interp, f"{os.path.basename(interp)} -m {rest[1]}",
+                             local_rank=rest[1] == "torch.distributed.launch")
         if rest[1] in ("deepspeed.launcher.runner", "deepspeed"):
             return _deepspeed(tuple(rest[2:]), interp)
         if rest[1] == "accelerate.commands.launch":
@@ -107,15 +109,20 @@ _DEEPSPEED_FLAGS = {"module": "module", "no_python": "exec", "no_local_rank": No
                     "bind_cores_to_rank": None, "no_ssh_check": None, "no_ssh": None}
 
 
-def _torchrun(args: tuple[str, ...], interp: str | None, name: str) -> Program:
-    return _launcher(args, interp, name, _TORCHRUN_OPTS, _TORCHRUN_FLAGS)
+def _torchrun(args: tuple[str, ...], interp: str | None, name: str, local_rank: bool = False) -> Program:
+    """``local_rank``: torch.distributed.launch, which appends --local-rank=N unless --use-env."""
+    return _launcher(args, interp, name, _TORCHRUN_OPTS, _TORCHRUN_FLAGS, local_rank)
 
 
 def _deepspeed(args: tuple[str, ...], interp: str | None) -> Program:
-    return _launcher(args, interp, "deepspeed", _DEEPSPEED_OPTS, _DEEPSPEED_FLAGS)
+    return _launcher(args, interp, "deepspeed", _DEEPSPEED_OPTS, _DEEPSPEED_FLAGS, local_rank=True)
 
 
-def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, flags: dict) -> Program:
+_NO_LOCAL_RANK = ("no_local_rank", "use-env", "use_env")
+
+
+def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, flags: dict,
+              local_rank: bool) -> Program:
     """Take a launcher's options apart; what is left is the program and its arguments."""
     found: dict[str, str] = {}
     kind = "script"
@@ -124,6 +131,7 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
         key, _, value = args[i].lstrip("-").partition("=")
         if key in flags:
             kind = flags[key] or kind
+            local_rank = local_rank and key not in _NO_LOCAL_RANK
             i += 1
             continue
         if key not in opts:
@@ -145,7 +153,7 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
     if kind == "script" and not program[0].endswith(".py") and interp is None and name == "deepspeed":
         kind = "exec"
     return Program(kind, program, interp, _count(found.get("procs"), name, "processes per node"),
-                   _count(found.get("nnodes"), name, "nodes"), name)
+                   _count(found.get("nnodes"), name, "nodes"), name, local_rank and kind == "script")
 
 
 def _count(value: str | None, launcher: str, what: str) -> int | None:

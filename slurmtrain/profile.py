@@ -199,6 +199,23 @@ class LoadedProfile(Frozen):
         return hashlib.sha256(to_toml(self.profile).encode()).hexdigest()[:16]
 
 
+def limit_seconds(text: str) -> tuple[int, str] | None:
+    """sbatch's ``--time`` -> (seconds, the form Slurm read it in); None: no limit.
+    ``90`` is minutes, ``2:00`` minutes:seconds, ``1:30:00`` hours:minutes:seconds, and
+    after ``D-`` hours, hours:minutes or hours:minutes:seconds."""
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:
+        forms = ("days-hours", "days-hours:minutes", "days-hours:minutes:seconds")
+        h, m, sec = (parts + [0, 0])[:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + sec, forms[len(parts) - 1]
+    forms = ("minutes", "minutes:seconds", "hours:minutes:seconds")
+    scales = ((60,), (60, 1), (3600, 60, 1))[len(parts) - 1]
+    return sum(v * k for v, k in zip(parts, scales)), forms[len(parts) - 1]
+
+
 def search_dirs(cwd: Path | None = None) -> list[Path]:
     cwd = cwd or Path.cwd()
     home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")

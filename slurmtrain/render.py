@@ -19,7 +19,7 @@ from .command import Program
 from .errors import UsageError
 from . import launchers
 from .shellwords import Raw, shell_words
-from .profile import LoadedProfile, Profile
+from .profile import LoadedProfile, Profile, limit_seconds
 from .schema import Frozen
 
 
@@ -408,6 +408,11 @@ def warnings(loaded: LoadedProfile) -> list[str]:
         out.append(f"{loaded.source}: resilience.stop_timeout ({r.stop_timeout} s) is longer than "
                    f"resilience.signal_seconds ({r.signal_seconds} s): at the time limit Slurm ends the job "
                    "before the checkpoint window is over; raise signal_seconds or lower stop_timeout")
+    limit = limit_seconds(p.slurm.time) if p.slurm.time else None
+    if limit and limit[0] <= r.signal_seconds + 60:
+        out.append(f"the time limit (slurm.time, --time) {p.slurm.time} is {limit[0]} s to Slurm ({limit[1]}), and "
+                   f"the stop signal comes resilience.signal_seconds ({r.signal_seconds} s) before the end: the job "
+                   "would be told to stop as it starts (two hours: 2:00:00)")
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"{loaded.source}: launch.launcher = \"{p.launch.launcher}\": at preemption (SIGTERM) its launcher "

@@ -11,7 +11,7 @@ from ..errors import SlurmtrainError
 from ..profile import available, load_profile
 from ..render import render
 from .base import main
-from .options import build_job, job_options, warn_of_missing_script
+from .options import build_job, job_options, warn_about_command
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -33,7 +33,7 @@ def gen(plain: bool, **opts) -> None:
     job = dataclasses.replace(job, plain=plain)
     check_job(loaded, job)
     script = render(loaded, job)
-    warn_of_missing_script(loaded, job)
+    warn_about_command(loaded, job)
     click.echo(script, nl=False)
 
 

@@ -81,16 +81,42 @@ def check_command(command: tuple[str, ...]) -> None:
                          "in the profile's [env] vars)")
 
 
-def warn_of_missing_script(loaded: LoadedProfile, job: JobSpec) -> None:
-    """Once the job passed its checks: the command's script (its first word ending in .py or
-    .sh) when it is not here, where the job runs the command. In a container the image may
-    hold it: not judged."""
-    if loaded.profile.container.runtime != "none":
-        return
+def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
+    """Once the job passed its checks: what in the command will not run as the user expects."""
     script = next((w for w in job.command if w.endswith((".py", ".sh")) and not w.startswith("-")), None)
-    if script is None or "{" in script or Path(script).expanduser().exists():  # {KEY}: a sweep's word
+    if script is None or "{" in script:  # {KEY}: a sweep's word
         return
-    click.echo(f"slurmtrain: warning: {script}: no such file in {Path.cwd()}, where the job runs the command",
+    path = Path(script).expanduser()
+    if not path.exists():
+        if loaded.profile.container.runtime == "none":  # in a container the image may hold it: not judged
+            click.echo(f"slurmtrain: warning: {script}: no such file in {Path.cwd()}, where the job runs the "
+                       "command", err=True)
+        return
+    _warn_of_lost_local_rank(loaded, job, path)
+
+
+_LOCAL_RANK = re.compile(r"""["']--local[_-]rank["']""")
+
+
+def _warn_of_lost_local_rank(loaded: LoadedProfile, job: JobSpec, path: Path) -> None:
+    """`deepspeed train.py` (or torch.distributed.launch) appends --local_rank=N; another
+    launcher taking the command over passes LOCAL_RANK in the environment only, and a
+    script whose parser requires the option stops at once, after its wait in the queue."""
+    from .. import command
+    prog, launcher = command.parse(job.command), loaded.profile.launch.launcher
+    if not prog.local_rank_option or launchers.get(launcher).local_rank_option:
+        return
+    try:
+        if not _LOCAL_RANK.search(path.read_text(errors="replace")):
+            return
+    except OSError:
+        return
+    env = 'read int(os.environ["LOCAL_RANK"]) in the script'
+    passing = [name for name in loaded.profile.allowed_launchers if launchers.get(name).local_rank_option]
+    how = (f"use --launcher {passing[0]}, or {env}" if passing
+           else f"{env} (no launcher this profile allows passes the option)")
+    click.echo(f"slurmtrain: warning: {path.name} parses --local_rank, which `{prog.launcher_in_command}` passes "
+               f"and the profile's launcher {launcher} does not (it sets LOCAL_RANK in the environment): {how}",
                err=True)
 
 

@@ -12,7 +12,7 @@ import click
 
 from ..errors import UsageError
 from .base import main
-from .options import build_job, job_options, warn_of_missing_script
+from .options import build_job, job_options, warn_about_command
 from .refs import after_options, chain_of, resolve_run, runs_dir_option
 
 
@@ -64,7 +64,7 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     check_job(loaded, job, files_later=bool(afters))
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
     done = submit_job(loaded, job, runs_dir, after=afters)
-    warn_of_missing_script(loaded, job)  # once sbatch took it: a refusal says all
+    warn_about_command(loaded, job)  # once sbatch took it: a refusal says all
     hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
     from ..runs.submit import excluded_nodes
     if excluded_nodes(done.run):

@@ -38,6 +38,7 @@ class Launcher:
     # launcher's is 1 whatever the program's was), and its own exceptions, which are not the program's.
     exit_status_in_log: re.Pattern | None = None
     own_exceptions: tuple[str, ...] = ()
+    local_rank_option: bool = False    # appends --local_rank=N to a user's script's arguments
 
     def tasks_per_node(self, procs_per_node: int) -> int:
         """Slurm tasks on each node: one agent, or every process."""

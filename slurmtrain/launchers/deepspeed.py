@@ -43,4 +43,4 @@ def world(nodes: list[str], procs: int, run_dir: Path, job_id: str) -> dict[str,
 
 LAUNCHER = Launcher("deepspeed", "DeepSpeed's launcher on every node via srun", words, env=world,
                     script_fragment="launcher-deepspeed.j2", gate_args=("--deepspeed",),
-                    term_window=TERM_WINDOW, exit_status_in_log=RETURN_CODE)
+                    term_window=TERM_WINDOW, exit_status_in_log=RETURN_CODE, local_rank_option=True)

@@ -68,6 +68,37 @@ def test_a_script_not_in_the_submit_directory_is_warned_of(tmp_path, monkeypatch
         assert (said in result.stderr) is warned, (argv, result.stderr)
 
 
+def test_a_script_that_needs_the_local_rank_option_its_launcher_would_not_pass_is_warned_of(tmp_path, monkeypatch):
+    """`deepspeed train.py` appends --local_rank=N; taken over by torchrun or the srun loop
+    the script gets LOCAL_RANK only, and a parser that requires the option stops at once."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ds.py").write_text("import argparse\np = argparse.ArgumentParser()\n"
+                                    "p.add_argument('--local_rank', type=int, required=True)\n")
+    (tmp_path / "env.py").write_text("import os\nrank = int(os.environ['LOCAL_RANK'])\n")
+    said = "ds.py parses --local_rank, which `{}` passes and the profile's launcher {} does not"
+    cases = (
+        (["-p", "aws-p4d", "--", "deepspeed", "ds.py"], said.format("deepspeed", "torchrun") + " (it sets "
+         "LOCAL_RANK in the environment): use --launcher deepspeed, or read int(os.environ[\"LOCAL_RANK\"])"),
+        (["-p", "aws-p4d", "--", "python", "-m", "torch.distributed.launch", "ds.py"],
+         said.format("python -m torch.distributed.launch", "torchrun")),
+        (["-p", "hpc-apptainer", "--", "deepspeed", "ds.py"],
+         said.format("deepspeed", "srun-loop") + " (it sets LOCAL_RANK in the environment): read "
+         "int(os.environ[\"LOCAL_RANK\"]) in the script (no launcher this profile allows passes the option)"),
+        (["-p", "aws-p4d", "--launcher", "deepspeed", "--", "deepspeed", "ds.py"], None),  # passes it
+        (["-p", "aws-p4d", "--", "deepspeed", "env.py"], None),  # reads the environment
+        (["-p", "aws-p4d", "--", "deepspeed", "--no_local_rank", "ds.py"], None),  # was never given it
+        (["-p", "aws-p4d", "--", "python", "-m", "torch.distributed.launch", "--use-env", "ds.py"], None),
+        (["-p", "aws-p4d", "--", "python", "ds.py"], None),  # never had it
+    )
+    for argv, warned in cases:
+        result = CliRunner().invoke(main, ["gen", *argv])
+        assert result.exit_code == 0, result.output
+        if warned is None:
+            assert "--local_rank" not in result.stderr, (argv, result.stderr)
+        else:
+            assert warned in result.stderr, (argv, result.stderr)
+
+
 def test_a_bad_value_of_an_option_is_named_as_typed_not_as_a_set_never_typed():
     result = CliRunner().invoke(main, ["gen", "-t", "1h", "--", "python", "x.py"])
     assert result.exit_code == 2 and result.output.startswith("slurmtrain: error: --time 1h: slurm.time: "), \

@@ -115,6 +115,20 @@ def test_parse_keeps_what_it_does_not_recognise():
         parse(())
 
 
+@pytest.mark.parametrize("limit, warned", [("2:00", "2:00 is 120 s to Slurm (minutes:seconds)"),
+                                           ("0:30", "0:30 is 30 s to Slurm (minutes:seconds)"),
+                                           ("3", "3 is 180 s to Slurm (minutes)"), ("1-0", None), ("2:00:00", None),
+                                           ("90", None), ("UNLIMITED", None)])
+def test_gen_warns_of_a_time_limit_that_leaves_no_time_before_the_stop_signal(limit, warned):
+    result = CliRunner().invoke(main, ["gen", "-p", "aws-p4d", "-t", limit, "--", "python", "x.py"])
+    assert result.exit_code == 0, result.output
+    if warned:
+        assert f"warning: the time limit (slurm.time, --time) {warned}, and the stop signal comes " \
+               "resilience.signal_seconds (120 s) before the end" in result.stderr, result.stderr
+    else:
+        assert "time limit" not in result.stderr, result.stderr
+
+
 def test_gen_warns_when_the_checkpoint_window_outlasts_the_warning(tmp_path):
     result = CliRunner().invoke(main, ["gen", "--profile", "local", "--set", "resilience.stop_timeout=100",
                                        "--", "python3", "t.py"])
