@@ -328,14 +328,14 @@ def _check_fabric(p: Profile, sources: Sources) -> None:
         raise ConfigError(sources.of("fabric.gpu_rdma"), "fabric.gpu_rdma",
                           f"only for fabric.kind = \"efa\" (EFA's device RDMA), and kind is {f.kind!r}; "
                           "on InfiniBand NCCL uses GPUDirect RDMA by itself")
-    if f.kind != "socket":
+    if f.kind != "socket" or sources.given("fabric.kind"):  # written out, "socket" is meant
         return
     for key, mapping in (("fabric.env", f.env), ("env.vars", p.env.vars)):
         for var in mapping:
-            if var.startswith(("NCCL_IB_", "NCCL_NET_GDR")) and var != "NCCL_IB_DISABLE":
+            if var in ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL"):  # which IB devices, how
                 raise ConfigError(sources.of(f"{key}.{var}"), f"{key}.{var}",
-                                  "an InfiniBand setting, but fabric.kind is \"socket\", which turns InfiniBand "
-                                  "off (NCCL_IB_DISABLE=1): set fabric.kind = \"ib\"")
+                                  "an InfiniBand setting, but fabric.kind is not set, and its default \"socket\" "
+                                  "turns InfiniBand off (NCCL_IB_DISABLE=1): set fabric.kind = \"ib\"")
 
 
 def _check_consistency(p: Profile, sources: Sources) -> None:

@@ -18,7 +18,7 @@ from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
 from . import launchers
-from .shellwords import Raw, shell_words
+from .shellwords import Raw, expanding, shell_words
 from .profile import LoadedProfile, Profile, limit_seconds
 from .schema import Frozen
 
@@ -195,17 +195,17 @@ def _container_prefix(p: Profile, job: JobSpec) -> list[str]:
     if c.gpu and p.slurm.gpus_per_node:
         words.append("--nv")
     if c.home:
-        words += ["--home", c.home]
+        words += ["--home", expanding(c.home)]
     for b in c.binds:
-        words += ["--bind", b]
+        words += ["--bind", expanding(b)]
     if _binds_run_dir(c.binds, job):
         words += ["--bind", Raw('"$SLURMTRAIN_RUN_DIR"')]
     for k, v in sorted(c.env.items()):
-        words += ["--env", f"{k}={v}"]
+        words += ["--env", expanding(f"{k}={v}")]
     if c.workdir:
-        words += ["--pwd", c.workdir]
-    words += list(c.options)
-    words.append(c.image)
+        words += ["--pwd", expanding(c.workdir)]
+    words += [expanding(o) for o in c.options]
+    words.append(expanding(c.image))
     return words
 
 
@@ -217,14 +217,14 @@ def _srun_options(p: Profile, job: JobSpec) -> str:
     # would run inside the container, before anything else could fail there.
     tag = "%A_%a" if job.array is not None else "%j"  # the names of _job_tag
     opts: list[str] = [Raw(f'--output="$RUN_DIR/logs/{tag}-%N.out"'), Raw("--open-mode=append"),
-                       f"--container-image={c.image}"]
-    mounts = [shlex.quote(b) for b in c.binds]
+                       expanding(f"--container-image={c.image}")]
+    mounts = [shell_words([expanding(b)]) for b in c.binds]
     if _binds_run_dir(c.binds, job):
         mounts.append('"$RUN_DIR:$RUN_DIR"')
     opts.append(Raw("--container-mounts=" + ",".join(mounts)))
     if c.workdir:
-        opts.append(f"--container-workdir={c.workdir}")
-    opts += list(c.options)
+        opts.append(expanding(f"--container-workdir={c.workdir}"))
+    opts += [expanding(o) for o in c.options]
     return shell_words(opts) + " "
 
 
@@ -345,6 +345,7 @@ def _environment():
         comment_end_string="##}",
     )
     env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["qv"] = lambda v: shell_words([expanding(str(v))])  # a profile's value: $NAME expands
     return env
 
 

@@ -4,11 +4,33 @@ launchers build their lines with it."""
 
 from __future__ import annotations
 
+import re
 import shlex
 
 
 class Raw(str):
     """A shell fragment written by slurmtrain itself, never quoted (e.g. "$MASTER_ADDR")."""
+
+
+# $NAME or ${NAME}: a variable of the job's environment, as in a hand-written script.
+_REFERENCE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
+
+
+def expanding(text: str) -> str:
+    """A profile's value whose ``$USER``, ``${SLURM_SUBMIT_DIR}``... the shell expands where
+    the line runs, and nothing else (no ``$(...)``, no backquotes, no globs): the text
+    around each reference quoted, the reference in double quotes."""
+    if not _REFERENCE.search(text):
+        return text
+    out, last = [], 0
+    for m in _REFERENCE.finditer(text):
+        if m.start() > last:
+            out.append(shlex.quote(text[last:m.start()]))
+        out.append('"${%s}"' % m.group(0).strip("${}"))
+        last = m.end()
+    if last < len(text):
+        out.append(shlex.quote(text[last:]))
+    return Raw("".join(out))
 
 
 def shell_words(words) -> str:

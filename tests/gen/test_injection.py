@@ -96,20 +96,41 @@ def test_profile_values_arrive_unchanged_in_container_and_env(tmp_path):
     assert records["apptainer-nodeB"]["env"]["GREETING"] == hostile
 
 
+def test_a_profiles_dollar_names_are_the_jobs_variables_and_nothing_else_runs(tmp_path):
+    """As in a hand-written script: /scratch/$USER/hf and ${SLURM_SUBMIT_DIR} expand on the
+    node; $(...), backquotes and globs stay text."""
+    profile = load_profile("hpc-apptainer", [
+        f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]', 'container.home="$HOME"',
+        f'container.image="{tmp_path}/img.sif"',
+        'container.binds=["$SLURM_SUBMIT_DIR:/workspace", "/scratch/${USER}/c:/c:ro"]',
+        'container.env.CACHE="/scratch/$USER/$(touch PWNED)`touch PWNED`*"',
+        'env.vars.HF_HOME="/scratch/${USER}/hf $HOME"',
+    ])
+    records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))),
+                         env_keys="HF_HOME", USER="alice", HOME="/home/alice")
+    argv = records["apptainer-nodeA"]["argv"]
+    pairs = list(zip(argv, argv[1:]))
+    assert ("--home", "/home/alice") in pairs and ("--bind", f"{tmp_path}:/workspace") in pairs, argv
+    assert ("--bind", "/scratch/alice/c:/c:ro") in pairs, argv
+    assert ("--env", "CACHE=/scratch/alice/$(touch PWNED)`touch PWNED`*") in pairs, argv
+    assert records["apptainer-nodeB"]["env"]["HF_HOME"] == "/scratch/alice/hf /home/alice"
+
+
 def srun_calls(tmp_path) -> list[list[str]]:
     return [p.read_bytes().decode().split("\0")[:-1] for p in sorted((tmp_path / "out").glob("srun-*.args"))]
 
 
 def test_pyxis_mounts_go_to_srun_with_the_run_directory(tmp_path):
     profile = load_profile("local", ['container.runtime="pyxis"', 'container.image="nvcr.io#nvidia/pytorch:24.05-py3"',
-                                     'container.binds=["/fsx:/fsx"]', 'container.workdir="/fsx/w"',
+                                     'container.binds=["/fsx:/fsx", "/fsx/$USER:/u"]',
+                                     'container.workdir="/fsx/${USER}/w"',
                                      f'launch.python="{FAKEBIN}/launcher-python"'])
     run_dir = str(tmp_path / "run")
-    run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=run_dir)))
+    run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=run_dir)), USER="alice")
     (call,) = srun_calls(tmp_path)
     assert "--container-image=nvcr.io#nvidia/pytorch:24.05-py3" in call
-    assert f"--container-mounts=/fsx:/fsx,{run_dir}:{run_dir}" in call
-    assert "--container-workdir=/fsx/w" in call
+    assert f"--container-mounts=/fsx:/fsx,/fsx/alice:/u,{run_dir}:{run_dir}" in call
+    assert "--container-workdir=/fsx/alice/w" in call
 
 
 @pytest.mark.parametrize("binds,bound", [

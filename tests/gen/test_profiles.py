@@ -130,9 +130,14 @@ def test_a_container_without_a_runtime_is_refused_not_dropped(user_dir):
 
 def test_fabric_settings_the_kind_would_ignore_are_refused(user_dir):
     path = write(user_dir, "ib", '[fabric]\nsocket_ifname = "ib0"\nenv = { NCCL_IB_HCA = "mlx5" }\n')
-    expect_error(lambda: load_profile("ib"), f"{path}: fabric.env.NCCL_IB_HCA", 'fabric.kind is "socket"',
-                 "NCCL_IB_DISABLE=1", 'set fabric.kind = "ib"')
+    expect_error(lambda: load_profile("ib"), f"{path}: fabric.env.NCCL_IB_HCA", "fabric.kind is not set",
+                 '"socket" turns InfiniBand off (NCCL_IB_DISABLE=1)', 'set fabric.kind = "ib"')
     assert load_profile("ib", ['fabric.kind="ib"']).profile.fabric.env == {"NCCL_IB_HCA": "mlx5"}
+    # Written out, socket is meant: an IB site's profile on its TCP partition keeps the
+    # parent's settings it cannot remove (env tables merge).
+    assert load_profile("ib", ['fabric.kind="socket"']).profile.fabric.kind == "socket"
+    write(user_dir, "tcp", 'extends = "hpc-apptainer"\n[fabric]\nkind = "socket"\n')
+    assert "NCCL_IB_TIMEOUT" in load_profile("tcp").profile.fabric.env
     expect_error(lambda: load_profile("hpc-apptainer", ["fabric.gpu_rdma=true"]), "fabric.gpu_rdma",
                  "only for fabric.kind", "'ib'")
     assert load_profile("aws-p4d").profile.fabric.gpu_rdma  # EFA's
