@@ -148,7 +148,8 @@ def _fabric_env(p: Profile) -> dict[str, str]:
         if f.gpu_rdma:  # GPU-direct RDMA exists on p4d/p5, not on g5/g4dn
             env["FI_EFA_USE_DEVICE_RDMA"] = "1"
             env["FI_EFA_FORK_SAFE"] = "1"
-        env["NCCL_PROTO"] = "simple"
+        # No NCCL_PROTO=simple: only the aws-ofi-nccl plugin 1.5 and older needed it, and it
+        # turns off NCCL's low-latency protocols; such a site adds it to fabric.env.
     elif f.kind == "socket":
         env["NCCL_IB_DISABLE"] = "1"
     if f.socket_ifname:  # gloo's own: each node's task picks its interface (templates/task.j2)
