@@ -229,7 +229,9 @@ def find(name: str, cwd: Path | None = None, relative_to: Path | None = None) ->
         if not path.is_absolute() and relative_to is not None:
             path = relative_to / path
         if not path.is_file():
-            raise ConfigError(str(path), "", "profile file not found")
+            named = Path(name).stem if name.endswith(".toml") and "/" not in name else None
+            hint = f" (a profile named {named!r} exists: --profile {named})" if named in available(cwd) else ""
+            raise ConfigError(str(path), "", f"profile file not found{hint}")
         return path
     for d in search_dirs(cwd):
         path = d / f"{name}.toml"

@@ -146,8 +146,15 @@ def _describe(tp: Any) -> str:
 def _found(value: Any) -> str:
     kind = {bool: "boolean", int: "integer", float: "number", str: "string",
             list: "list", dict: "table"}.get(type(value), type(value).__name__)
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)  # as written in TOML
+    shown = text if len(text) <= 60 else text[:57] + "..."
     return f"{kind} {shown}"
+
+
+def _env_number(item: Any, value: Any) -> Any:
+    """A whole number in a table of strings (``OMP_NUM_THREADS = 8`` in an env table) is
+    its text, as a shell would have it; true/false and fractions stay refused (which text?)."""
+    return str(value) if item is str and isinstance(value, int) and not isinstance(value, bool) else value
 
 
 def _convert(tp: Any, value: Any, key: str, sources: Sources) -> Any:
@@ -184,7 +191,7 @@ def _convert(tp: Any, value: Any, key: str, sources: Sources) -> Any:
         if not isinstance(value, dict):
             raise fail(_describe(tp))
         item = typing.get_args(tp)[1]
-        return {k: _convert(item, v, f"{key}.{k}", sources) for k, v in value.items()}
+        return {k: _convert(item, _env_number(item, v), f"{key}.{k}", sources) for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
             raise fail("true or false")

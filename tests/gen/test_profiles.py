@@ -111,6 +111,14 @@ def test_wrong_type_names_expected_and_found(user_dir):
     expect_error(lambda: load_profile("bad"), f"{path}: slurm.gpus_per_node", "expected an integer", "string '8'")
 
 
+def test_a_whole_number_in_an_env_table_is_its_text(user_dir):
+    write(user_dir, "threads", '[env]\nvars = { OMP_NUM_THREADS = 8 }\n')
+    assert load_profile("threads").profile.env.vars == {"OMP_NUM_THREADS": "8"}
+    assert load_profile("local", ["env.vars.NCCL_NTHREADS=4"]).profile.env.vars["NCCL_NTHREADS"] == "4"
+    path = write(user_dir, "flag", '[env]\nvars = { DEBUG = true }\n')
+    expect_error(lambda: load_profile("flag"), f"{path}: env.vars.DEBUG", "expected a string", "boolean true")
+
+
 def test_missing_required_value(user_dir):
     path = write(user_dir, "bad", '[container]\nruntime = "apptainer"\n')
     expect_error(lambda: load_profile("bad"), f"{path}: container.image", "required")
@@ -184,6 +192,13 @@ def test_set_error_names_the_set():
     expect_error(lambda: load_profile("local", ["slurm.nodes=many"]), "--set slurm.nodes=many", "slurm.nodes",
                  "expected an integer")
     expect_error(lambda: load_profile("local", ["nodes"]), "expected dotted.key=value")
+
+
+def test_a_profile_file_name_that_is_not_here_points_to_the_profile_of_that_name(user_dir):
+    write(user_dir, "mysite", "[slurm]\nnodes = 2\n")
+    expect_error(lambda: load_profile("mysite.toml"), "mysite.toml: profile file not found (a profile named "
+                 "'mysite' exists: --profile mysite)")
+    expect_error(lambda: load_profile("other.toml"), "other.toml: profile file not found")
 
 
 def test_unknown_profile_suggests():
