@@ -226,7 +226,7 @@ def _srun_options(p: Profile, job: JobSpec) -> str:
     if c.workdir:
         opts.append(expanding(f"--container-workdir={c.workdir}"))
     opts += [expanding(o) for o in c.options]
-    return shell_words(opts) + " "
+    return shell_words(opts)
 
 
 def _program(p: Profile, job: JobSpec) -> tuple[str, Program]:

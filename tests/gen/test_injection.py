@@ -133,6 +133,15 @@ def test_pyxis_mounts_go_to_srun_with_the_run_directory(tmp_path):
     assert "--container-workdir=/fsx/alice/w" in call
 
 
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
+@pytest.mark.parametrize("plain", [False, True], ids=["supervised", "plain"])
+def test_no_line_of_a_container_script_ends_in_a_space(runtime, plain):
+    profile = load_profile("aws-p5", [f'container.runtime="{runtime}"', 'container.image="/img"',
+                                      'container.workdir="/fsx/w"'])
+    script = render(profile, JobSpec(command=("python", "t.py"), plain=plain))
+    assert [line for line in script.splitlines() if line != line.rstrip()] == []
+
+
 @pytest.mark.parametrize("binds,bound", [
     ([], True), (["/data:/data"], True), (["{tmp}"], False), (["{tmp}:/elsewhere"], True),
 ])
