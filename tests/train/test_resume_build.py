@@ -5,41 +5,16 @@ this test's own process so that the draw can be watched; the bitwise resumes els
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trainer_util import setup_run  # noqa: E402
+from trainer_util import one_rank, setup_run  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 torch = pytest.importorskip("torch")
-
-
-@contextlib.contextmanager
-def one_rank(tmp: Path):
-    """A one-process world in ``tmp``, the process's signal handlers and cwd given back."""
-    from slurmtrain.train.distributed import close_world, init_world
-
-    saved_env = {k: os.environ.pop(k, None) for k in ("RANK", "WORLD_SIZE")}
-    os.environ["SLURMTRAIN_STOP_FILE"] = str(tmp / ".stop-absent")
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
-    cwd = os.getcwd()
-    os.chdir(tmp)
-    world = init_world()
-    try:
-        yield world
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        close_world()
-        os.chdir(cwd)
-        os.environ.pop("SLURMTRAIN_STOP_FILE", None)
-        os.environ.update({k: v for k, v in saved_env.items() if v is not None})
 
 
 def test_a_resume_draws_no_parameters_and_a_fresh_start_does(tmp_path, monkeypatch):

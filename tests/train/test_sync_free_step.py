@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trainer_util import setup_run  # noqa: E402
+from trainer_util import one_rank, setup_run  # noqa: E402
 
 STEPS, LOG_STEPS = 7, 3
 
@@ -66,30 +65,12 @@ def watched_train(base: Path, world) -> tuple[int, dict[int, list[str]], list[st
 
 @pytest.fixture(scope="module")
 def watched_run(tmp_path_factory):
-    from slurmtrain.train.distributed import close_world, init_world
-
-    tmp = tmp_path_factory.mktemp("sync")
-    saved_env = {k: os.environ.pop(k, None) for k in ("RANK", "WORLD_SIZE")}
     # Rank 0 looks for a stop file every step: the path is set (and absent) so that the
     # check runs as it does under Slurm.
-    os.environ["SLURMTRAIN_STOP_FILE"] = str(tmp / ".stop-absent")
-    cwd = os.getcwd()
-    os.chdir(tmp)
-    world = init_world()
-    # The trainer's stop handler takes SIGTERM/SIGUSR2 over: give them back to pytest after.
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
-    try:
+    tmp = tmp_path_factory.mktemp("sync")
+    with one_rank(tmp) as world:
         setup_run(tmp, steps=STEPS)
         return watched_train(tmp, world)
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        close_world()
-        os.chdir(cwd)
-        os.environ.pop("SLURMTRAIN_STOP_FILE", None)
-        for k, v in saved_env.items():
-            if v is not None:
-                os.environ[k] = v
 
 
 def check(exit_code: int, step_calls: dict, log_calls: list[str]) -> None:

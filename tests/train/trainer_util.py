@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +171,25 @@ def rank_exit_codes(proc: subprocess.CompletedProcess) -> set[int]:
     import re
     codes = {int(c) for c in re.findall(r"exitcode\s*:\s*(-?\d+)", proc.stderr)}
     return codes or {proc.returncode}
+
+
+@contextlib.contextmanager
+def one_rank(tmp: Path):
+    """A one-process world in ``tmp``, the process's signal handlers and cwd given back."""
+    from slurmtrain.train.distributed import close_world, init_world
+
+    saved_env = {k: os.environ.pop(k, None) for k in ("RANK", "WORLD_SIZE")}
+    os.environ["SLURMTRAIN_STOP_FILE"] = str(tmp / ".stop-absent")
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR2)}
+    cwd = os.getcwd()
+    os.chdir(tmp)
+    world = init_world()
+    try:
+        yield world
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        close_world()
+        os.chdir(cwd)
+        os.environ.pop("SLURMTRAIN_STOP_FILE", None)
+        os.environ.update({k: v for k, v in saved_env.items() if v is not None})
