@@ -82,7 +82,9 @@ def check_command(command: tuple[str, ...]) -> None:
 
 
 def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
-    """Once the job passed its checks: what in the command will not run as the user expects."""
+    """Once the job passed its checks: what in the command, or the image it runs in, will
+    not run as the user expects."""
+    _warn_of_missing_image(loaded)
     script = next((w for w in job.command if w.endswith((".py", ".sh")) and not w.startswith("-")), None)
     if script is None or "{" in script:  # {KEY}: a sweep's word
         return
@@ -93,6 +95,17 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
                        "command", err=True)
         return
     _warn_of_lost_local_rank(loaded, job, path)
+
+
+def _warn_of_missing_image(loaded: LoadedProfile) -> None:
+    """An apptainer image given as a file that is not here: the nodes usually see the same
+    shared file system as the login node. A URI (docker://, oras://...) or $NAME: not judged."""
+    c = loaded.profile.container
+    if c.runtime not in ("apptainer", "singularity") or not c.image or "://" in c.image or "$" in c.image:
+        return
+    if not Path(c.image).expanduser().exists():
+        where = "" if Path(c.image).is_absolute() else f" (a relative path: from {Path.cwd()}, where the job starts)"
+        click.echo(f"slurmtrain: warning: container.image {c.image}: no such file on this machine{where}", err=True)
 
 
 _LOCAL_RANK = re.compile(r"""["']--local[_-]rank["']""")

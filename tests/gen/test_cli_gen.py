@@ -99,6 +99,23 @@ def test_a_script_that_needs_the_local_rank_option_its_launcher_would_not_pass_i
             assert warned in result.stderr, (argv, result.stderr)
 
 
+def test_an_apptainer_image_that_is_not_on_this_machine_is_warned_of(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.sif").write_text("")
+    said = {}
+    for image in (str(tmp_path / "here.sif"), "here.sif", "/nosuch/x.sif", "img/x.sif", "docker://org/x:1",
+                  "$HOME/x.sif"):
+        result = CliRunner().invoke(main, ["gen", "-p", "hpc-apptainer", "--set", f'container.image="{image}"', "--",
+                                           "python", "x.py"])
+        assert result.exit_code == 0, result.output
+        said[image] = [line for line in result.stderr.splitlines() if "container.image" in line]
+    assert said == {
+        str(tmp_path / "here.sif"): [], "here.sif": [], "docker://org/x:1": [], "$HOME/x.sif": [],
+        "/nosuch/x.sif": ["slurmtrain: warning: container.image /nosuch/x.sif: no such file on this machine"],
+        "img/x.sif": [f"slurmtrain: warning: container.image img/x.sif: no such file on this machine (a relative "
+                      f"path: from {tmp_path}, where the job starts)"]}
+
+
 def test_a_bad_value_of_an_option_is_named_as_typed_not_as_a_set_never_typed():
     result = CliRunner().invoke(main, ["gen", "-t", "1h", "--", "python", "x.py"])
     assert result.exit_code == 2 and result.output.startswith("slurmtrain: error: --time 1h: slurm.time: "), \
