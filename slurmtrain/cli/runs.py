@@ -118,7 +118,9 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
             _say_if_stranded(st.job_id, st.name, st.state, st.watcher)
         if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
             errors = program_errors(target, st.job_id)  # the program's words, above the launcher's
-            for node, tail in track.failing_node_logs(target, st.job_id, lines).items():
+            logs = track.failing_node_logs(target, st.job_id, lines)
+            for node, tail in sorted(logs.items(), key=lambda item: list(errors).index(item[0])
+                                     if item[0] in errors else len(errors)):  # the root cause's node first
                 if node in errors:
                     click.echo(f"program error on {node}: {errors[node]}")
                 click.echo(f"last lines of {node}'s log ({target.node_logs(st.job_id)[node]}):")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .. import dependents, eventlog, events, ledger
+from .. import dependents, eventlog, events, ledger, programlog
 from ..eventlog import Ev
 from ..slurmtext import SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR
 from .config import Job
@@ -22,6 +22,7 @@ class Record:
         self._out = out or (lambda line: print(line, file=sys.stderr, flush=True))
         self.batch_log = batch_log
         self.log_start = self.log_size()
+        self.node_marks: dict[str, int] = {}  # each node log's size when the launch began
 
     def event(self, name: str, **fields) -> None:
         j = self.job
@@ -68,10 +69,29 @@ class Record:
         except OSError:
             return ""
 
+    def mark_node_logs(self) -> None:
+        """A launch begins: what its nodes' logs say from here on is its own."""
+        self.node_marks = {p.name: p.stat().st_size for p in self._node_logs()}
+
+    def _node_logs(self) -> list[Path]:
+        try:
+            return list((self.run_dir / "logs").glob(f"{self.job.tag}-*.out"))
+        except OSError:
+            return []
+
     def first_failure(self, since: int) -> str | None:
-        """The node of srun's first task error in the batch log after byte ``since``."""
-        found = SRUN_TASK_ERROR.search(self._log_since(since))
-        return found["node"] if found else None
+        """The node of the failure srun reported in the batch log after byte ``since``: of
+        the nodes it saw fail, in its order, the first whose log (this launch's part) holds
+        the program's own error, not a peer's seen through a collective: when a rank
+        raises, its peers' launchers often exit first, on a connection closed."""
+        failed = list(dict.fromkeys(m["node"] for m in SRUN_TASK_ERROR.finditer(self._log_since(since))))
+        if len(failed) < 2:
+            return failed[0] if failed else None
+
+        def lines_of(node: str) -> list[str]:
+            name = f"{self.job.tag}-{node}.out"
+            return programlog.tail_lines(self.run_dir / "logs" / name, self.node_marks.get(name, 0))
+        return programlog.root_node(failed, lines_of)
 
     def launch_failures(self, since: int) -> dict[str, str]:
         """The nodes srun could not start the tasks on after byte ``since``, with its reason."""

@@ -1227,6 +1227,36 @@ def test_the_same_program_error_first_on_the_same_node_twice_blames_the_program_
     assert rig.names() == ["started", "relaunched", "failed"] and rig.ledger() == []
 
 
+def node_log(node: str, *lines: str) -> Action:
+    """A node's log gets lines (the task's output: logs/<job>-<node>.out)."""
+    def act(step: FakeStep) -> None:
+        logs = step.rig.run_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{JOB}-{node}.out", "a") as log:
+            log.write("".join(line + "\n" for line in lines))
+    return act
+
+
+def test_the_failure_is_named_on_the_node_whose_log_holds_the_programs_error_not_where_srun_saw_it_first(
+        rig, tmp_path):
+    """Rank 1 raised on n1; n2's launcher exited first, its ranks on a connection closed:
+    the relaunch names n1. What n1's log said in the launch before does not count."""
+    with_batch_log(rig, tmp_path)
+    crash = ["[rank1]: Traceback (most recent call last):", "[rank1]: RuntimeError: deliberate crash at step 7"]
+    follow = ["[rank2]: Traceback (most recent call last):", "[rank2]: RuntimeError: [gloo] Connection closed by peer"]
+    first = Plan([*fails_at(7, saved=5).at[:-1], (3.4, node_log("n1", *crash)), (3.4, node_log("n2", *follow)),
+                  (3.5, srun_says("srun: error: n2: task 1: Exited with exit code 1")),
+                  (3.5, srun_says("srun: error: n1: task 0: Terminated")), fails_at(7, saved=5).at[-1]])
+    second = Plan([*fails_at(7, saved=6).at[:-1], (3.4, node_log("n2", *crash)), (3.4, node_log("n1", *follow)),
+                   (3.5, srun_says("srun: error: n1: task 0: Exited with exit code 1")),
+                   (3.5, srun_says("srun: error: n2: task 1: Terminated")), fails_at(7, saved=6).at[-1]])
+    rig.task = [first, second, FINISHES_ON_N1_N3]
+    rig.run(restarts_in_job=1)
+    assert [e.get("node") for e in rig.events() if e["event"] == "relaunched"] == ["n1"], rig.events()
+    assert "the program failed on n1 (exit status" in rig.said()
+    assert "first failure on node n2" in rig.stdout, rig.stdout  # the second launch: n2 raised
+
+
 def test_a_rank_that_dies_first_on_the_same_node_twice_leaves_it_out(rig, tmp_path):
     """Killed twice on n2 (no error line of the program's): the node, not the program."""
     with_batch_log(rig, tmp_path)

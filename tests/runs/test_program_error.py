@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from slurmtrain import events
+from slurmtrain import events, programlog
 from slurmtrain.cli import main
 from slurmtrain.runs import logs, rundir
 
@@ -14,22 +14,27 @@ from runs_fakes import RECORDED
 LAUNCHER_REPORT = (RECORDED / "torchrun_failure.txt").read_text().splitlines()
 
 
+def said(lines: list[str]) -> str | None:
+    found = programlog.program_error(lines)
+    return found.line if found else None
+
+
 def test_python_exception_before_torchruns_report():
     lines = (RECORDED / "torchrun_program_error.txt").read_text().splitlines()
-    assert logs.program_error(lines) == "ValueError: learning rate must be positive, got -1"
+    assert said(lines) == "ValueError: learning rate must be positive, got -1"
 
 
 def test_launcher_report_alone_is_not_the_programs_error():
     """torchrun's own traceback ends in ChildFailedError: that only says a worker failed."""
-    assert logs.program_error(LAUNCHER_REPORT) is None
-    assert logs.program_error(["step 10 | loss 2.3", "all fine"]) is None
+    assert said(LAUNCHER_REPORT) is None
+    assert said(["step 10 | loss 2.3", "all fine"]) is None
 
 
 def test_pythons_own_refusal_to_start_the_program():
     line = "/usr/bin/python3: can't open file '/home/u/proj/nosuch.py': [Errno 2] No such file or directory"
-    assert logs.program_error([line, *LAUNCHER_REPORT]) == line
+    assert said([line, *LAUNCHER_REPORT]) == line
     line = "/opt/venv/bin/python3.11: No module named nosuch"
-    assert logs.program_error([line, *LAUNCHER_REPORT]) == line
+    assert said([line, *LAUNCHER_REPORT]) == line
 
 
 def _killed_report(signal: str, number: int) -> list[str]:
@@ -44,19 +49,19 @@ def _killed_report(signal: str, number: int) -> list[str]:
 def test_a_worker_killed_by_a_signal_is_the_root_cause_not_what_its_peers_raised_after_it():
     peers = ["[rank3]: Traceback (most recent call last):", '[rank3]:   File "t.py", line 9',
              "[rank3]: RuntimeError: [gloo] Connection closed by peer [10.0.0.2]:4740"]
-    assert logs.program_error([*peers, *_killed_report("SIGKILL", 9)]) == (
+    assert said([*peers, *_killed_report("SIGKILL", 9)]) == (
         "rank 2 was killed by SIGKILL (torchrun's first observed failure: out of memory, or a kill)")
     assert "SIGSEGV (torchrun's first observed failure: a crash in native code)" in \
-        logs.program_error(_killed_report("SIGSEGV", 11))
+        said(_killed_report("SIGSEGV", 11))
     # SIGTERM is the launch's own end (a stop, srun's teardown): what the program said stands.
-    assert logs.program_error([*peers, *_killed_report("SIGTERM", 15)]) == peers[-1].removeprefix("[rank3]: ")
+    assert said([*peers, *_killed_report("SIGTERM", 15)]) == peers[-1].removeprefix("[rank3]: ")
     agent = "torch.distributed.elastic.multiprocessing.api.SignalException: Process 19783 got signal: 15"
-    assert logs.program_error(["Traceback (most recent call last):", '  File "x", line 1', agent]) is None
+    assert said(["Traceback (most recent call last):", '  File "x", line 1', agent]) is None
 
 
 def test_slurmtrain_error_line():
     line = "slurmtrain: error: corpus.jsonl: data.path: no such file or folder: /x/corpus.jsonl"
-    assert logs.program_error(["12:00:01 [rank0] INFO model: ...", line, *LAUNCHER_REPORT]) == line
+    assert said(["12:00:01 [rank0] INFO model: ...", line, *LAUNCHER_REPORT]) == line
 
 
 def test_rank_prefixes_and_chained_exceptions():
@@ -72,9 +77,9 @@ def test_rank_prefixes_and_chained_exceptions():
              "[rank1]: RuntimeError: batch without tokens",
              "[rank1]: more words of the message",
              *LAUNCHER_REPORT]
-    assert logs.program_error(lines) == "RuntimeError: batch without tokens"
-    assert logs.program_error(["Traceback (most recent call last):", '  File "t.py", line 1',
-                               "KeyboardInterrupt"]) == "KeyboardInterrupt"
+    assert said(lines) == "RuntimeError: batch without tokens"
+    assert said(["Traceback (most recent call last):", '  File "t.py", line 1',
+                 "KeyboardInterrupt"]) == "KeyboardInterrupt"
 
 
 def test_status_shows_the_error_above_the_log(tmp_path, fake_slurm):
@@ -91,3 +96,42 @@ def test_status_shows_the_error_above_the_log(tmp_path, fake_slurm):
     report = next(i for i, line in enumerate(out) if line.startswith("last lines of stnode1's log"))
     assert error == report - 1
     assert logs.program_errors(run, "12") == {"stnode1": "ValueError: learning rate must be positive, got -1"}
+
+
+# DeepSpeed's launcher on a node of two ranks: rank 1 raised, rank 0's next collective
+# failed after it and printed last (a helper's run, trimmed).
+CRASH_NODE = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "train.py", line 61, in <module>',
+              "[rank1]: RuntimeError: deliberate crash at step 3 on rank 1",
+              "[rank0]: Traceback (most recent call last):", '[rank0]:   File "train.py", line 58, in <module>',
+              "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
+              "by peer [127.0.0.1]:22184. This is typically caused by a remote worker crashing.",
+              "[2026-11-27 15:16:38,176] [ERROR] [launch.py:259:sigkill_handler] [...] exits with return code = 1"]
+PEER_NODE = ["[rank2]: Traceback (most recent call last):", '[rank2]:   File "train.py", line 58, in <module>',
+             "[rank2]: RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection reset by peer [127.0.0.1]:5"]
+
+
+def test_the_root_cause_wins_over_a_peers_failure_printed_after_it():
+    assert programlog.program_error(CRASH_NODE) == ("RuntimeError: deliberate crash at step 3 on rank 1", True)
+    assert programlog.program_error(PEER_NODE) == (PEER_NODE[-1].removeprefix("[rank2]: "), False)
+
+
+def test_status_names_the_node_of_the_root_cause_first_and_the_others_as_followers(tmp_path, fake_slurm):
+    """srun saw stnode2's launcher exit first (its ranks' connections closed), stnode1's
+    terminated: the crash is stnode1's."""
+    fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    run = rundir.create(tmp_path, "crash")
+    run.update_manifest(name=run.name, job_ids=["12"], state="submitted", nodes=2)
+    events.append(run.path, "failed", job_id="12", restart=0, exit_code=1)
+    (run.logs / "job-12.out").write_text("srun: error: stnode2: task 1: Exited with exit code 1\n"
+                                         "srun: error: stnode1: task 0: Terminated\n")
+    (run.logs / "12-stnode1.out").write_text("\n".join(CRASH_NODE) + "\n")
+    (run.logs / "12-stnode2.out").write_text("\n".join(PEER_NODE) + "\n")
+    assert list(logs.program_errors(run, "12").items()) == [
+        ("stnode1", "RuntimeError: deliberate crash at step 3 on rank 1"),
+        ("stnode2", PEER_NODE[-1].removeprefix("[rank2]: ") + " (after the failure on stnode1)")]
+    def lines_of(node):
+        return programlog.tail_lines(run.logs / f"12-{node}.out")
+    assert programlog.root_node(["stnode2", "stnode1"], lines_of) == "stnode1"
+    assert programlog.root_node(["stnode2"], lines_of) == "stnode2"  # none better
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert out.index("program error on stnode1: RuntimeError: deliberate crash") < out.index("program error on stnode2")

@@ -1,0 +1,97 @@
+"""What a failed program said, read from a node's log: the supervisor (``job/``) names the
+node of a failure by it, ``status`` (``runs/logs.py``) shows it. A floor module: the
+standard library and the launcher registry only.
+
+A program's own error and a peer's, seen through a collective, look alike in a log: when
+one rank raises, every other rank's next collective fails with "Connection closed by
+peer" (gloo) or "remote process exited" (NCCL), and may do so before the rank that raised
+has finished printing. Those are follow-on errors: the root cause is elsewhere, and it
+wins wherever a log holds one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable, Iterable, NamedTuple
+
+from . import launchers
+
+# What launchers put before each line of a task's output: torchrun's "[rank0]:" and
+# "[default0]:" (--tee), srun --label's "0: ".
+_PREFIX = re.compile(r"^(\[[A-Za-z]*\d+\]:|\d+: )\s?")
+# A launcher's own exception (torchrun's), which says only that a worker failed; the worker's is earlier.
+_LAUNCHER_EXCEPTIONS = tuple(e for spec in launchers.LAUNCHERS.values() for e in spec.own_exceptions)
+# Python itself, before any program ran: `python nosuch.py`, `python -m nosuch`.
+_NOT_STARTED = re.compile(r"^\S*python[\d.]*: (can't open file |No module named |Error while finding module spec)")
+# A collective that failed because a peer went away (gloo, NCCL, c10d's store).
+_FOLLOW_ON = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote worker crash|remote process exited"
+                        r"|communicator was aborted|for (recv|send) operation to complete")
+# torchrun's summary of a worker killed by a signal (SIGKILL from the OOM killer or a person):
+# the worker printed nothing, and its node's other workers fail with gloo/NCCL errors after it.
+# One block: it ends with a line of "=".
+_KILLED = re.compile(r"Root Cause \(first observed failure\):[^=]*?rank\s*:\s*(\d+)[^=]*?exitcode\s*:\s*-(\d+)"
+                     r"[^=]*?traceback\s*:\s*Signal \d+ \((SIG\w+)\)")
+_WHY_KILLED = {"SIGKILL": "out of memory, or a kill", "SIGSEGV": "a crash in native code",
+               "SIGBUS": "a crash in native code", "SIGABRT": "an abort in native code",
+               "SIGILL": "a crash in native code", "SIGFPE": "a crash in native code"}
+TAIL_BYTES = 64 * 1024  # of a node log: a launcher's report is ~40 lines
+
+
+class Error(NamedTuple):
+    line: str
+    root: bool  # the program's own (False: a peer's failure seen through a collective)
+
+
+def program_error(lines: Iterable[str]) -> Error | None:
+    """The program's own last word in ``lines``: the last ``slurmtrain: error:`` line, Python
+    exception line or Python's refusal to start it, the last root cause over any follow-on
+    error; or None. A worker that torchrun saw killed by a signal is the root cause whatever
+    its peers raised after it."""
+    root = follow_on = None
+    in_traceback = False
+    seen = []
+    for raw in lines:
+        line = _PREFIX.sub("", raw, count=1).rstrip()
+        seen.append(line)
+        if line.startswith("slurmtrain: error:") or _NOT_STARTED.match(line):
+            root, in_traceback = line, False
+        elif line.startswith("Traceback (most recent call last):"):
+            in_traceback = True
+        elif in_traceback and line and not line[0].isspace():
+            # The first unindented line after the frames names the exception.
+            in_traceback = False
+            if line.startswith(_LAUNCHER_EXCEPTIONS):
+                continue
+            if _FOLLOW_ON.search(line):
+                follow_on = line
+            else:
+                root = line
+    killed = ([None] + list(_KILLED.finditer("\n".join(seen))))[-1]  # the last launch's
+    if killed and killed[3] in _WHY_KILLED:  # not SIGTERM: the launch's own end (a stop, srun's teardown)
+        return Error(f"rank {killed[1]} was killed by {killed[3]} (torchrun's first observed failure: "
+                     f"{_WHY_KILLED[killed[3]]})", True)
+    if root is not None:
+        return Error(root, True)
+    return Error(follow_on, False) if follow_on is not None else None
+
+
+def tail_lines(path: Path, since: int = 0, size: int = TAIL_BYTES) -> list[str]:
+    """The last ``size`` bytes of ``path`` written after byte ``since``, as lines."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(since, f.seek(0, 2) - size))
+            return f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def root_node(failed: list[str], lines_of: Callable[[str], list[str]]) -> str | None:
+    """Of the nodes srun saw fail, in its order, the first whose log (``lines_of(node)``)
+    holds the program's own error; srun's first when none does (a rank killed without a
+    word, a dead node)."""
+    for node in failed:
+        found = program_error(lines_of(node))
+        if found is not None and found.root:
+            return node
+    return failed[0] if failed else None
