@@ -176,7 +176,7 @@ def _print_status(st) -> None:
         if not st.signal else f"{st.exit_code} (signal {st.signal})")
     if st.program_exit_code is not None and st.program_exit_code != st.exit_code:
         row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
-                       "exit code is the launcher's: torchrun exits 1 when a worker fails)")
+                       "exit code is the launcher's or srun's, not the program's)")
     row("requeues", "-" if st.restarts is None else st.restarts)
     if st.watcher is not None:
         from ..runs.watcher import describe as watched

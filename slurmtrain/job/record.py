@@ -93,6 +93,13 @@ class Record:
             return programlog.tail_lines(self.run_dir / "logs" / name, self.node_marks.get(name, 0))
         return programlog.root_node(failed, lines_of)
 
+    def task_exit_code(self, since: int) -> int | None:
+        """The exit status of the first task srun saw exit with one after byte ``since``."""
+        for m in SRUN_TASK_ERROR.finditer(self._log_since(since)):
+            if m["how"].startswith("Exited with exit code "):
+                return int(m["how"].rsplit(" ", 1)[1])
+        return None
+
     def launch_failures(self, since: int) -> dict[str, str]:
         """The nodes srun could not start the tasks on after byte ``since``, with its reason."""
         return {m["node"]: m["why"].strip() for m in SRUN_LAUNCH_FAILED.finditer(self._log_since(since))}

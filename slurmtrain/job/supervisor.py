@@ -30,6 +30,7 @@ from .step import Launch, Step
 
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
 LAUNCH_RETRY_S = 5.0   # after srun could not start the tasks on a node: its link or slurmd back (doubled each time)
+SRUN_TERMINATED, SRUN_KILLED = 143, 137  # srun's status when its last tasks were ended by SIGTERM, SIGKILL
 
 
 class Supervisor:
@@ -290,6 +291,8 @@ class Supervisor:
         finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
         # Asked of Slurm only where it decides: a failure that no signal explains.
         ask = status != 0 and not (stop or finished or st.cancelled or st.slurm_requeued)
+        if ask and status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
+            status = self.record.task_exit_code(self.log_mark) or status  # the failed task's says more
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,

@@ -1257,6 +1257,15 @@ def test_the_failure_is_named_on_the_node_whose_log_holds_the_programs_error_not
     assert "first failure on node n2" in rig.stdout, rig.stdout  # the second launch: n2 raised
 
 
+def test_the_failed_tasks_exit_status_not_sruns_143_from_ending_the_others(rig, tmp_path):
+    with_batch_log(rig, tmp_path)
+    rig.task = Plan([JOINS, (3, srun_says("srun: error: n2: task 1: Exited with exit code 3")),
+                     (3, srun_says("srun: error: n1: task 0: Terminated")), (4, exits(143))])
+    assert rig.run() == 3
+    assert (rig.names(), rig.event("failed")["exit_code"]) == (["started", "failed"], 3)
+    assert "the command failed with exit status 3" in rig.said(), rig.said()
+
+
 def test_a_rank_that_dies_first_on_the_same_node_twice_leaves_it_out(rig, tmp_path):
     """Killed twice on n2 (no error line of the program's): the node, not the program."""
     with_batch_log(rig, tmp_path)
@@ -1316,7 +1325,7 @@ def test_a_failure_before_a_checkpoint_is_the_programs_unless_slurms_stray_kill(
         plan = Plan([(a, srun_says("srun: error: n2: task 1: Exited with exit code 1")) if i == 1 else (a, act)
                      for i, (a, act) in enumerate(KILLED_ON_N2_AT_ONCE.at)])
     rig.task = [plan, RESUMES_AND_FINISHES]
-    assert rig.run(restarts_in_job=3) == 137
+    assert rig.run(restarts_in_job=3) == (1 if case == "the task exited" else 137)  # the task's own, where said
     assert "relaunched" not in rig.names() and rig.names()[-1] == "failed" and rig.launched == ["task"]
 
 
