@@ -417,7 +417,7 @@ def warnings(loaded: LoadedProfile) -> list[str]:
                    "would be told to stop as it starts (two hours: 2:00:00)")
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
-        out.append(f"{loaded.source}: launch.launcher = \"{p.launch.launcher}\": at preemption (SIGTERM) its launcher "
+        out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "
                    f"kills its workers after {window} s, less than resilience.stop_timeout "
                    f"({r.stop_timeout} s); a longer checkpoint is cut short there (the torchrun and srun "
                    "launchers honour stop_timeout)")

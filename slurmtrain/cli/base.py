@@ -59,6 +59,8 @@ class _Group(click.Group):
         except SlurmtrainError as err:
             click.echo(f"slurmtrain: error: {err}", err=True)
             sys.exit(err.exit_code)
+        except KeyboardInterrupt:  # Ctrl-C in `logs -f`, `watch`: quietly, as a shell reports it (not "Aborted!")
+            sys.exit(130)
         except BrokenPipeError:  # `slurmtrain logs RUN | head`: the reader left
             sys.stderr.close()
             sys.exit(1)

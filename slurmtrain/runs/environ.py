@@ -19,7 +19,8 @@ from typing import Mapping
 # the directory, Slurm's own variables inside a job, the laptop's ssh.
 _VOLATILE = re.compile(r"(_|PWD|OLDPWD|SHLVL|COLUMNS|LINES|PS[1-4]|PROMPT_COMMAND|MAIL|HOSTNAME|STY|WINDOW|"
                        r"LS_COLORS|COLORTERM|GPG_TTY|KRB5CCNAME|HIST\w*|TERM\w*|SSH_\w+|XDG_\w+|TMUX\w*|DISPLAY|"
-                       r"DBUS_\w+|SLURM_\w+|SLURMD_\w+|SLURMTRAIN_SLURM_TRACE|OMPI_\w+|PMI\w*|VSCODE_\w+)")
+                       r"DBUS_\w+|SLURM_\w+|SLURMD_\w+|SLURMTRAIN_SLURM_TRACE|OMPI_\w+|PMI\w*|VSCODE_\w+|"
+                       r"PYENV_DIR|CONDA_PROMPT_MODIFIER)")  # pyenv sets PYENV_DIR to the directory it runs in
 
 
 def digest(env: Mapping[str, str] = os.environ) -> dict[str, str]:

@@ -97,7 +97,7 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
         run.update_manifest(state="refused", refusal=message)
         events.append(run.path, Ev.SUBMIT_REFUSED, message=message)
         raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_size_hint(run, message)}"
-                         f"{_ledger_hint(run)}") from None
+                         f"{_config_hint(message)}{_ledger_hint(run)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
     # The controller's version at each submission: a run outlives an upgrade of its cluster.
     version = slurmversion.from_config(config) if config else slurmversion.of_cluster()
@@ -122,6 +122,16 @@ def excluded_nodes(run: RunDir) -> str:
 # sbatch's words for a job larger than its partition (nodes, CPUs, GPUs).
 _TOO_BIG = ("Node count specification invalid", "More processors requested than permitted",
             "Requested node configuration is not available", "Invalid generic resource")
+
+
+def _config_hint(message: str) -> str:
+    """sbatch found no slurm.conf (none in /etc/slurm, SLURM_CONF unset): a shell that has
+    not taken the sandbox's environment, most often."""
+    if "Could not establish a configuration source" not in message and "resolve_ctls_from_dns_srv" not in message:
+        return ""
+    set_to = os.environ.get("SLURM_CONF")
+    return ("; sbatch found no Slurm configuration" + (f" (SLURM_CONF={set_to})" if set_to else " (SLURM_CONF is unset)")
+            + ": for the sandbox, run eval \"$(slurmtrain sandbox env)\" in this shell first")
 
 
 def _size_hint(run: RunDir, message: str) -> str:

@@ -239,6 +239,7 @@ def test_a_resubmission_from_a_shell_with_another_environment_is_warned_of(fake_
     monkeypatch.delenv("OUT")
     monkeypatch.setenv("STEPS", "10")
     monkeypatch.setenv("PWD", "/elsewhere")  # differs between any two shells: not counted
+    monkeypatch.setenv("PYENV_DIR", "/elsewhere")  # pyenv's: the directory each call runs in
     monkeypatch.setenv("NEW_ONE", "1")
     resubmit.resubmit(rundir.RunDir(run.path), say=said.append)
     assert len(said) == 1 and "has this shell's environment, not the one run" in said[0], said

@@ -214,3 +214,15 @@ def test_gen_imports_no_other_commands_module():
             f"print(' '.join(m for m in {probe!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["slurmtrain.cli.gen"], f"gen imported: {out}"
+
+
+def test_ctrl_c_ends_a_command_quietly_with_130_as_a_shell_reports_it(monkeypatch):
+    """Not click's "Aborted!" and 1: `logs -f` and `watch` are left with Ctrl-C, locally as
+    through --remote (where ssh gives 130)."""
+    from slurmtrain.cli import gen as gen_cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(gen_cli, "render", interrupted)
+    result = CliRunner().invoke(main, ["gen", "--", "python", "x.py"])
+    assert (result.exit_code, result.output) == (130, ""), result.output

@@ -129,6 +129,15 @@ def test_gen_warns_of_a_time_limit_that_leaves_no_time_before_the_stop_signal(li
         assert "time limit" not in result.stderr, result.stderr
 
 
+def test_gen_warns_of_a_launcher_that_cuts_the_stop_window_short_without_blaming_the_profile_file():
+    result = CliRunner().invoke(main, ["gen", "-p", "local", "--launcher", "deepspeed", "--", "python", "x.py"])
+    assert result.exit_code == 0, result.output
+    (said,) = [line for line in result.stderr.splitlines() if "at preemption" in line]
+    assert said.startswith("slurmtrain: warning: the launcher deepspeed (launch.launcher, --launcher): at preemption "
+                           "(SIGTERM) it kills its workers after 30 s, less than resilience.stop_timeout"), said
+    assert "local.toml" not in said  # it says torchrun; the choice was the command line's
+
+
 def test_gen_warns_when_the_checkpoint_window_outlasts_the_warning(tmp_path):
     result = CliRunner().invoke(main, ["gen", "--profile", "local", "--set", "resilience.stop_timeout=100",
                                        "--", "python3", "t.py"])

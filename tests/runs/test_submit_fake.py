@@ -23,6 +23,13 @@ if grep -q -- '--partition=nope' "${@: -1}"; then
   echo "sbatch: error: Batch job submission failed: Invalid partition name specified" >&2
   exit 1
 fi
+if grep -q -- '--job-name=noconf' "${@: -1}"; then
+  echo "sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host" >&2
+  echo "sbatch: error: fetch_config: DNS SRV lookup failed" >&2
+  echo "sbatch: error: _establish_config_source: failed to fetch config" >&2
+  echo "sbatch: fatal: Could not establish a configuration source" >&2
+  exit 1
+fi
 if grep -q -- '--nodes=3' "${@: -1}"; then
   echo "sbatch: error: Batch job submission failed: Node count specification invalid" >&2
   exit 1
@@ -100,6 +107,15 @@ def test_a_job_larger_than_its_partition_is_told_what_the_partition_has(fake_bin
     # Any other refusal asks nothing more of Slurm.
     CliRunner().invoke(main, ["submit", "--partition", "nope", "--", "python", "x.py"])
     assert len((fake_bin / "sinfo.calls").read_text().splitlines()) == 1
+
+
+def test_a_shell_without_the_slurm_configuration_is_told_how_to_get_the_sandboxs(fake_bin, tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    result = CliRunner().invoke(main, ["submit", "--name", "noconf", "--", "python", "x.py"])
+    assert result.exit_code == 1
+    assert result.output.rstrip().endswith("; sbatch found no Slurm configuration (SLURM_CONF is unset): for the "
+                                           "sandbox, run eval \"$(slurmtrain sandbox env)\" in this shell first"), \
+        result.output
 
 
 def test_render_error_leaves_no_run_directory(fake_bin, tmp_path):
