@@ -85,16 +85,23 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
     """Once the job passed its checks: what in the command, or the image it runs in, will
     not run as the user expects."""
     _warn_of_missing_image(loaded)
-    script = next((w for w in job.command if w.endswith((".py", ".sh")) and not w.startswith("-")), None)
-    if script is None or "{" in script:  # {KEY}: a sweep's word
-        return
-    path = Path(script).expanduser()
-    if not path.exists():
-        if loaded.profile.container.runtime == "none":  # in a container the image may hold it: not judged
-            click.echo(f"slurmtrain: warning: {script}: no such file in {Path.cwd()}, where the job runs the "
-                       "command", err=True)
-        return
-    _warn_of_lost_local_rank(loaded, job, path)
+    script = next((w for w in job.command if w.endswith((".py", ".sh")) and not w.startswith("-")
+                   and "{" not in w), None)  # {KEY}: a sweep's word
+    if loaded.profile.container.runtime == "none":  # in a container the image may hold them: not judged
+        for name in [*([script] if script else []), *_config_files(job.command)]:
+            if not Path(name).expanduser().exists():
+                click.echo(f"slurmtrain: warning: {name}: no such file in {Path.cwd()}, where the job runs the "
+                           "command", err=True)
+    if script and Path(script).expanduser().exists():
+        _warn_of_lost_local_rank(loaded, job, Path(script).expanduser())
+
+
+def _config_files(command: tuple[str, ...]) -> list[str]:
+    """The command's arguments that name a configuration file (--deepspeed_config ds.json,
+    --config=train.yaml): a wrong one fails every rank after the wait in the queue."""
+    values = [w.split("=", 1)[1] if w.startswith("-") and "=" in w else w for w in command[1:]]
+    return [v for v in values if v.endswith((".json", ".yaml", ".yml", ".toml")) and not v.startswith("-")
+            and "{" not in v and "$" not in v]
 
 
 def _warn_of_missing_image(loaded: LoadedProfile) -> None:

@@ -47,8 +47,12 @@ class Record:
 
     def summary(self, outcome: str, code: int) -> None:
         """The batch log's last line: how this start ended, and the node of the first
-        failure (srun's own error line in this start's part of the batch log)."""
-        first = self.first_failure(self.log_start)
+        failure (srun's own error line in this start's part of the batch log) where a task
+        failed: not where srun only ended tasks (Terminated) or they stopped (exit 75)."""
+        hows = [m["how"] for m in SRUN_TASK_ERROR.finditer(self._log_since(self.log_start))]
+        failed = any(h == "Killed" or (h.startswith("Exited") and not h.endswith(f" {eventlog.EXIT_STOPPED}"))
+                     for h in hows)
+        first = self.first_failure(self.log_start) if failed else None
         node = f", first failure on node {first}" if first else ""
         print(f"slurmtrain: job {self.job.ref}: {outcome}, exit status {code}{node}; run directory {self.run_dir}",
               flush=True)
@@ -94,10 +98,13 @@ class Record:
         return programlog.root_node(failed, lines_of)
 
     def task_exit_code(self, since: int) -> int | None:
-        """The exit status of the first task srun saw exit with one after byte ``since``."""
+        """The exit status of the first task srun saw fail with one after byte ``since`` (not
+        a stop's 75)."""
         for m in SRUN_TASK_ERROR.finditer(self._log_since(since)):
             if m["how"].startswith("Exited with exit code "):
-                return int(m["how"].rsplit(" ", 1)[1])
+                code = int(m["how"].rsplit(" ", 1)[1])
+                if code not in (0, eventlog.EXIT_STOPPED):
+                    return code
         return None
 
     def launch_failures(self, since: int) -> dict[str, str]:

@@ -1000,6 +1000,17 @@ def test_preemption_with_gracetime_is_requeued_when_saved(rig):
     requeued_cleanly(rig, code)
 
 
+def test_a_preemption_names_no_node_of_a_failure_in_the_batch_logs_last_line(rig, tmp_path):
+    """srun says each task it ended (Terminated) or that stopped (exit 75): no node failed."""
+    with_batch_log(rig, tmp_path)
+    rig.task = Plan([JOINS, SAVES, (20, emit("stopped", step=6)), (20, srun_says("srun: error: n1: task 0: Terminated")),
+                     (20, srun_says("srun: error: n2: task 1: Exited with exit code 75")), (20, exits(143))])
+    rig.slurm.preempt_time = PREEMPTED_AT
+    rig.run()
+    assert rig.names() == ["started", "preempted", "requeue"]
+    assert "first failure" not in rig.stdout and "exit status 143;" in rig.stdout, rig.stdout
+
+
 def test_on_slurm_24_11_a_preemption_is_requeued_by_slurm_alone(rig):
     """24.11 requeues a preempted job when its script ends, and its mark outlives a requeue of
     ours: with both, the job ran a third time after it finished. The supervisor asks nothing."""
