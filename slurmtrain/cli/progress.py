@@ -47,12 +47,16 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
         if snap.ended and not snap.finished:
             sys.exit(1)
         return
-    tty = sys.stdout.isatty()
+    tty, shown = sys.stdout.isatty(), None
     try:
         while True:
             snap = snapshot(run)
             line = progress_line(snap)
-            click.echo(f"\r\033[K{line}" if tty else line, nl=not tty)
+            if tty:
+                click.echo(f"\r\033[K{line}", nl=False)
+            elif line != shown:  # a log or a pipe: a line when something changed, not each interval
+                click.echo(line)
+            shown = line
             if snap.ended:
                 break
             time.sleep(interval)

@@ -57,6 +57,8 @@ class Snapshot:
     eta_s: float | None
     finished: bool             # the run completed (eventlog's outcome, as `slurmtrain status` says)
     ended: str | None = None   # how the run ended for good (an outcome kind: "user error", ...), if it did
+    news: str | None = None    # the history's latest line (`slurmtrain status`'s words), for a run with no metrics
+    saved: int | None = None   # the step of the latest checkpoint the events record
 
 
 def snapshot(run_dir: Path) -> Snapshot:
@@ -65,6 +67,10 @@ def snapshot(run_dir: Path) -> Snapshot:
     # carries on, a program's `finished` followed by the script's `failed` is a failure.
     outcome = eventlog.latest(events.read(run_dir))
     ended = outcome.kind if outcome.final else None
+    news = None
+    if not train:  # a program of the user's: what its events say is all there is to follow
+        from .classify import history
+        news = (history(run_dir) or [None])[-1]
     last = train[-1] if train else {}
     step, total = last.get("step"), last.get("total_steps")
     eta = None
@@ -73,7 +79,7 @@ def snapshot(run_dir: Path) -> Snapshot:
     return Snapshot(step=step, total=total, loss=last.get("loss"),
                     eval_loss=evals[-1]["eval_loss"] if evals else None,
                     tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=ended == eventlog.COMPLETED,
-                    ended=ended)
+                    ended=ended, news=news, saved=outcome.step)
 
 
 def _duration(seconds: float) -> str:
@@ -89,8 +95,11 @@ def progress_line(snap: Snapshot) -> str:
             return "no metrics; finished"
         if snap.ended:
             return f"no metrics; ended: {snap.ended} (see `slurmtrain status`)"
-        # The built-in trainer writes metrics.jsonl; a program of the user's writes none.
-        return "no metrics yet (the built-in trainer writes them; `slurmtrain logs -f` follows any program's output)"
+        # The built-in trainer writes metrics.jsonl; a program of the user's writes none, so its
+        # events say what there is: the latest of its history, its latest checkpoint.
+        saved = f"; last checkpoint at step {snap.saved}" if snap.saved is not None else ""
+        news = f"{snap.news}{saved}" if snap.news else "not started yet"
+        return f"{news} (no metrics: the built-in trainer writes them; `slurmtrain logs -f` follows any program's output)"
     parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total else "")]
     if snap.total:
         parts[0] += f" ({100 * snap.step / snap.total:.0f}%)"

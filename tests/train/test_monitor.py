@@ -86,7 +86,7 @@ def test_watch_and_logs_default_to_the_latest_run_and_once_fails_for_a_failed_on
     (old.path / "metrics.jsonl").write_text('{"step": 4, "total_steps": 10, "loss": 3.0, "step_time": 0.1}\n')
     events.append(new.path, "started")
     result = CliRunner().invoke(main, ["watch", "--once"])  # the latest: no metrics from a program of one's own
-    assert result.exit_code == 0 and "no metrics yet" in result.output and "logs -f" in result.output, result.output
+    assert result.exit_code == 0 and "(no metrics: " in result.output and "logs -f" in result.output, result.output
     (new.logs / "job-2.out").write_text("hello from the latest run\n")
     result = CliRunner().invoke(main, ["logs"])
     assert result.exit_code == 0 and "hello from the latest run" in result.output, result.output
@@ -97,3 +97,30 @@ def test_watch_and_logs_default_to_the_latest_run_and_once_fails_for_a_failed_on
     doctor.update_manifest(name=doctor.name, job_name="doctor", job_ids=["3"], submitted_at="2026-01-03T00:00:00")
     result = CliRunner().invoke(main, ["logs"])
     assert "hello from the latest run" in result.output, result.output
+
+
+def test_watch_follows_a_program_without_metrics_by_its_events_a_line_per_change(tmp_path, monkeypatch):
+    """A program of the user's writes no metrics: watch says the history's latest line and
+    the latest checkpoint, and into a log or a pipe only when that changes."""
+    from slurmtrain.cli import progress as progress_cli
+    events.append(tmp_path, "submitted", job_id="7")
+    events.append(tmp_path, "started", job_id="7", restart=0, nodes="stnode1 stnode2")
+    events.append(tmp_path, "checkpoint_saved", job_id="7", restart=0, step=40)
+    once = CliRunner().invoke(main, ["watch", str(tmp_path), "--once"])
+    assert once.exit_code == 0 and "last checkpoint at step 40 (no metrics: " in once.output, once.output
+    naps = []
+
+    def nap(seconds):
+        naps.append(seconds)
+        if len(naps) == 2:
+            events.append(tmp_path, "checkpoint_saved", job_id="7", restart=0, step=50)
+        if len(naps) == 4:
+            events.append(tmp_path, "finished", job_id="7", restart=0, exit_code=0)  # the script's end
+        if len(naps) > 10:  # never ended: leave as Ctrl-C would, and fail below
+            raise KeyboardInterrupt
+    monkeypatch.setattr(progress_cli.time, "sleep", nap)
+    result = CliRunner().invoke(main, ["watch", str(tmp_path), "--interval", "1"])
+    lines = result.output.splitlines()
+    assert result.exit_code == 0 and len(naps) == 4, (naps, result.output)
+    assert len(lines) == 3 and "step 40" in lines[0] and "step 50" in lines[1], lines  # 5 polls, 3 changes
+    assert lines[2].startswith("no metrics; finished"), lines
