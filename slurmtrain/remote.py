@@ -290,7 +290,9 @@ def remote_script(remote: Remote, argv: list[str], *, code: str | None = None) -
     ``runs/`` there unless ``--runs-dir`` says otherwise), or in a code snapshot for ``submit``."""
     lines = [f"mkdir -p -- {rpath(remote.dir)} && cd -- {rpath(remote.dir)} || exit 2",
              # A SLURMTRAIN_REMOTE there would send the command on again.
-             'unset SLURMTRAIN_REMOTE; SLURMTRAIN_RUNS_DIR="$PWD/runs"; export SLURMTRAIN_RUNS_DIR']
+             'unset SLURMTRAIN_REMOTE; SLURMTRAIN_RUNS_DIR="$PWD/runs"; export SLURMTRAIN_RUNS_DIR',
+             # Hints the command prints name the way back: `slurmtrain --remote NAME ...`.
+             f"SLURMTRAIN_VIA_REMOTE={shlex.quote(remote.name)}; export SLURMTRAIN_VIA_REMOTE"]
     if code:
         lines.append(f"cd -- {shlex.quote(code)} || exit 2")
     lines.append(f"exec {rpath(remote.command)} {shlex.join(argv)}")

@@ -58,7 +58,8 @@ def _fake_slurmtrain(tmp_path: Path) -> Path:
     prog.parent.mkdir()
     prog.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
                     "print(json.dumps({'argv': sys.argv[1:], 'cwd': os.getcwd(),"
-                    " 'runs': os.environ['SLURMTRAIN_RUNS_DIR'], 'remote': os.environ.get('SLURMTRAIN_REMOTE')}))\n")
+                    " 'runs': os.environ['SLURMTRAIN_RUNS_DIR'], 'remote': os.environ.get('SLURMTRAIN_REMOTE'),"
+                    " 'via': os.environ.get('SLURMTRAIN_VIA_REMOTE')}))\n")
     prog.chmod(prog.stat().st_mode | stat.S_IXUSR)
     return prog
 
@@ -70,7 +71,7 @@ def test_the_login_shell_gets_every_argument_literally(tmp_path, monkeypatch):
     home.mkdir()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     odd_dir = "~/work dir $(touch pwned3); 'q' \"d\""
-    r = rm.Remote(name="c", host="h", dir=odd_dir, command=str(_fake_slurmtrain(tmp_path)))
+    r = rm.Remote(name="c d$(x)", host="h", dir=odd_dir, command=str(_fake_slurmtrain(tmp_path)))
     script = rm.remote_script(r, ["status", *HOSTILE])
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "SLURMTRAIN_REMOTE": "loop"}
     # ssh hands `sh -c QUOTED` to the login shell: the same two levels here.
@@ -82,6 +83,7 @@ def test_the_login_shell_gets_every_argument_literally(tmp_path, monkeypatch):
     there = home / odd_dir[2:]
     assert got["cwd"] == str(there) and got["runs"] == str(there / "runs")
     assert got["remote"] is None  # not sent on again from the login node
+    assert got["via"] == "c d$(x)"  # hints it prints name the way back: slurmtrain --remote NAME
     assert not list(tmp_path.rglob("pwned*"))
 
 
@@ -151,3 +153,11 @@ def test_a_remote_command_goes_before_the_command_line_loads(tmp_path):
     env["SLURMTRAIN_REMOTE"] = "h"
     version = subprocess.run([sys.executable, "-m", "slurmtrain", "--version"], env=env, capture_output=True, text=True)
     assert version.returncode == 0 and "version" in version.stdout, version.stderr
+
+
+def test_a_submit_reached_through_a_remote_says_how_to_follow_it_from_the_laptop(monkeypatch):
+    from slurmtrain.cli.refs import follow_up
+    monkeypatch.delenv("SLURMTRAIN_VIA_REMOTE", raising=False)
+    assert follow_up("runs") == ("slurmtrain", "") and follow_up("/x/runs") == ("slurmtrain", " --runs-dir /x/runs")
+    monkeypatch.setenv("SLURMTRAIN_VIA_REMOTE", "my cluster")
+    assert follow_up("/home/u/.slurmtrain/runs") == ("slurmtrain --remote 'my cluster'", "")

@@ -13,7 +13,7 @@ import click
 
 from ..errors import UsageError
 from .base import main
-from .refs import after_options, chain_of, runs_dir_option
+from .refs import after_options, chain_of, follow_up, runs_dir_option
 
 
 def _job_options(f):
@@ -137,14 +137,14 @@ def _submit(inputs, tokenizer, out, text_field, processes, skip_bad, shard_mb, p
         return
     afters = chain_of(runs_dir, after, after_ok, after_any)
     done = submit_job(loaded, job, runs_dir, after=afters)
-    hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
+    cli, hint = follow_up(runs_dir)
     click.echo(f"submitted array job {done.job_id}: {job.array} tasks of one node each, each starting "
                "when a node is free")
     if afters:
         from ..runs.chain import waiting_note
         click.echo(waiting_note(afters, "Dependency"))
     click.echo(f"run directory: {done.run.path}")
-    click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
+    click.echo(f"follow it: {cli} status{hint} {done.run.name}; {cli} logs{hint} -f {done.run.name}")
     click.echo(f"when it completes, {out / 'index.json'} exists: set the recipe's data.path to {out}")
 
 

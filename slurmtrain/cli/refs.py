@@ -6,6 +6,9 @@ function, :func:`slurmtrain.runs.rundir.resolve`, so each accepts the same forms
 
 from __future__ import annotations
 
+import os
+import shlex
+
 import click
 
 RUN_FORMS = ("RUN is a run directory, a run name under --runs-dir or a unique prefix of one, "
@@ -63,3 +66,14 @@ def chain_of(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], a
     for note in notes:
         click.echo(note, err=True)
     return afters
+
+
+def follow_up(runs_dir: str) -> tuple[str, str]:
+    """How a printed hint writes the next command: (``slurmtrain``, `` --runs-dir DIR`` where
+    not the default); on a login node that a laptop's ``--remote NAME`` reached (the remote
+    sets SLURMTRAIN_VIA_REMOTE), ``slurmtrain --remote NAME`` and no runs directory: the
+    laptop's commands find the remote's own."""
+    via = os.environ.get("SLURMTRAIN_VIA_REMOTE")
+    if via:
+        return f"slurmtrain --remote {shlex.quote(via)}", ""
+    return "slurmtrain", "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"

@@ -13,7 +13,7 @@ import click
 from ..errors import UsageError
 from .base import main
 from .options import build_job, job_options, warn_about_command
-from .refs import after_options, chain_of, resolve_run, runs_dir_option
+from .refs import after_options, chain_of, follow_up, resolve_run, runs_dir_option
 
 
 # submit's own options, each with a value: not `gen`'s.
@@ -65,19 +65,19 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
     done = submit_job(loaded, job, runs_dir, after=afters)
     warn_about_command(loaded, job)  # once sbatch took it: a refusal says all
-    hint = "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
+    cli, hint = follow_up(runs_dir)
     from ..runs.submit import excluded_nodes
     if excluded_nodes(done.run):
-        click.echo(f"excluding node(s) {excluded_nodes(done.run)}: the bad-node ledger (slurmtrain nodes{hint})", err=True)
+        click.echo(f"excluding node(s) {excluded_nodes(done.run)}: the bad-node ledger ({cli} nodes{hint})", err=True)
     click.echo(f"submitted job {done.job_id}")
     if afters:
         from ..runs.chain import waiting_note
         click.echo(waiting_note(afters, "Dependency"))
     click.echo(f"run directory: {done.run.path}")
-    click.echo(f"follow it: slurmtrain status{hint} {done.run.name}; slurmtrain logs{hint} -f {done.run.name}")
+    click.echo(f"follow it: {cli} status{hint} {done.run.name}; {cli} logs{hint} -f {done.run.name}")
     if loaded.profile.slurm.spare_nodes:
         click.echo(f"with spares, the job outlives any node but its batch host; to requeue it if that one dies: "
-                   f"slurmtrain resubmit{hint} --watch --detach {done.run.name}")
+                   f"{cli} resubmit{hint} --watch --detach {done.run.name}")
 
 
 @main.command()

@@ -77,6 +77,9 @@ def test_a_run_from_the_laptop_is_followed_plotted_preempted_and_resumed(laptop_
     sub = laptop(env, project, "submit", "--profile", "local", "-N", "2", "--partition", "low", *SETS,
                  "--name", "lap", "--", *TRAIN)
     name = submitted(sub)
+    # The hint is written for the laptop: through the remote, without the login node's runs directory.
+    assert f"follow it: slurmtrain --remote lane status {name}; slurmtrain --remote lane logs -f {name}" \
+        in sub.stdout, sub.stdout
     code = "slurmtrain/code/" + re.sub(r"[^A-Za-z0-9._-]", "_", project.name)
     assert re.search(rf"slurmtrain: code: {re.escape(str(project))} \(\d+ files, [\d.]+ [kM]B\)", sub.stderr), sub.stderr
     assert f"-> {LOGIN_USER}@127.0.0.1:{LOGIN_PORT}:{code}/" in sub.stderr, sub.stderr
