@@ -389,6 +389,9 @@ def back_in_service(nodes: list[str]) -> str:
     return f"{' '.join(nodes)} {'are' if len(nodes) > 1 else 'is'} back in service"
 
 
+STOP_ASKED = "asked"  # a signal event's cause: the stop signal came long before the time limit's warning
+
+
 def signal_cause(e: Event) -> tuple[str, str]:
     """Why the stop a ``signal`` event records came: (kind, words), for every reader. The
     supervisor writes its ``cause``: the time limit, for the stop signal (Slurm's warning
@@ -397,6 +400,10 @@ def signal_cause(e: Event) -> tuple[str, str]:
     the time limit's warning, a SIGTERM as Slurm's (a preemption, or a kill)."""
     name = str(e.get("signal"))
     term = name in ("TERM", "SIGTERM")
+    if e.get("cause") == STOP_ASKED:
+        left = int(e.get("before_end") or 0)
+        return PREEMPTED, (f"the stop signal SIG{name} came {left // 60} min before the time limit, not as Slurm's "
+                           "warning: someone asked for the stop (scancel --signal, or the site)")
     if e.get("cause") == TIME_LIMIT and term:
         return TIME_LIMIT, "SIGTERM at the job's planned end: the time limit"
     if e.get("cause") == TIME_LIMIT or (e.get("cause") is None and not term):

@@ -178,6 +178,9 @@ STUCK_S = 15           # srun still runs this long after a task failed: probe th
 # How long after the moment Slurm's time-limit warning was due the supervisor stops the run
 # itself when none came (Slurm sends it on a 30-second tick, up to that much early).
 WARNING_LATE_S = 10
+# Slurm sends the time-limit warning on its 30-second tick, so up to a minute early: a stop
+# signal well before that is not Slurm's warning but someone's (scancel --signal, a site's).
+WARNING_EARLY_S = 180
 
 
 class Phase(str, Enum):
@@ -569,9 +572,19 @@ def _stop(s: State, name: str) -> tuple[State, list[Do]]:
     where it came: a SIGTERM reaches this point only at the planned end, the stop signal is
     the time limit's warning, Slurm's or the supervisor's own."""
     s = _go(s, stop=Stop.ASKED if s.stop == Stop.NONE else None, stop_at=s.now)
-    acts = [Do("touch_stop_file"), _event(Ev.SIGNAL, signal=name, cause=eventlog.TIME_LIMIT),
+    acts = [Do("touch_stop_file"), _event(Ev.SIGNAL, signal=name, **_stop_cause(s, name)),
             _say(f"slurmtrain: received SIG{name}; asking every task to checkpoint and stop")]
     return s, acts + ([Do("send_stop")] if s.phase in LAUNCHED else [])
+
+
+def _stop_cause(s: State, name: str) -> dict:
+    """The time limit's, unless the stop signal came well before its warning was due: then
+    someone asked for the stop (``before_end``: seconds left to the planned end)."""
+    end = _epoch(s.planned_end)
+    if name == "TERM" or end is None or not s.knobs.warning_seconds \
+            or s.wall >= end - s.knobs.warning_seconds - WARNING_EARLY_S:
+        return {"cause": eventlog.TIME_LIMIT}
+    return {"cause": eventlog.STOP_ASKED, "before_end": round(end - s.wall)}
 
 
 def _epoch(end: str) -> float | None:

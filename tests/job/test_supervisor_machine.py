@@ -227,3 +227,17 @@ def test_the_diagram_test_sees_a_missing_edge():
     text = DOC.read_text().replace("    requeuing --> done : Over\n", "")
     edges, _ = _diagram_edges(text)
     assert (Phase.REQUEUING.value, Phase.DONE.value) not in edges
+
+
+@pytest.mark.parametrize("wall,cause", [
+    (WARN_AT - decide.WARNING_LATE_S, "time limit"),  # Slurm's warning, on time
+    (WARN_AT - decide.WARNING_LATE_S - 60, "time limit"),  # a tick early
+    (WARN_AT - decide.WARNING_LATE_S - decide.WARNING_EARLY_S - 600, "asked"),  # ten minutes before it was due
+])
+def test_a_stop_signal_long_before_the_warning_was_due_was_asked_for_not_the_time_limit(wall, cause):
+    """`scancel --signal=USR2 --batch` a minute into a 30-minute job is not the time limit."""
+    _, done = decide.step(State(knobs=WARNED, phase=Phase.RUNNING, planned_end=END, wall=wall), Sig("USR2"))
+    (event,) = [a for a in done if a.what == "event"]
+    assert event.args[1]["cause"] == cause, event
+    if cause == "asked":
+        assert event.args[1]["before_end"] == round(decide._epoch(END) - wall)

@@ -140,3 +140,13 @@ def test_a_job_script_killed_by_a_signal_says_so_not_exit_code_0(tmp_path):
     assert classify.classify(run, "FAILED", 0, 99).detail == "Slurm says FAILED (the job script was killed by signal 99)"
     assert classify.classify(run, "FAILED", 0).detail == "Slurm says FAILED (exit code 0)"
     assert classify.classify(run, "FAILED", 2, 9).kind == classify.USER_ERROR  # an exit status says more
+
+
+def test_a_stop_signal_someone_sent_is_not_called_the_time_limit(tmp_path):
+    run = write(tmp_path, "submitted", START, ("signal", {"signal": "USR2", "cause": "asked", "before_end": 1700}),
+                ("stopped", {"step": 12}), ("requeue", {"exit_code": 143}))
+    out = classify.classify(run)
+    assert out.kind == classify.PREEMPTED, out
+    assert out.detail.startswith("the stop signal SIGUSR2 came 28 min before the time limit, not as Slurm's warning: "
+                                 "someone asked for the stop (scancel --signal, or the site)"), out.detail
+    assert not any("time limit:" in line for line in classify.history(run)), classify.history(run)
