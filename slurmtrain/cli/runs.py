@@ -60,6 +60,30 @@ def _share(report: dict | None) -> str:
     return "-" if share is None else f"{share:.0%}"
 
 
+def _jobs(st) -> list[dict]:
+    """The run's submissions, oldest first: its first job and each resubmission."""
+    return [e for e in st.events if e.get("event") in ("submitted", "resubmitted") and e.get("job_id")]
+
+
+def _requeues(st) -> str:
+    """Slurm's requeues of the current job, and the run's jobs where it had more than one
+    (a resubmission starts a new job, whose count starts again at 0)."""
+    text = "-" if st.restarts is None else str(st.restarts)
+    jobs = _jobs(st)
+    if len(jobs) > 1:
+        text += f" (job {st.job_id}); the run's job {len(jobs)}, after {len(jobs) - 1} resubmission(s)"
+    return text
+
+
+def _submitted(st) -> str:
+    """When the run began; after a resubmission, when its current job was submitted too."""
+    jobs = _jobs(st)
+    if len(jobs) < 2:
+        return _short_time(st.submitted)
+    first = datetime.fromtimestamp(jobs[0]["time"]).strftime("%Y-%m-%d %H:%M:%S")
+    return f"{first} (job {jobs[0]['job_id']}); job {jobs[-1]['job_id']} at {_short_time(st.submitted)}"
+
+
 def _short_time(iso: str | None) -> str:
     if not iso:
         return "-"
@@ -177,7 +201,7 @@ def _print_status(st) -> None:
     if st.program_exit_code is not None and st.program_exit_code != st.exit_code:
         row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
                        "exit code is the launcher's or srun's, not the program's)")
-    row("requeues", "-" if st.restarts is None else st.restarts)
+    row("requeues", _requeues(st))
     if st.watcher is not None:
         from ..runs.watcher import describe as watched
         row("watch", f"`resubmit --watch`: {watched(st.watcher)}")
@@ -194,7 +218,7 @@ def _print_status(st) -> None:
         from ..runs import pace
 
         row("slow", pace.describe(st.slow))
-    row("submitted", _short_time(st.submitted))
+    row("submitted", _submitted(st))
     for label, text in _tracking_rows(st):  # the W&B run (link or offline folders), TensorBoard
         row(label, text)
     if st.events and st.run:  # the raw events stay in --json

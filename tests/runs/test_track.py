@@ -161,3 +161,22 @@ def test_a_requeued_job_held_by_slurm_says_the_hold_ends_by_itself(tmp_path, fak
     fake_slurm(scontrol=line.format(0), sacct=None)  # never requeued: a begin time the user asked for
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path)]).output
     assert "reason: BeginTime" in out and "holds a requeued job" not in out, out
+
+
+def test_status_of_a_resubmitted_run_says_its_first_submission_and_how_many_jobs(tmp_path, fake_slurm):
+    """Slurm's requeue count and submit time are the current job's: after a resubmission
+    they start again, so the run's own figures are said beside them."""
+    fake_slurm(scontrol="JobId=9 JobState=RUNNING Restarts=0 ExitCode=0:0 RunTime=00:01:00 NodeList=stnode1 "
+                        "NumNodes=1", sacct=None)
+    run = _run(tmp_path, "lap", "9", [("submitted", {"job_id": "7"}),
+                                      ("started", {"job_id": "7", "restart": 0, "nodes": "stnode1"}),
+                                      ("resubmitted", {"job_id": "9", "previous_job_id": "7"}),
+                                      ("started", {"job_id": "9", "restart": 0, "nodes": "stnode1"})])
+    out = CliRunner().invoke(main, ["status", str(run.path)]).output
+    rows = {line[:10].strip(): line[10:].strip() for line in out.splitlines() if line[:10].strip()}
+    assert rows["requeues"] == "0 (job 9); the run's job 2, after 1 resubmission(s)", out
+    assert rows["submitted"].endswith("(job 7); job 9 at 2025-01-01 00:00:09"), out
+    single = _run(tmp_path, "one", "9", [("submitted", {"job_id": "9"})])
+    rows = {line[:10].strip(): line[10:].strip() for line in CliRunner().invoke(main, ["status", str(single.path)])
+            .output.splitlines() if line[:10].strip()}
+    assert (rows["requeues"], rows["submitted"]) == ("0", "2025-01-01 00:00:09"), rows
