@@ -150,7 +150,10 @@ def _add_run(out: Goodput, evs: list[Event], now: float) -> None:
         if opened_at is not None and opened_at < st["time"]:
             out.spans.append(Span("queue", opened_at, st["time"], 0, carried))
         running = not later and eventlog.outcome(start).kind == eventlog.RUNNING
-        end = now if running else max(e["time"] for e in start.events)
+        # The job's own last word ends its node time: a command's event (a cancel of the job
+        # pending again after a requeue) says nothing of nodes held.
+        end = now if running else max((e["time"] for e in start.events if e.get("event") not in eventlog.CLI_EVENTS),
+                                      default=st["time"])
         claims, ended_by = _claims(out, start, end, carried, known)
         spares = str(st.get("spares", "")).split()
         nodes = (len(str(st.get("nodes", "")).split()) or 1) - len(spares)

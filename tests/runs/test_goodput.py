@@ -289,3 +289,14 @@ def test_a_run_without_a_heartbeat_yet_is_not_said_to_send_none():
     assert running.endswith("(no heartbeat yet: until the first, start-up counts as trained)"), running
     [(_, ended)] = _goodput_rows(report, ended=True)
     assert ended.endswith("(the program sends no heartbeat: start-up and lost steps count as trained)"), ended
+
+
+def test_a_cancel_of_a_job_pending_again_after_a_requeue_holds_no_nodes():
+    """Requeued from outside at 50 (the job waits in the queue again), cancelled at 62: the
+    start's node time ends with the job's own last word, not the cancel command's."""
+    evs = [ev(0, "submitted", job_id="7"), ev(10, "started", job_id="7", restart=0, nodes="a b"),
+           ev(20, "first_step", step=1, at=19), ev(45, "checkpoint_saved", step=10, seconds=2),
+           ev(48, "stopped", step=10), ev(50, "requeued_by_slurm", job_id="7", restart=0, by="scontrol requeue"),
+           ev(62, "cancel_requested", job_id="7")]
+    g = goodput.of_events(evs, now=100)
+    assert g.allocated == 2 * (50 - 10), parts(g)
