@@ -75,13 +75,13 @@ class Record:
 
     def mark_node_logs(self) -> None:
         """A launch begins: what its nodes' logs say from here on is its own."""
-        self.node_marks = {p.name: p.stat().st_size for p in self._node_logs()}
-
-    def _node_logs(self) -> list[Path]:
+        marks = {}
         try:
-            return list((self.run_dir / "logs").glob(f"{self.job.tag}-*.out"))
-        except OSError:
-            return []
+            for p in (self.run_dir / "logs").glob(f"{self.job.tag}-*.out"):
+                marks[p.name] = p.stat().st_size
+        except OSError:  # a log gone, the folder unreadable: read from the start, as before any mark
+            pass
+        self.node_marks = marks
 
     def first_failure(self, since: int) -> str | None:
         """The node of the failure srun reported in the batch log after byte ``since``: of
