@@ -100,8 +100,12 @@ def plot(ref: str, runs_dir: str, out: Path) -> None:
                              "pip install 'slurmtrain[train]'") from None
         click.echo(f"wrote {out}: " + ("; ".join(labels) if labels else "no point has metrics yet"))
         return
-    if not read_metrics(run)[0] and not events.read(run):
-        raise UsageError(f"{run}: nothing to plot yet (no metrics.jsonl, no events.jsonl)")
+    evs = events.read(run)
+    if not read_metrics(run)[0] and not any(e.get("event") == "started" for e in evs):
+        refused = next((e.get("message") for e in evs if e.get("event") == "submit_refused"), None)
+        why = (f"sbatch refused its job ({refused})" if refused else
+               "its job has not started" if evs else "no metrics.jsonl, no events.jsonl")
+        raise UsageError(f"{run}: nothing to plot yet: {why}")
     try:
         plot_run(run, out)
     except ModuleNotFoundError as err:

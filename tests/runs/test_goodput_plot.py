@@ -55,3 +55,18 @@ def test_plot_of_a_run_with_nothing_yet_says_so(tmp_path):
     run = rundir.create(tmp_path, "empty")
     result = CliRunner().invoke(main, ["plot", str(run.path), "-o", str(tmp_path / "x.png")])
     assert result.exit_code == 2 and "nothing to plot yet" in result.output
+
+
+def test_plot_of_a_refused_or_waiting_run_says_why_there_is_nothing(tmp_path):
+    from slurmtrain import events
+    from slurmtrain.runs import rundir
+    refused = rundir.create(tmp_path, "refused")
+    events.append(refused.path, "submit_refused", message="Invalid partition name specified")
+    result = CliRunner().invoke(main, ["plot", str(refused.path), "-o", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and result.output.rstrip().endswith(
+        "nothing to plot yet: sbatch refused its job (Invalid partition name specified)"), result.output
+    waiting = rundir.create(tmp_path, "waiting")
+    events.append(waiting.path, "submitted", job_id="7")
+    result = CliRunner().invoke(main, ["plot", str(waiting.path), "-o", str(tmp_path / "y.png")])
+    assert result.exit_code == 2 and "nothing to plot yet: its job has not started" in result.output, result.output
+    assert not (tmp_path / "x.png").exists() and not (tmp_path / "y.png").exists()
