@@ -607,6 +607,9 @@ def combine(per_task: dict[int, tuple[Outcome, str]]) -> Outcome:
     kind = min((o.kind for o, _ in per_task.values()), key=WORST_FIRST.index)
     worst = sorted(t for t, (o, _) in per_task.items() if o.kind == kind)
     first = per_task[worst[0]][0]
+    detail, step = first.detail, first.step
+    if len(worst) > 1 and step is not None:  # one task's checkpoint is not the others': none said
+        detail, step = detail.removesuffix(_with_step("", step)), None
     rest = {t: w for t, w in words.items() if t not in worst}
-    return Outcome(kind, f"{task_list(worst)} of {n}: {first.detail}" + (f" ({_phrase(rest)})" if rest else ""),
-                   True, first.step, first.event)
+    return Outcome(kind, f"{task_list(worst)} of {n}: {detail}" + (f" ({_phrase(rest)})" if rest else ""),
+                   True, step, first.event)

@@ -80,6 +80,16 @@ def test_the_worst_end_names_its_task():
     assert (end.kind, end.detail.split(":")[0]) == (K.CANCELLED, "task 1 of 2")
 
 
+def test_tasks_that_ended_alike_name_no_one_tasks_checkpoint():
+    """A cancelled sweep: each point saved its own steps; one point's is not the array's."""
+    saved0, saved1 = script("checkpoint_saved", 0, "13", step=40), script("checkpoint_saved", 1, "12", step=70)
+    cancel = {"event": "cancel_requested", "job_id": "12"}
+    end = K.latest(timed(SUBMITTED, START0, START1, saved0, saved1, cancel))
+    assert end.kind == K.CANCELLED and end.step is None and "last checkpoint" not in end.detail, end
+    alone = K.latest(timed(SUBMITTED, START0, START1, saved1, FAILED1, DONE0))
+    assert alone.detail.startswith("task 1 of 2: ") and alone.step == 70  # one task: its own step stands
+
+
 def test_a_requeued_task_is_followed_through_its_restart():
     evs = timed(SUBMITTED, START0, START1,
                 script("signal", 0, "13", signal="TERM"), script("requeue", 0, "13", exit_code=143),
