@@ -213,7 +213,8 @@ def limit_seconds(text: str) -> tuple[int, str] | None:
         return ((int(days) * 24 + h) * 60 + m) * 60 + sec, forms[len(parts) - 1]
     forms = ("minutes", "minutes:seconds", "hours:minutes:seconds")
     scales = ((60,), (60, 1), (3600, 60, 1))[len(parts) - 1]
-    return sum(v * k for v, k in zip(parts, scales)), forms[len(parts) - 1]
+    seconds = sum(v * k for v, k in zip(parts, scales))
+    return -(-seconds // 60) * 60, forms[len(parts) - 1]  # Slurm keeps whole minutes, rounded up
 
 
 def search_dirs(cwd: Path | None = None) -> list[Path]:

@@ -412,9 +412,10 @@ def warnings(loaded: LoadedProfile) -> list[str]:
                    "before the checkpoint window is over; raise signal_seconds or lower stop_timeout")
     limit = limit_seconds(p.slurm.time) if p.slurm.time else None
     if limit and limit[0] <= r.signal_seconds + 60:
-        out.append(f"the time limit (slurm.time, --time) {p.slurm.time} is {limit[0]} s to Slurm ({limit[1]}), and "
-                   f"the stop signal comes resilience.signal_seconds ({r.signal_seconds} s) before the end: the job "
-                   "would be told to stop as it starts (two hours: 2:00:00)")
+        when = "as it starts" if limit[0] <= r.signal_seconds else f"about {limit[0] - r.signal_seconds} s after it starts"
+        out.append(f"the time limit (slurm.time, --time) {p.slurm.time} is {limit[0] // 60} min to Slurm ({limit[1]}, "
+                   f"in whole minutes), and the stop signal comes resilience.signal_seconds ({r.signal_seconds} s) "
+                   f"before the end: the job would be told to stop {when} (two hours: 2:00:00)")
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "

@@ -72,18 +72,18 @@ _PICTURES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 
 
 @main.command()
-@click.argument("ref", metavar="RUN")
+@click.argument("ref", metavar="[RUN]", required=False)
 @runs_dir_option
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="PNG file to write.")
-def plot(ref: str, runs_dir: str, out: Path) -> None:
+def plot(ref: str | None, runs_dir: str, out: Path) -> None:
     """Plot loss (train and eval), learning rate and throughput of RUN against step, and
     its timeline: queue, start-up, training, checkpoints, faults, restarts (the goodput
     report of `slurmtrain status`). A run with no metrics (a program of your own) gets the
     timeline alone.
 
     RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a job
-    id, or a job name (its latest run).
+    id, or a job name (its latest run); default: the latest run.
     """
     from .. import events
     from ..runs import sweeps

@@ -29,10 +29,13 @@ def resolve_run(ref: str | None, runs_dir: str):
     if ref is None:
         found = rundir.list_runs(runs_dir)
         if not found:
-            raise UsageError(f"no runs under {runs_dir}; name a run or a job id")
-        # `doctor` keeps its checks' jobs as runs too; the latest run meant is a training's.
+            raise UsageError(f"no runs under {os.path.abspath(runs_dir)}; name a run or a job id, or give "
+                             "--runs-dir")
+        # `doctor` keeps its checks' jobs as runs too, and a job sbatch refused is kept as a
+        # run to say why: the latest run meant is a training that was submitted.
         from ..doctor.run import DOCTOR_JOB_NAME
-        own = [r for r in found if r.manifest().get("job_name") != DOCTOR_JOB_NAME]
+        own = [r for r in found if r.manifest().get("job_name") != DOCTOR_JOB_NAME
+               and r.manifest().get("state") != "refused"]
         return (own or found)[-1]
     return rundir.resolve(ref, runs_dir)
 

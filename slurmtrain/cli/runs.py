@@ -61,8 +61,13 @@ def _share(report: dict | None) -> str:
 
 
 def _jobs(st) -> list[dict]:
-    """The run's submissions, oldest first: its first job and each resubmission."""
-    return [e for e in st.events if e.get("event") in ("submitted", "resubmitted") and e.get("job_id")]
+    """The run's jobs, oldest first, by their first submission event (a resubmission writes
+    `submitted` and `resubmitted` for its one new job)."""
+    seen: dict[str, dict] = {}
+    for e in st.events:
+        if e.get("event") in ("submitted", "resubmitted") and e.get("job_id"):
+            seen.setdefault(str(e["job_id"]), e)
+    return list(seen.values())
 
 
 def _requeues(st) -> str:
@@ -268,8 +273,10 @@ def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, st
     text = (f"{report['share']:.0%} of {_human(allocated)} of node time trained steps that were kept"
             + (f"; {', '.join(rest)}" if rest else "") + (f"; {queue}" if queue else ""))
     if not report["progress_known"]:  # a run starting up has sent none yet: not known to send none
-        text += (" (the program sends no heartbeat: start-up and lost steps count as trained)" if ended else
-                 " (no heartbeat yet: until the first, start-up counts as trained)")
+        # Lost steps are known from the checkpoints even then; the steps' own start is not.
+        lost = "" if parts.get("lost", 0) >= 0.005 * allocated else " and lost steps"
+        text += (f" (the program sends no heartbeat: start-up{lost} count{'' if lost else 's'} as trained)"
+                 if ended else " (no heartbeat yet: until the first, start-up counts as trained)")
     rows = [("goodput", text)]
     for i, f in enumerate(report["faults"]):
         cost = dict(f["cost"])

@@ -47,12 +47,10 @@ class Record:
 
     def summary(self, outcome: str, code: int) -> None:
         """The batch log's last line: how this start ended, and the node of the first
-        failure (srun's own error line in this start's part of the batch log) where a task
-        failed: not after a stop where srun only ended tasks (Terminated) or they stopped (75)."""
-        hows = [m["how"] for m in SRUN_TASK_ERROR.finditer(self._log_since(self.log_start))]
-        failed = outcome.startswith("failed") or any(
-            h == "Killed" or (h.startswith("Exited") and not h.endswith(f" {eventlog.EXIT_STOPPED}")) for h in hows)
-        first = self.first_failure(self.log_start) if failed else None
+        failure (srun's own error line in this start's part of the batch log) where it
+        failed: after a stop, a cancel or a requeue, srun's lines are the teardown's (a
+        launcher exits 1 or 143 when its ranks stop with 75), and no node is to blame."""
+        first = self.first_failure(self.log_start) if outcome.startswith("failed") else None
         node = f", first failure on node {first}" if first else ""
         print(f"slurmtrain: job {self.job.ref}: {outcome}, exit status {code}{node}; run directory {self.run_dir}",
               flush=True)

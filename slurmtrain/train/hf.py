@@ -334,7 +334,15 @@ def _shards(tensors: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, 
 
 def _write_weights(shards: list[dict[str, torch.Tensor]], out: Path) -> list[Path]:
     """One ``model.safetensors``, or numbered shards and their index."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file as save_private
+
+    def save_file(tensors, path: Path, metadata: dict) -> None:
+        save_private(tensors, path, metadata=metadata)
+        # safetensors writes its files for the owner alone: teammates on a shared file
+        # system read them as they read config.json, by the user's umask.
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(path, 0o666 & ~mask)
 
     metadata = {"format": "pt"}  # transformers refuses safetensors files without it
     if len(shards) == 1:

@@ -115,16 +115,20 @@ def test_parse_keeps_what_it_does_not_recognise():
         parse(())
 
 
-@pytest.mark.parametrize("limit, warned", [("2:00", "2:00 is 120 s to Slurm (minutes:seconds)"),
-                                           ("0:30", "0:30 is 30 s to Slurm (minutes:seconds)"),
-                                           ("3", "3 is 180 s to Slurm (minutes)"), ("1-0", None), ("2:00:00", None),
-                                           ("90", None), ("UNLIMITED", None)])
+@pytest.mark.parametrize("limit, warned", [
+    ("2:00", "2:00 is 2 min to Slurm (minutes:seconds, in whole minutes)"),
+    ("0:30", "0:30 is 1 min to Slurm (minutes:seconds, in whole minutes)"),
+    ("00:01:30", "00:01:30 is 2 min to Slurm (hours:minutes:seconds, in whole minutes)"),  # rounded up
+    ("3", "3 is 3 min to Slurm (minutes, in whole minutes)"), ("1-0", None), ("2:00:00", None), ("90", None),
+    ("UNLIMITED", None)])
 def test_gen_warns_of_a_time_limit_that_leaves_no_time_before_the_stop_signal(limit, warned):
     result = CliRunner().invoke(main, ["gen", "-p", "aws-p4d", "-t", limit, "--", "python", "x.py"])
     assert result.exit_code == 0, result.output
     if warned:
         assert f"warning: the time limit (slurm.time, --time) {warned}, and the stop signal comes " \
                "resilience.signal_seconds (120 s) before the end" in result.stderr, result.stderr
+        when = "about 60 s after it starts" if limit == "3" else "as it starts"
+        assert f"the job would be told to stop {when} (two hours: 2:00:00)" in result.stderr, result.stderr
     else:
         assert "time limit" not in result.stderr, result.stderr
 

@@ -70,3 +70,11 @@ def test_plot_of_a_refused_or_waiting_run_says_why_there_is_nothing(tmp_path):
     result = CliRunner().invoke(main, ["plot", str(waiting.path), "-o", str(tmp_path / "y.png")])
     assert result.exit_code == 2 and "nothing to plot yet: its job has not started" in result.output, result.output
     assert not (tmp_path / "x.png").exists() and not (tmp_path / "y.png").exists()
+
+
+def test_plot_without_a_run_draws_the_latest_as_status_logs_and_watch_do(tmp_path):
+    pytest.importorskip("matplotlib")
+    recorded_run(tmp_path, "crash_hang_preempted")
+    out = tmp_path / "latest.png"
+    result = CliRunner().invoke(main, ["plot", "--runs-dir", str(tmp_path), "-o", str(out)])
+    assert result.exit_code == 0 and out.read_bytes()[:8] == PNG, result.output

@@ -170,6 +170,7 @@ def test_status_of_a_resubmitted_run_says_its_first_submission_and_how_many_jobs
                         "NumNodes=1", sacct=None)
     run = _run(tmp_path, "lap", "9", [("submitted", {"job_id": "7"}),
                                       ("started", {"job_id": "7", "restart": 0, "nodes": "stnode1"}),
+                                      ("submitted", {"job_id": "9"}),  # a resubmission writes both
                                       ("resubmitted", {"job_id": "9", "previous_job_id": "7"}),
                                       ("started", {"job_id": "9", "restart": 0, "nodes": "stnode1"})])
     out = CliRunner().invoke(main, ["status", str(run.path)]).output

@@ -105,6 +105,23 @@ def test_export_casts_and_replaces_stale_shards(tmp_path):
     assert state["tok_embeddings.weight"].dtype == torch.bfloat16
 
 
+def test_exported_weights_are_as_readable_as_the_config_by_the_users_umask(tmp_path):
+    """safetensors writes for the owner alone: teammates on a shared file system could not
+    read the model beside its config.json."""
+    import os
+    args = get_preset("tiny")
+    model = Transformer(args)
+    model.init_weights(seed=0)
+    old = os.umask(0o022)
+    try:
+        written = export_hf(model.state_dict(), args, tmp_path / "one")
+        written += export_hf(model.state_dict(), args, tmp_path / "shards", max_shard_bytes=40_000)
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in written}
+    assert set(modes.values()) == {"0o644"}, modes
+
+
 def test_mismatched_shape_names_the_first_tensor_and_leaves_the_model_alone(tmp_path):
     hf_model("gqa-untied").save_pretrained(tmp_path)
     args = ModelArgs(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=300, ffn_dim=172,

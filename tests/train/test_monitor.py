@@ -85,6 +85,8 @@ def test_watch_and_logs_default_to_the_latest_run_and_once_fails_for_a_failed_on
     new.update_manifest(name=new.name, job_ids=["2"], submitted_at="2026-01-02T00:00:00")
     (old.path / "metrics.jsonl").write_text('{"step": 4, "total_steps": 10, "loss": 3.0, "step_time": 0.1}\n')
     events.append(new.path, "started")
+    refused = rundir.create(tmp_path / "runs", "refused")  # newer, but sbatch refused its job: not meant
+    refused.update_manifest(name=refused.name, state="refused", submitted_at="2026-01-03T00:00:00")
     result = CliRunner().invoke(main, ["watch", "--once"])  # the latest: no metrics from a program of one's own
     assert result.exit_code == 0 and "(no metrics: " in result.output and "logs -f" in result.output, result.output
     (new.logs / "job-2.out").write_text("hello from the latest run\n")
@@ -124,3 +126,10 @@ def test_watch_follows_a_program_without_metrics_by_its_events_a_line_per_change
     assert result.exit_code == 0 and len(naps) == 4, (naps, result.output)
     assert len(lines) == 3 and "step 40" in lines[0] and "step 50" in lines[1], lines  # 5 polls, 3 changes
     assert lines[2].startswith("no metrics; finished"), lines
+
+
+def test_no_runs_here_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 2 and f"no runs under {tmp_path / 'runs'}; name a run or a job id, or give " \
+        "--runs-dir" in result.output, result.output
