@@ -95,6 +95,16 @@ class Record:
             return programlog.tail_lines(self.run_dir / "logs" / name, self.node_marks.get(name, 0))
         return programlog.root_node(failed, lines_of)
 
+    def failure_words(self, node: str | None) -> str | None:
+        """What the program said of its failure in ``node``'s log, this launch's part: its own
+        error (a rank killed by a signal, an exception), not a peer's seen through a collective."""
+        if node is None:
+            return None
+        name = f"{self.job.tag}-{node}.out"
+        found = programlog.program_error(programlog.tail_lines(self.run_dir / "logs" / name,
+                                                               self.node_marks.get(name, 0)))
+        return found.line if found is not None and found.root else None
+
     def task_exit_code(self, since: int) -> int | None:
         """The exit status of the first task srun saw fail with one after byte ``since`` (not
         a stop's 75)."""

@@ -245,11 +245,13 @@ class Supervisor:
         if then.action == "finish":
             return self.finish(facts)
         n, first = st.relaunches + 1, self.record.first_failure(self.log_mark)
-        where = f" on {first}" if first else ""
-        self.say(f"slurmtrain: the program failed{where} (exit status {facts.status}) {then.words}; starting it "
+        where, error = f" on {first}" if first else "", self.record.failure_words(first)
+        said = f"{facts.status}: {error}" if error else f"{facts.status}"
+        self.say(f"slurmtrain: the program failed{where} (exit status {said}) {then.words}; starting it "
                  f"again in this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
-                          **({"why": then.why} if then.why else {}), **({"node": first} if first else {}), **cause)
+                          **({"why": then.why} if then.why else {}), **({"node": first} if first else {}),
+                          **({"error": error} if error else {}), **cause)
         self.clear_marks()
         return decide.Settled("relaunch")
 

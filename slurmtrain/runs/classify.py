@@ -171,7 +171,8 @@ def _relaunched(e: dict[str, Any]) -> str:
     if e.get("cause") == eventlog.LAUNCH_FAILED:
         return f"srun could not start the tasks on {e.get('nodes', '?')}: launched again {attempt}"
     where = f" on {e['node']}" if e.get("node") else ""
-    failed = f"the program failed{where} (exit status {e.get('exit_code', '?')})"
+    error = f": {e['error']}" if e.get("error") else ""
+    failed = f"the program failed{where} (exit status {e.get('exit_code', '?')}{error})"
     if e.get("why") == "stray kill":
         return f"{failed} as Slurm killed it (its kill of an earlier start's step): started again in the job {attempt}"
     return f"{failed} after a new checkpoint: started again in the job from it {attempt}"

@@ -1263,8 +1263,9 @@ def test_the_failure_is_named_on_the_node_whose_log_holds_the_programs_error_not
                    (3.5, srun_says("srun: error: n2: task 1: Terminated")), fails_at(7, saved=6).at[-1]])
     rig.task = [first, second, FINISHES_ON_N1_N3]
     rig.run(restarts_in_job=1)
-    assert [e.get("node") for e in rig.events() if e["event"] == "relaunched"] == ["n1"], rig.events()
-    assert "the program failed on n1 (exit status" in rig.said()
+    assert [(e.get("node"), e.get("error")) for e in rig.events() if e["event"] == "relaunched"] == [
+        ("n1", "RuntimeError: deliberate crash at step 7")], rig.events()
+    assert "the program failed on n1 (exit status 1: RuntimeError: deliberate crash at step 7)" in rig.said()
     assert "first failure on node n2" in rig.stdout, rig.stdout  # the second launch: n2 raised
 
 

@@ -150,3 +150,14 @@ def test_a_stop_signal_someone_sent_is_not_called_the_time_limit(tmp_path):
     assert out.detail.startswith("the stop signal SIGUSR2 came 28 min before the time limit, not as Slurm's warning: "
                                  "someone asked for the stop (scancel --signal, or the site)"), out.detail
     assert not any("time limit:" in line for line in classify.history(run)), classify.history(run)
+
+
+def test_an_in_job_restart_says_the_programs_own_error_where_its_log_held_one(tmp_path):
+    run = write(tmp_path, "submitted", START, ("checkpoint_saved", {"step": 20}),
+                ("relaunched", {"attempt": 1, "exit_code": 1, "node": "stnode2",
+                                "error": "rank 3 was killed by SIGKILL (torchrun's first observed failure: "
+                                         "out of memory, or a kill)"}))
+    assert any(line.endswith("the program failed on stnode2 (exit status 1: rank 3 was killed by SIGKILL (torchrun's "
+                             "first observed failure: out of memory, or a kill)) after a new checkpoint: started "
+                             "again in the job from it (in-job restart 1)") for line in classify.history(run)), \
+        classify.history(run)
