@@ -86,6 +86,7 @@ def plot(ref: str | None, runs_dir: str, out: Path) -> None:
     id, or a job name (its latest run); default: the latest run.
     """
     from .. import events
+    from ..eventlog import Ev
     from ..runs import sweeps
     from ..runs.progress import plot as plot_run, read_metrics
     if out.suffix.lower() not in _PICTURES:  # matplotlib picks the format by it
@@ -101,8 +102,8 @@ def plot(ref: str | None, runs_dir: str, out: Path) -> None:
         click.echo(f"wrote {out}: " + ("; ".join(labels) if labels else "no point has metrics yet"))
         return
     evs = events.read(run)
-    if not read_metrics(run)[0] and not any(e.get("event") == "started" for e in evs):
-        refused = next((e.get("message") for e in evs if e.get("event") == "submit_refused"), None)
+    if not read_metrics(run)[0] and not any(e.get("event") == Ev.STARTED for e in evs):
+        refused = next((e.get("message") for e in evs if e.get("event") == Ev.SUBMIT_REFUSED), None)
         why = (f"sbatch refused its job ({refused})" if refused else
                "its job has not started" if evs else "no metrics.jsonl, no events.jsonl")
         raise UsageError(f"{run}: nothing to plot yet: {why}")

@@ -65,7 +65,7 @@ def _jobs(st) -> list[dict]:
     `submitted` and `resubmitted` for its one new job)."""
     seen: dict[str, dict] = {}
     for e in st.events:
-        if e.get("event") in ("submitted", "resubmitted") and e.get("job_id"):
+        if e.get("event") in (Ev.SUBMITTED, Ev.RESUBMITTED) and e.get("job_id"):
             seen.setdefault(str(e["job_id"]), e)
     return list(seen.values())
 
