@@ -20,6 +20,10 @@ SRUN_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$", re.M)
 # down, for good or for a moment): "Task launch for StepId=12.0 failed on node n2: <why>".
 SRUN_LAUNCH_FAILED = re.compile(r"^srun: error: Task launch for StepId=\S+ failed on node (?P<node>[^:\s]+): "
                                 r"(?P<why>.+)$", re.M)
+# ... and its shorter form, by task, when the node's slurmd took the launch but could not open
+# the task's I/O back to srun (a link down a moment): "task 1 launch failed: Slurmd could not
+# connect IO". Which node ran task N is the step's layout's to say (job/step.py).
+SRUN_TASK_LAUNCH_FAILED = re.compile(r"^srun: error: task (?P<task>\d+) launch failed: (?P<why>.+)$", re.M)
 
 
 def parse_key_values(line: str) -> dict[str, str]:

@@ -102,6 +102,7 @@ class HangWatch:
 
 
 OWN_DUMP_WAIT_S = 3.0  # for the ranks' own dumps, after their stack signal
+DUMP_SETTLE_S = 0.3    # ... each taken once it grew no more in this long
 
 
 def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbeats: Path | None = None) -> Path:
@@ -153,9 +154,15 @@ def _own_dumps(slurm: Slurm, missed: list, here: str, heartbeats: Path | None) -
         data = heartbeat.stack_file(heartbeats, rank).read_bytes()[sizes[rank]:] if rank in sizes else b""
         return data.decode("utf-8", "replace")
 
-    deadline = time.monotonic() + OWN_DUMP_WAIT_S
-    while sizes and time.monotonic() < deadline and not all(appended(r) for r in sizes):
-        time.sleep(0.2)
+    # faulthandler writes a dump in many small writes with no end mark: a dump is taken once
+    # it has begun and stopped growing (a rank descheduled mid-dump on a busy node).
+    deadline, seen = time.monotonic() + OWN_DUMP_WAIT_S, None
+    while sizes and time.monotonic() < deadline:
+        now = {r: len(appended(r)) for r in sizes}
+        if all(now.values()) and now == seen:
+            break
+        seen = now
+        time.sleep(DUMP_SETTLE_S)
     for b, out, why in missed:
         text = appended(b.rank)
         if text.strip():

@@ -11,7 +11,7 @@ from typing import Callable
 
 from .. import dependents, eventlog, events, ledger, programlog
 from ..eventlog import Ev
-from ..slurmtext import SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR
+from ..slurmtext import SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR, SRUN_TASK_LAUNCH_FAILED
 from .config import Job
 
 
@@ -115,9 +115,16 @@ class Record:
                     return code
         return None
 
-    def launch_failures(self, since: int) -> dict[str, str]:
-        """The nodes srun could not start the tasks on after byte ``since``, with its reason."""
-        return {m["node"]: m["why"].strip() for m in SRUN_LAUNCH_FAILED.finditer(self._log_since(since))}
+    def launch_failures(self, since: int, node_of_task: Callable[[int], str | None]) -> dict[str, str]:
+        """The nodes srun could not start the tasks on after byte ``since``, with its reason.
+        srun names the node, or only the task: ``node_of_task`` tells where that task ran."""
+        text = self._log_since(since)
+        found = {m["node"]: m["why"].strip() for m in SRUN_LAUNCH_FAILED.finditer(text)}
+        for m in SRUN_TASK_LAUNCH_FAILED.finditer(text):
+            node = node_of_task(int(m["task"]))
+            if node is not None:
+                found.setdefault(node, m["why"].strip())
+        return found
 
     def stray_kill(self, since: int) -> bool:
         """srun's first task error after byte ``since`` is a task SIGKILLed (srun: "Killed",

@@ -88,6 +88,16 @@ class Launch:
                                 self.task, "slurmtrain_task")]
         return Step([subprocess.Popen(a, env=env, stdin=subprocess.DEVNULL) for a in argvs])
 
+    def node_of_task(self, nodes: list[str], task: int) -> str | None:
+        """The node that ran task ``task`` of start_task's step on ``nodes``: srun's block layout,
+        ``tasks_per_node`` each, in the order of -w. None for one srun per node, where every
+        srun's task is 0."""
+        spec = launchers.get(self.launcher)
+        if spec.per_node_srun:
+            return None
+        at = task // spec.tasks_per_node(self.procs_per_node)
+        return nodes[at] if at < len(nodes) else None
+
     def start_gate(self, nodes: list[str], gate_dir: Path) -> Step:
         argv = self._srun([f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "-w",
                            ",".join(nodes)], self.gate,

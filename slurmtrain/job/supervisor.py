@@ -261,7 +261,8 @@ class Supervisor:
         a node (its link down a moment, its slurmd restarting) and no setup line failed,
         nothing ran: it is launched again here while resilience.restarts_in_job lasts.
         Else the start-up watchdog's end (StartUp)."""
-        unreached = self.record.launch_failures(self.log_mark)
+        active = list(self.pool.active)
+        unreached = self.record.launch_failures(self.log_mark, lambda task: self.launch.node_of_task(active, task))
         st, budget = self.state, self.cfg.restarts_in_job
         if not unreached or setup_failed or st.relaunches >= budget:
             return self.startup.do_start_up_failed(missing, setup_failed, unreached)

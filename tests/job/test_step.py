@@ -49,3 +49,11 @@ def test_the_srun_loop_names_each_node(tmp_path, monkeypatch):
     argvs = launch(tmp_path, monkeypatch, "srun-loop").argvs
     assert [a[:5] for a in argvs] == [["srun", "--nodes=1", "--ntasks=1", "-w", "n1"],
                                       ["srun", "--nodes=1", "--ntasks=1", "-w", "n3"]]
+
+
+def test_srun_names_a_task_whose_node_is_the_layouts():
+    """srun's "task N launch failed" names no node: block layout, in the order of -w."""
+    nodes = ["n1", "n3"]
+    assert [Launch("srun", 2, None).node_of_task(nodes, t) for t in range(5)] == ["n1", "n1", "n3", "n3", None]
+    assert [Launch("torchrun", 8, None).node_of_task(nodes, t) for t in range(3)] == ["n1", "n3", None]
+    assert Launch("srun-loop", 8, None).node_of_task(nodes, 0) is None  # every srun's task is 0: which one?

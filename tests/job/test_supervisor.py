@@ -35,6 +35,7 @@ from slurmtrain.job.nodes import PROBE_S
 from slurmtrain.job.config import Config, Job
 from slurmtrain.job.decide import TERM_GRACE_S
 from slurmtrain.job.supervisor import Supervisor
+from slurmtrain.job.step import Launch
 
 JOB = "77"
 NODELIST = "n[1-2]"                    # the job's, as Slurm gives it; the fake expands it to FakeSlurm.nodes
@@ -371,6 +372,9 @@ class Rig:
         # a list: one plan per launch (an in-job restart launches again)
         self.step = FakeStep(self, self.task.pop(0) if isinstance(self.task, list) else self.task)
         return self.step
+
+    def node_of_task(self, nodes: list[str], task: int) -> str | None:
+        return Launch("torchrun", 2, self.run_dir).node_of_task(nodes, task)  # a task per node
 
     def start_gate(self, nodes: list[str], gate_dir) -> FakeStep:
         self.launched.append("gate")
@@ -1217,6 +1221,21 @@ def test_a_node_srun_could_not_reach_at_start_up_is_launched_again_in_the_job(ri
     assert again[1]["time"] - again[0]["time"] >= 5 + 3  # the first pause, and the second launch's 3 s
     kinds, _ = faults_said(rig)
     assert kinds == [("launch failed", "srun could not start the tasks on n2; launched again")] * 2, kinds
+
+
+def test_a_task_srun_could_not_connect_to_at_start_up_is_its_nodes_and_launched_again(rig_on_wall, tmp_path):
+    """srun's shorter line names the task, not the node: the slurmd took the launch but could
+    not open the task's I/O back to srun (its link down a moment). Task 1 is n2's."""
+    rig = rig_on_wall
+    with_batch_log(rig, tmp_path)
+    cut = Plan([(1, arrive("n1")), (2, srun_says("srun: error: task 1 launch failed: Slurmd could not connect IO")),
+                (2, srun_says("srun: forcing job termination")), (3, exits(1))])
+    rig.task = [cut, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3, rendezvous_timeout=120) == 0
+    assert rig.names() == ["started", "relaunched", "finished"] and rig.ledger() == []
+    [again] = [e for e in rig.events() if e["event"] == "relaunched"]
+    assert (again["cause"], again["nodes"]) == ("launch failed", "n2"), again
+    assert "srun could not start the tasks on n2 (n2: Slurmd could not connect IO)" in rig.said()
 
 
 def test_a_node_srun_never_reaches_ends_the_start_up_saying_so_once_the_restarts_are_spent(rig, tmp_path):
