@@ -36,6 +36,19 @@ _WHY_KILLED = {"SIGKILL": "out of memory, or a kill", "SIGSEGV": "a crash in nat
                "SIGBUS": "a crash in native code", "SIGABRT": "an abort in native code",
                "SIGILL": "a crash in native code", "SIGFPE": "a crash in native code"}
 TAIL_BYTES = 64 * 1024  # of a node log: a launcher's report is ~40 lines
+# The supervisor's line in each node's log where a launch begins (a job's launches, its
+# in-job restarts and Slurm's requeues, append to the same file).
+LAUNCH_MARK = "----- slurmtrain: "
+
+
+def launch_line(words: str) -> str:
+    return f"{LAUNCH_MARK}{words} -----\n"
+
+
+def last_launch(lines: list[str]) -> list[str]:
+    """The lines after the last launch's line (all of them where there is none)."""
+    starts = [i for i, line in enumerate(lines) if line.startswith(LAUNCH_MARK)]
+    return lines[starts[-1] + 1:] if starts else lines
 
 
 class Error(NamedTuple):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -71,8 +72,21 @@ class Record:
         except OSError:
             return ""
 
-    def mark_node_logs(self) -> None:
-        """A launch begins: what its nodes' logs say from here on is its own."""
+    def mark_node_logs(self, nodes: list[str], launch: int) -> None:
+        """A launch begins: a line in each of its nodes' logs says so (a job's launches append
+        to the same files), and what they say from here on is its own."""
+        j = self.job
+        start = f" after requeue {j.restarts}" if j.restarts else ""
+        again = f" (in-job restart {launch - 1})" if launch > 1 else ""
+        line = programlog.launch_line(f"job {j.ref}{start}, launch {launch}{again} on {' '.join(nodes)}, "
+                                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}")
+        try:
+            (self.run_dir / "logs").mkdir(exist_ok=True)
+            for node in nodes:
+                with open(self.run_dir / "logs" / f"{j.tag}-{node}.out", "a") as f:
+                    f.write(line)
+        except OSError:  # the run directory unwritable: the launch says so itself
+            pass
         marks = {}
         try:
             for p in (self.run_dir / "logs").glob(f"{self.job.tag}-*.out"):

@@ -199,7 +199,7 @@ class Supervisor:
         self.events_mark = len(events.read(self.cfg.run_dir))  # this launch's events are the ones after it
         self.hangs.launch()
         self.log_mark = self.record.log_size()
-        self.record.mark_node_logs()
+        self.record.mark_node_logs(self.pool.active, self.state.launch)
         self.step = self.launch.start_task(self.pool.active, overlap=bool(self.pool.left_out))
 
     # ---- after the launch --------------------------------------------------------------

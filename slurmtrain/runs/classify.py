@@ -214,5 +214,34 @@ def history(run_dir: str | Path) -> list[str]:
         text = _describe(e, requeued.get(task, False))
         requeued[task] = requeued.get(task, False) or e.get("event") == Ev.REQUEUED_BY_SLURM
         if text is not None:
-            lines.append(f"{_clock(e)}  " + ("" if task is None else f"task {task}: ") + text)
-    return lines
+            lines.append((e, task, text))
+    return [f"{_clock(e)}  " + ("" if task is None else f"task {task}: ") + text for e, task, text in _fold(lines)]
+
+
+_FOLD_FROM = 3  # periodic checkpoints in a row: one line from this many on
+
+
+def _fold(lines: list[tuple[dict, int | None, str]]) -> list[tuple[dict, int | None, str]]:
+    """Each task's periodic checkpoints with nothing else of its own said between them, in
+    one line, where (and when) the last of them was: a long run saves hundreds."""
+    groups: list[list[int]] = []
+    open_group: dict[int | None, list[int]] = {}  # by task: its checkpoints in a row so far
+    for i, (e, task, _) in enumerate(lines):
+        if e.get("event") != Ev.CHECKPOINT_SAVED:
+            open_group.pop(task, None)
+        elif task in open_group:
+            open_group[task].append(i)
+        else:
+            open_group[task] = [i]
+            groups.append(open_group[task])
+    folded = {g[-1]: g for g in groups if len(g) >= _FOLD_FROM}
+    gone = {i for g in folded.values() for i in g[:-1]}
+    out = []
+    for i, (e, task, text) in enumerate(lines):
+        if i in folded:
+            steps = [str(lines[k][0].get("step", "?")) for k in folded[i]]
+            shown = steps if len(steps) <= 6 else [*steps[:3], "…", *steps[-2:]]
+            text = f"checkpoints saved at steps {', '.join(shown)} ({len(steps)} since {_clock(lines[folded[i][0]][0])})"
+        if i not in gone:
+            out.append((e, task, text))
+    return out

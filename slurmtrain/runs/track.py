@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
 
-from .. import eventlog, launchers
+from .. import eventlog, launchers, programlog
 from ..errors import UsageError
 from ..slurmtext import SRUN_TASK_ERROR as _SRUN_TASK_ERROR  # one pattern: the supervisor's summary reads it too
 from . import classify, goodput, pace, progress, slurmquery, sweeps, watcher
@@ -370,13 +370,14 @@ def tail(path: Path, lines: int = 20) -> list[str]:
 
 def failing_node_logs(run: RunDir, job_id: str | None = None, lines: int = 20) -> dict[str, list[str]]:
     """Last lines of the log of each node srun reported as failing (in any array task's
-    batch log), by label (:func:`rundir.log_label`); every node's if none was named."""
+    batch log), by label (:func:`rundir.log_label`); every node's if none was named. Of
+    the last launch only: an earlier one's error was said (and restarted from) then."""
     job_id = job_id or run.job_id
     node_logs = run.node_logs(job_id)
     failed = [log_label(task, m["node"]) for task, batch in run.batch_logs(job_id).items()
               for m in map(_SRUN_TASK_ERROR.search, tail(batch, 200)) if m]
     chosen = [n for n in dict.fromkeys(failed) if n in node_logs] or list(node_logs)
-    return {n: tail(node_logs[n], lines) for n in chosen}
+    return {n: programlog.last_launch(tail(node_logs[n], lines)) for n in chosen}
 
 
 def log_files(run: RunDir, node: str | None = None, job_id: str | None = None) -> list[tuple[str, Path]]:

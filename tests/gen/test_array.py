@@ -132,7 +132,9 @@ def test_two_tasks_share_the_run_directory_and_stay_apart(tmp_path):
     # each task's logs under its own name; `logs` labels them by task
     logs = dict(track.log_files(run))
     assert logs["task 0/batch"].name == "job-42_0.out" and logs["task 1/batch"].name == "job-42_1.out"
-    assert logs["task 0/nodeA"].read_text().strip() == "task 0 of 2 on nodeA"
-    assert logs["task 1/nodeB"].read_text().strip() == "task 1 of 2 on nodeB"
+    for task, node in ((0, "nodeA"), (1, "nodeB")):
+        head, said = logs[f"task {task}/{node}"].read_text().splitlines()  # where the launch began; the task
+        assert head.startswith(f"----- slurmtrain: job 42_{task}, launch 1 on {node}, "), head
+        assert said == f"task {task} of 2 on {node}"
     assert list(logs) == ["task 0/batch", "task 0/nodeA", "task 1/batch", "task 1/nodeB"]
     assert [label for label, _ in track.log_files(run, node="nodeB")] == ["task 1/nodeB"]

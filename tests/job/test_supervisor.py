@@ -1286,6 +1286,11 @@ def test_the_failure_is_named_on_the_node_whose_log_holds_the_programs_error_not
         ("n1", "RuntimeError: deliberate crash at step 7")], rig.events()
     assert "the program failed on n1 (exit status 1: RuntimeError: deliberate crash at step 7)" in rig.said()
     assert "first failure on node n2" in rig.stdout, rig.stdout  # the second launch: n2 raised
+    n1 = (rig.run_dir / "logs" / f"{JOB}-n1.out").read_text().splitlines()
+    heads = [line for line in n1 if line.startswith("----- slurmtrain: ")]  # where each launch begins
+    assert heads[0].startswith(f"----- slurmtrain: job {JOB}, launch 1 on n1 n2, "), heads
+    assert heads[1].startswith(f"----- slurmtrain: job {JOB}, launch 2 (in-job restart 1) on n1 n2, "), heads
+    assert n1.index(heads[0]) < n1.index(crash[1]) < n1.index(heads[1]) < n1.index(follow[1]), n1
 
 
 def test_the_failed_tasks_exit_status_not_sruns_143_from_ending_the_others(rig, tmp_path):

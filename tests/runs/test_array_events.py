@@ -6,6 +6,8 @@ completed, else the worst end naming the task; what the supervisor asks of a tas
 
 from __future__ import annotations
 
+import re
+
 import json
 from pathlib import Path
 
@@ -240,3 +242,23 @@ def test_a_resubmission_of_some_tasks_keeps_the_others_as_they_ended(tmp_path, f
     assert [(t.task, t.state, t.job_id) for t in st.tasks] == [(0, JobState.COMPLETED, "13"),
                                                                (1, JobState.COMPLETED, "20")], st.tasks
     assert (st.state, st.source) == (JobState.COMPLETED, "events.jsonl")
+
+
+def test_periodic_checkpoints_in_a_row_are_one_line_of_history_each_tasks_own(tmp_path):
+    """A long run saves hundreds: each task's checkpoints in a row, nothing else of its own
+    said between them, are one line where the last was; two are shown as they are."""
+    saves = [{"event": "checkpoint_saved", "step": s, "array_job_id": "12", "array_task": t, "job_id": f"1{t}"}
+             for s in (10, 20, 30, 40, 50, 60, 70, 80) for t in (0, 1)]
+    late = [{"event": "checkpoint_saved", "step": s, "array_job_id": "12", "array_task": 0, "job_id": "10"}
+            for s in (90, 100)]
+    run = write_run(tmp_path, [SUBMITTED, START0, START1, *saves, FAILED1, *late, DONE0])
+    said = [re.sub(r"since \d\d:\d\d:\d\d", "since T", line.split("  ", 1)[1]) for line in classify.history(run.path)]
+    assert said == ["submitted as array job 12 of 2 tasks", "task 0: job 12_0 started on stnode1",
+                    "task 1: job 12_1 started on stnode2",
+                    "task 1: checkpoints saved at steps 10, 20, 30, …, 70, 80 (8 since T)",
+                    "task 1: failed with exit status 3: not requeued",
+                    "task 0: checkpoints saved at steps 10, 20, 30, …, 90, 100 (10 since T)",
+                    "task 0: the job finished (exit 0)"], said
+    two = write_run(tmp_path / "two", [SUBMITTED, START0, *late, DONE0])
+    assert [line.split("  ", 1)[1] for line in classify.history(two.path)][2:4] == [
+        "task 0: checkpoint saved at step 90", "task 0: checkpoint saved at step 100"]

@@ -135,3 +135,21 @@ def test_status_names_the_node_of_the_root_cause_first_and_the_others_as_followe
     assert programlog.root_node(["stnode2"], lines_of) == "stnode2"  # none better
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
     assert out.index("program error on stnode1: RuntimeError: deliberate crash") < out.index("program error on stnode2")
+
+
+def test_status_reads_the_last_launchs_part_of_a_node_log(tmp_path, fake_slurm):
+    """An in-job restart appends to the same node log: the first launch's crash was said
+    and restarted from; the last launch failed with its own error."""
+    fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    run = rundir.create(tmp_path, "again")
+    run.update_manifest(name=run.name, job_ids=["12"], state="submitted", nodes=1)
+    events.append(run.path, "failed", job_id="12", restart=0, exit_code=1)
+    (run.logs / "job-12.out").write_text("srun: error: stnode1: task 0: Exited with exit code 1\n")
+    (run.logs / "12-stnode1.out").write_text(
+        programlog.launch_line("job 12, launch 1 on stnode1, 2026-11-27 10:00:00")
+        + "\n".join(CRASH_NODE) + "\n"
+        + programlog.launch_line("job 12, launch 2 (in-job restart 1) on stnode1, 2026-11-27 10:01:00")
+        + "Traceback (most recent call last):\nOSError: [Errno 28] No space left on device\n")
+    assert logs.program_errors(run, "12") == {"stnode1": "OSError: [Errno 28] No space left on device"}
+    assert programlog.last_launch(["a", programlog.launch_line("x").rstrip(), "b"]) == ["b"]
+    assert programlog.last_launch(["a", "b"]) == ["a", "b"]
