@@ -180,3 +180,36 @@ def test_a_newline_in_the_command_stays_inside_the_header_comment(tmp_path):
 def test_deepspeed_passes_local_rank_only_to_scripts_that_expect_it(tmp_path, command, appended):
     _, argv = launched(tmp_path, command, "deepspeed")
     assert ("--no_local_rank" not in argv) == appended, argv
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_signal_that_ends_torchrun_is_said_in_one_line_not_its_traceback(tmp_path):
+    """srun ending the step after another node's task failed, or a preemption's SIGTERM to
+    every process: torchrun ends its workers and raises SignalException, whose traceback
+    filled 30 lines of every node log at every stop. The rendered agent says it in one."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    profile = load_profile("local", [f'launch.python="{FAKEBIN}/launcher-python"'])
+    rec = run_script(tmp_path, render(profile, JobSpec(command=(VENV_PY, "t.py"), run_dir=str(tmp_path / "run"))))
+    argv = rec["launcher-python-nodeA"]["argv"]
+    agent = argv[argv.index("-c") + 1]
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", agent, "torch.distributed.run", "--standalone", "--nnodes=1",
+                             "--nproc-per-node=1", "--no-python", "bash", "-c", f"touch {ready}; exec sleep 120"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ready.exists(), proc.poll()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err  # as torchrun's own: the supervisor reads it alike
+    assert err.rstrip().splitlines()[-1] == "slurmtrain: torch.distributed.run got SIGTERM and ended its workers", err
+    assert "Traceback" not in err, err
