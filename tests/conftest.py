@@ -50,11 +50,21 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 
 import pytest
 
 from lanes import FIRST_LANE_DIR, SECOND_LANE_DIR, lane
+
+# The runs a user submitted, remembered for lookups from any directory (runs/recent.py): the
+# tests' own, apart from the machine user's, and each test's apart from the others' (below).
+os.environ["SLURMTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="slurmtrain-state-")
+
+
+@pytest.fixture(autouse=True)
+def _own_recent_runs(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SLURMTRAIN_STATE_DIR", str(tmp_path_factory.mktemp("state")))
 
 
 def _ci() -> bool:

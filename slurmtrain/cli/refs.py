@@ -28,16 +28,33 @@ def resolve_run(ref: str | None, runs_dir: str):
 
     if ref is None:
         found = rundir.list_runs(runs_dir)
+        if not found and _runs_dir_defaulted():  # from another directory: the latest submitted anywhere
+            from ..runs import recent
+            found = [rundir.RunDir(p) for p in recent.known()]
+            if found:
+                click.echo(f"slurmtrain: no runs under {os.path.abspath(runs_dir)}: the latest you submitted, "
+                           f"from {found[-1].path.parent}", err=True)
         if not found:
             raise UsageError(f"no runs under {os.path.abspath(runs_dir)}; name a run or a job id, or give "
                              "--runs-dir")
-        # `doctor` keeps its checks' jobs as runs too, and a job sbatch refused is kept as a
-        # run to say why: the latest run meant is a training that was submitted.
-        from ..doctor.run import DOCTOR_JOB_NAME
-        own = [r for r in found if r.manifest().get("job_name") != DOCTOR_JOB_NAME
-               and r.manifest().get("state") != "refused"]
-        return (own or found)[-1]
+        return _latest_training(found)
     return rundir.resolve(ref, runs_dir)
+
+
+def _runs_dir_defaulted() -> bool:
+    """--runs-dir neither given nor set by SLURMTRAIN_RUNS_DIR: ./runs by default only."""
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("runs_dir") if ctx is not None else None
+    return source in (None, click.core.ParameterSource.DEFAULT)
+
+
+def _latest_training(found):
+    """`doctor` keeps its checks' jobs as runs too, and a job sbatch refused is kept as a
+    run to say why: the latest run meant is a training that was submitted."""
+    from ..doctor.run import DOCTOR_JOB_NAME
+    own = [r for r in found if r.manifest().get("job_name") != DOCTOR_JOB_NAME
+           and r.manifest().get("state") != "refused"]
+    return (own or found)[-1]
 
 
 def after_options(f):

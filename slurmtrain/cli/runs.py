@@ -6,6 +6,7 @@ submitit is imported by the library modules these commands call, inside the comm
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +29,11 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
 
     found = rundir.list_runs(runs_dir)
     if not found:
-        click.echo(f"no runs under {runs_dir}", err=True)
+        from ..runs import recent
+        newest_first = dict.fromkeys(str(p.parent) for p in reversed(recent.known()))
+        elsewhere = [d for d in newest_first if d != os.path.abspath(runs_dir)][:3]
+        hint = f"; you submitted runs under {', '.join(elsewhere)} (--runs-dir DIR)" if elsewhere else ""
+        click.echo(f"no runs under {os.path.abspath(runs_dir)}{hint}", err=True)
         return
     rows = track.statuses(found, with_events=False)
     from ..runs import sweeps

@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import __version__, tracking
 from ..errors import UsageError
-from . import environ
+from . import environ, recent
 
 MANIFEST = "manifest.json"
 SCRIPT = "job.sbatch"
@@ -165,6 +165,7 @@ def create(runs_dir: str | os.PathLike, name: str) -> RunDir:
         except FileExistsError:
             continue
         (path / LOGS).mkdir()
+        recent.remember(path)
         return RunDir(path)
     raise UsageError(f"{root}: could not create a new run directory for {base}")
 
@@ -228,14 +229,33 @@ def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
     root = Path(runs_dir)
     if is_run_dir(root / ref):
         return RunDir((root / ref).absolute())
-    runs = list_runs(root)
+    found = _match(ref, list_runs(root), str(root))
+    if found is not None:
+        return found
+    # Last, so that a run's name wins over a folder of the same name here (demo/, data/).
+    for candidate in (root / ref, path):
+        if candidate.is_dir() and looks_like_run(candidate):
+            return RunDir(candidate.absolute())
+    here = root.absolute()
+    elsewhere = [RunDir(p) for p in recent.known() if p.parent != here]
+    found = _match(ref, elsewhere, "the runs you submitted elsewhere")
+    if found is not None:
+        return found
+    raise UsageError(f"run {ref!r}: no such run directory, and no run under {root} (nor any you submitted "
+                     "elsewhere) has that name or job id (see `slurmtrain runs --runs-dir DIR`)")
+
+
+def _match(ref: str, runs: list[RunDir], where: str) -> RunDir | None:
+    """Of ``runs`` (oldest first): the run of job id ``ref`` (an array task's too), else
+    the latest of job name ``ref``, else the one name ``ref`` begins (UsageError where
+    several do)."""
     task = re.fullmatch(r"(\d+)_\d+", ref)  # an array task as squeue shows it: <array id>_<task>
     job_id = task[1] if task else ref
     if job_id.isdigit():
         by_job = [r for r in runs if job_id in r.job_ids] or [r for r in runs if job_id in _task_job_ids(r)]
         if by_job:
             return RunDir(by_job[-1].path.absolute())
-    by_name = [r for r in runs if r.manifest().get("job_name") == ref]
+    by_name = [r for r in runs if r.name == ref] or [r for r in runs if r.manifest().get("job_name") == ref]
     if by_name:
         return RunDir(by_name[-1].path.absolute())  # the latest run of that name
     by_prefix = [r for r in runs if r.name.startswith(ref)]
@@ -243,14 +263,9 @@ def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
         return RunDir(by_prefix[0].path.absolute())
     if len(by_prefix) > 1:
         names = ", ".join(r.name for r in by_prefix[-5:])
-        raise UsageError(f"run {ref!r} is ambiguous under {root}: {len(by_prefix)} runs match ({names}); "
+        raise UsageError(f"run {ref!r} is ambiguous under {where}: {len(by_prefix)} runs match ({names}); "
                          "give the full name")
-    # Last, so that a run's name wins over a folder of the same name here (demo/, data/).
-    for candidate in (root / ref, path):
-        if candidate.is_dir() and looks_like_run(candidate):
-            return RunDir(candidate.absolute())
-    raise UsageError(f"run {ref!r}: no such run directory, and no run under {root} has that name or job id "
-                     "(see `slurmtrain runs --runs-dir DIR`)")
+    return None
 
 
 def git_state(cwd: str | os.PathLike) -> dict[str, Any] | None:
