@@ -613,6 +613,20 @@ _HANDLERS = {
 }
 
 
+LAUNCH_RETRY_S = 5.0   # after srun could not start the tasks on a node: its link or slurmd back (doubled each time)
+
+
+def launch_again_in(unreached: bool, setup_failed: bool, relaunches: int, budget: int, tries: int) -> float | None:
+    """The launch ended before every node joined: the seconds to wait before launching again
+    where srun could not start the tasks on a node (nothing ran there: a link down a moment,
+    a slurmd restarting) and no setup line failed, while resilience.restarts_in_job lasts;
+    doubled at each of this start's ``tries`` (a link that flaps is not met in step). None:
+    the start-up failed."""
+    if not unreached or setup_failed or relaunches >= budget:
+        return None
+    return LAUNCH_RETRY_S * 2 ** tries
+
+
 # ---- after the launch: decisions the supervisor takes once it has asked ------------------
 
 def whose_requeue(action: str, preempted: bool, slurm_requeues_preempted: bool) -> str | None:

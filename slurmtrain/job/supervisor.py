@@ -29,7 +29,6 @@ from .slurm import Slurm
 from .step import Launch, Step
 
 TICK_S = 1.0           # the loop's longest sleep: arrival marks and escalations are polled
-LAUNCH_RETRY_S = 5.0   # after srun could not start the tasks on a node: its link or slurmd back (doubled each time)
 SRUN_TERMINATED, SRUN_KILLED = 143, 137  # srun's status when its last tasks were ended by SIGTERM, SIGKILL
 
 
@@ -264,11 +263,11 @@ class Supervisor:
         active = list(self.pool.active)
         unreached = self.record.launch_failures(self.log_mark, lambda task: self.launch.node_of_task(active, task))
         st, budget = self.state, self.cfg.restarts_in_job
-        if not unreached or setup_failed or st.relaunches >= budget:
+        wait = decide.launch_again_in(bool(unreached), bool(setup_failed), st.relaunches, budget, self.unreached)
+        if wait is None:
             return self.startup.do_start_up_failed(missing, setup_failed, unreached)
         n, names = st.relaunches + 1, " ".join(sorted(unreached))
         why = "; ".join(f"{node}: {text}" for node, text in sorted(unreached.items()))
-        wait = LAUNCH_RETRY_S * 2 ** self.unreached  # a link that flaps: not in step with it
         self.unreached += 1
         self.say(f"slurmtrain: srun could not start the tasks on {names} ({why}); starting the launch again in "
                  f"this allocation in {wait:g} s ({n} of {budget})")

@@ -271,3 +271,13 @@ def test_a_launch_fault_is_what_the_node_probe_shows_not_the_first_verdict():
     assert decide.launch_fault(hung=False, dead=["n2"]) == {"cause": "node lost"}
     assert decide.launch_fault(hung=True, dead=[]) == {"cause": "hang"}
     assert decide.launch_fault(hung=False, dead=[]) == {"cause": "crash"}
+
+
+@pytest.mark.parametrize("unreached,setup_failed,relaunches,tries,wait", [
+    (True, False, 0, 0, 5.0), (True, False, 1, 1, 10.0), (True, False, 2, 2, 20.0),  # backing off
+    (True, False, 3, 3, None),  # restarts_in_job spent
+    (False, False, 0, 0, None),  # no node srun could not reach: the start-up watchdog's end
+    (True, True, 0, 0, None)])  # a setup line failed: something ran, and failed
+def test_a_launch_srun_could_not_start_on_a_node_is_tried_again_backing_off(unreached, setup_failed, relaunches,
+                                                                            tries, wait):
+    assert decide.launch_again_in(unreached, setup_failed, relaunches, 3, tries) == wait
