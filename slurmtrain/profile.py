@@ -202,11 +202,14 @@ class LoadedProfile(Frozen):
 def limit_seconds(text: str) -> tuple[int, str] | None:
     """sbatch's ``--time`` -> (seconds, the form Slurm read it in); None: no limit.
     ``90`` is minutes, ``2:00`` minutes:seconds, ``1:30:00`` hours:minutes:seconds, and
-    after ``D-`` hours, hours:minutes or hours:minutes:seconds."""
+    after ``D-`` hours, hours:minutes or hours:minutes:seconds. Zero, in any form, is no
+    limit to Slurm."""
     if text.upper() in ("UNLIMITED", "INFINITE"):
         return None
     days, _, rest = text.rpartition("-")
     parts = [int(p) for p in rest.split(":")]
+    if not any(parts) and not int(days or 0):
+        return None
     if days:
         forms = ("days-hours", "days-hours:minutes", "days-hours:minutes:seconds")
         h, m, sec = (parts + [0, 0])[:3]

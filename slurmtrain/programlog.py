@@ -20,6 +20,9 @@ from . import launchers
 # What launchers put before each line of a task's output: torchrun's "[rank0]:" and
 # "[default0]:" (--tee), srun --label's "0: ".
 _PREFIX = re.compile(r"^(\[[A-Za-z]*\d+\]:|\d+: )\s?")
+# ... or the same, or a traceback, in the middle of a line: a progress bar (tqdm's) redraws
+# itself with carriage returns and leaves its last frame with no newline before what follows.
+_MID_LINE = re.compile(r"(?<=\S)(\[[A-Za-z]*\d+\]:|Traceback \(most recent call last\):)")
 # A launcher's own exception (torchrun's), which says only that a worker failed; the worker's is earlier.
 _LAUNCHER_EXCEPTIONS = tuple(e for spec in launchers.LAUNCHERS.values() for e in spec.own_exceptions)
 # Python itself, before any program ran: `python nosuch.py`, `python -m nosuch`.
@@ -35,10 +38,19 @@ _KILLED = re.compile(r"Root Cause \(first observed failure\):[^=]*?rank\s*:\s*(\
 _WHY_KILLED = {"SIGKILL": "out of memory, or a kill", "SIGSEGV": "a crash in native code",
                "SIGBUS": "a crash in native code", "SIGABRT": "an abort in native code",
                "SIGILL": "a crash in native code", "SIGFPE": "a crash in native code"}
+# Errors a program raises for its node's fault (memory, a GPU gone, a link, a disk), the same
+# each time it meets that node: the node's to answer for however often it is said.
+_NODE_FAULT = re.compile(r"ECC error|uncorrectable|\bXid\b|GPU is lost|fallen off the bus|NVLink"
+                         r"|Input/output error|No space left on device|Bus error|hardware error", re.I)
 TAIL_BYTES = 64 * 1024  # of a node log: a launcher's report is ~40 lines
 # The supervisor's line in each node's log where a launch begins (a job's launches, its
 # in-job restarts and Slurm's requeues, append to the same file).
 LAUNCH_MARK = "----- slurmtrain: "
+
+
+def node_fault(error: str) -> bool:
+    """A program's error line that tells of its node, not of the program."""
+    return bool(_NODE_FAULT.search(error))
 
 
 def launch_line(words: str) -> str:
@@ -62,18 +74,22 @@ def program_error(lines: Iterable[str]) -> Error | None:
     error; or None. A worker that torchrun saw killed by a signal is the root cause whatever
     its peers raised after it."""
     root = follow_on = None
-    in_traceback = False
+    in_traceback: dict[str, bool] = {}  # by the launcher's prefix: ranks print their tracebacks at once
     seen = []
     for raw in lines:
-        line = _PREFIX.sub("", raw, count=1).rstrip()
+        cut = _MID_LINE.search(raw)  # after a progress bar's last frame, which ends in no newline
+        raw = raw[cut.start():] if cut else raw
+        prefix = _PREFIX.match(raw)
+        key = prefix[1] if prefix else ""
+        line = raw[prefix.end():].rstrip() if prefix else raw.rstrip()
         seen.append(line)
         if line.startswith("slurmtrain: error:") or _NOT_STARTED.match(line):
-            root, in_traceback = line, False
+            root, in_traceback[key] = line, False
         elif line.startswith("Traceback (most recent call last):"):
-            in_traceback = True
-        elif in_traceback and line and not line[0].isspace():
+            in_traceback[key] = True
+        elif in_traceback.get(key) and line and not line[0].isspace():
             # The first unindented line after the frames names the exception.
-            in_traceback = False
+            in_traceback[key] = False
             if line.startswith(_LAUNCHER_EXCEPTIONS):
                 continue
             if _FOLLOW_ON.search(line):

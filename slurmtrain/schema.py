@@ -86,7 +86,9 @@ class Sources:
             if found:
                 return found
             parts.pop()
-        return self.default
+        # A table made only by a key below it (--set foo.bar=2 makes "foo"): that key's source.
+        below = [source for k, source in self._by_key.items() if k.startswith(key + ".")]
+        return below[-1] if below else self.default
 
 
 # ---------------------------------------------------------------- value checks

@@ -65,6 +65,7 @@ class Facts:
     hung: bool = False            # the supervisor ended the launch: no rank reported progress
     down_nodes: tuple[str, ...] = ()  # ... and, then, the job's nodes that Slurm held down: a node failure
     stray_kill: bool = False      # Slurm's kill of an earlier start's step ended it (Record.stray_kill)
+    error: str | None = None      # what the program said of its failure in its failing node's log
 
 
 @dataclass(frozen=True)
@@ -147,9 +148,10 @@ def after_launch(f: Facts) -> Verdict:
         return Verdict("end", eventlog.HANG, "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                        "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
     if not stopped:
-        return Verdict("end", eventlog.USER_ERROR, "failed", f.status, [(Ev.FAILED, {"exit_code": f.status})],
-                       f"slurmtrain: the command failed with exit status {f.status}; not requeueing "
-                       "(a failure of the command itself)")
+        said = {"error": f.error} if f.error else {}
+        return Verdict("end", eventlog.USER_ERROR, "failed", f.status, [(Ev.FAILED, {"exit_code": f.status, **said})],
+                       f"slurmtrain: the command failed with exit status {f.status}"
+                       + (f" ({f.error})" if f.error else "") + "; not requeueing (a failure of the command itself)")
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
         return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued", f.status,
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
@@ -663,9 +665,14 @@ def blamed(named: list[str], active: list[str], blame: bool) -> list[str]:
     return [n for n in named if n in active]
 
 
-def repeated_error(mine: list[dict], this_start: list[dict]) -> bool:
+def repeated_error(mine: list[dict], this_start: list[dict], said: str | None = None) -> bool:
     """This launch's training error (among its events, ``mine``) is one an earlier launch of
-    this start had, at the same step (``this_start``: the start's events, these included)."""
+    this start had, at the same step (``this_start``: the start's events, these included);
+    or, for any program, what it said of its failure in its failing node's log (``said``:
+    the supervisor's reading, none for a node's own fault) is what an earlier in-job restart
+    of this start was for: the same failure again is the program's, not its node's."""
+    if said and any(e.get("event") == Ev.RELAUNCHED and e.get("error") == said for e in this_start):
+        return True
     errors = [e for e in mine if e.get("event") == Ev.TRAIN_ERROR]
     if not errors:
         return False

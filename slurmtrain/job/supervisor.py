@@ -14,7 +14,7 @@ import signal
 from dataclasses import replace
 from typing import Callable
 
-from .. import eventlog, events, nodememory, slurmversion
+from .. import eventlog, events, nodememory, programlog, slurmversion
 from ..eventlog import Ev
 from . import decide, hangs
 from . import nodes as nodes_mod
@@ -227,9 +227,11 @@ class Supervisor:
         """Lost nodes left out, the program started again here (resilience.restarts_in_job),
         or the end of this start (finish): decide.after_failure, carried out."""
         st = self.state
-        mine = eventlog.of_task(events.read(self.cfg.run_dir)[self.events_mark:], self.job.array_task)
-        repeated = decide.repeated_error(mine, eventlog.since_start(eventlog.of_task(events.read(self.cfg.run_dir),
-                                                                                    self.job.array_task)))
+        every = events.read(self.cfg.run_dir)
+        evs, mine = (eventlog.of_task(e, self.job.array_task) for e in (every, every[self.events_mark:]))
+        first, error = self.record.first_failure(self.log_mark), facts.error
+        said = None if error is None or programlog.node_fault(error) else error
+        repeated = decide.repeated_error(mine, eventlog.since_start(evs), said)
         blame = not (repeated or facts.stray_kill)
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
@@ -243,8 +245,7 @@ class Supervisor:
             return decide.Settled("requeue_without", (tuple(lost), then.words, "node", cause))
         if then.action == "finish":
             return self.finish(facts)
-        n, first = st.relaunches + 1, self.record.first_failure(self.log_mark)
-        where, error = f" on {first}" if first else "", self.record.failure_words(first)
+        n, where = st.relaunches + 1, f" on {first}" if first else ""
         said = f"{facts.status}: {error}" if error else f"{facts.status}"
         self.say(f"slurmtrain: the program failed{where} (exit status {said}) {then.words}; starting it "
                  f"again in this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
@@ -295,13 +296,14 @@ class Supervisor:
         ask = status != 0 and not (stop or finished or st.cancelled or st.slurm_requeued)
         if ask and status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
             status = self.record.task_exit_code(self.log_mark) or status  # the failed task's says more
+        error = self.record.failure_words(self.record.first_failure(self.log_mark)) if ask else None
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
-            stray_kill=status != 0 and self.record.stray_kill(self.log_mark))
+            stray_kill=status != 0 and self.record.stray_kill(self.log_mark), error=error)
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

@@ -159,6 +159,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         return "doctor ran its checks on the nodes: " + ("all passed" if e["passed"] else "some failed (its report)")
     if name == Ev.FAILED and requeued_by_slurm:
         return _SUPERSEDED_FAILURE.format_map(_Fields(e))
+    if name == Ev.FAILED and e.get("error"):
+        return f"failed with exit status {e.get('exit_code', '?')} ({e['error']}): not requeued"
     if name in _PHRASES:
         return _PHRASES[name].format_map(_Fields(e))
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))

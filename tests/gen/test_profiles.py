@@ -192,6 +192,8 @@ def test_set_error_names_the_set():
     expect_error(lambda: load_profile("local", ["slurm.nodes=many"]), "--set slurm.nodes=many", "slurm.nodes",
                  "expected an integer")
     expect_error(lambda: load_profile("local", ["nodes"]), "expected dotted.key=value")
+    # a section no file has: the --set made it, not the profile file
+    expect_error(lambda: load_profile("local", ["foo.bar=2"]), "--set foo.bar=2", "foo: unknown key")
 
 
 def test_a_profile_file_name_that_is_not_here_points_to_the_profile_of_that_name(user_dir):

@@ -120,7 +120,7 @@ def test_parse_keeps_what_it_does_not_recognise():
     ("0:30", "0:30 is 1 min to Slurm (minutes:seconds, in whole minutes)"),
     ("00:01:30", "00:01:30 is 2 min to Slurm (hours:minutes:seconds, in whole minutes)"),  # rounded up
     ("3", "3 is 3 min to Slurm (minutes, in whole minutes)"), ("1-0", None), ("2:00:00", None), ("90", None),
-    ("UNLIMITED", None)])
+    ("UNLIMITED", None), ("0", None), ("0:00", None), ("00:00:00", None)])  # zero: no limit to Slurm
 def test_gen_warns_of_a_time_limit_that_leaves_no_time_before_the_stop_signal(limit, warned):
     result = CliRunner().invoke(main, ["gen", "-p", "aws-p4d", "-t", limit, "--", "python", "x.py"])
     assert result.exit_code == 0, result.output

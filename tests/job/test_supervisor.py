@@ -1293,6 +1293,35 @@ def test_the_failure_is_named_on_the_node_whose_log_holds_the_programs_error_not
     assert n1.index(heads[0]) < n1.index(crash[1]) < n1.index(heads[1]) < n1.index(follow[1]), n1
 
 
+def _raises_on_n2(error: str, saved: int | None) -> Plan:
+    """A user's program (no train_error events of its own) raises on n2, after saving ``saved``."""
+    saves = [(2, emit("checkpoint_saved", step=saved))] if saved is not None else []
+    return Plan([JOINS, *saves, (3.4, node_log("n2", "[rank2]: Traceback (most recent call last):", f"[rank2]: {error}")),
+                 (3.5, srun_says("srun: error: n2: task 1: Exited with exit code 1")),
+                 (3.5, srun_says("srun: error: n1: task 0: Terminated")), (4, exits(1))])
+
+
+def test_a_user_programs_same_error_again_is_its_own_failure_not_its_nodes(rig, tmp_path):
+    """A Hugging Face Trainer script raises at step 15 every time; the relaunch resumes from
+    step 10 and raises again, on the same node. That node is not to blame (it was left out,
+    the run requeued to wait for it, and put in the bad-node ledger): the run fails, saying why."""
+    with_batch_log(rig, tmp_path)
+    boom = "RuntimeError: boom on rank 2 at step 15"
+    rig.task = [_raises_on_n2(boom, saved=10), _raises_on_n2(boom, saved=None)]
+    assert rig.run(restarts_in_job=3) == 1
+    assert rig.names() == ["started", "relaunched", "failed"] and rig.ledger() == [], rig.names()
+    assert rig.event("relaunched")["error"] == rig.event("failed")["error"] == boom
+    assert f"the command failed with exit status 1 ({boom}); not requeueing" in rig.said(), rig.said()
+
+
+def test_a_node_fault_said_twice_on_the_same_node_is_still_the_nodes(rig, tmp_path):
+    with_batch_log(rig, tmp_path)
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    rig.task = [_raises_on_n2(ecc, saved=10), _raises_on_n2(ecc, saved=None)]
+    rig.run(restarts_in_job=3)
+    assert "nodes_lost" in rig.names() and rig.ledger() == [("n2", "in_job")], (rig.names(), rig.ledger())
+
+
 def test_the_failed_tasks_exit_status_not_sruns_143_from_ending_the_others(rig, tmp_path):
     with_batch_log(rig, tmp_path)
     rig.task = Plan([JOINS, (3, srun_says("srun: error: n2: task 1: Exited with exit code 3")),

@@ -262,3 +262,11 @@ def test_periodic_checkpoints_in_a_row_are_one_line_of_history_each_tasks_own(tm
     two = write_run(tmp_path / "two", [SUBMITTED, START0, *late, DONE0])
     assert [line.split("  ", 1)[1] for line in classify.history(two.path)][2:4] == [
         "task 0: checkpoint saved at step 90", "task 0: checkpoint saved at step 100"]
+
+
+def test_history_says_the_programs_error_a_run_failed_with(tmp_path):
+    failed = {"event": "failed", "job_id": "12", "restart": 0, "exit_code": 1,
+              "error": "RuntimeError: boom on rank 2 at step 15"}
+    run = write_run(tmp_path, [{"event": "submitted", "job_id": "12"}, failed])
+    assert classify.history(run.path)[-1].split("  ", 1)[1] == (
+        "failed with exit status 1 (RuntimeError: boom on rank 2 at step 15): not requeued")

@@ -153,3 +153,26 @@ def test_status_reads_the_last_launchs_part_of_a_node_log(tmp_path, fake_slurm):
     assert logs.program_errors(run, "12") == {"stnode1": "OSError: [Errno 28] No space left on device"}
     assert programlog.last_launch(["a", programlog.launch_line("x").rstrip(), "b"]) == ["b"]
     assert programlog.last_launch(["a", "b"]) == ["a", "b"]
+
+
+# A Hugging Face Trainer's node log (a helper's run, trimmed): tqdm redraws its bar with
+# carriage returns and leaves the last frame with no newline, so rank 1's traceback begins
+# in the middle of a line, and rank 0's follow-on error after the next frame.
+TQDM_NODE = (" 13%|█▎        | 4/30 [00:01<00:11,  2.20it/s][rank1]: Traceback (most recent call last):\n"
+             '[rank1]:   File "train.py", line 55, in on_step_end\n'
+             "[rank1]: RuntimeError: boom on rank 1 at step 5\n"
+             " 17%|█▋        | 5/30 [00:02<00:11,  2.21it/s][rank0]: Traceback (most recent call last):\n"
+             '[rank0]:   File "torch/distributed/distributed_c10d.py", line 4287, in all_gather\n'
+             "[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:20395\n")
+
+
+def test_a_traceback_after_a_progress_bar_is_the_programs_error():
+    assert programlog.program_error(TQDM_NODE.splitlines()) == ("RuntimeError: boom on rank 1 at step 5", True)
+
+
+def test_ranks_printing_their_tracebacks_at_once_are_read_apart():
+    lines = ["[rank1]: Traceback (most recent call last):", "[rank0]: Traceback (most recent call last):",
+             '[rank1]:   File "train.py", line 5, in <module>', "[rank1]: ValueError: bad batch at step 7",
+             '[rank0]:   File "train.py", line 9, in <module>',
+             "[rank0]: RuntimeError: Connection reset by peer"]
+    assert programlog.program_error(lines) == ("ValueError: bad batch at step 7", True)
