@@ -81,12 +81,29 @@ def check_command(command: tuple[str, ...]) -> None:
                          "in the profile's [env] vars)")
 
 
+def _program_file(job: JobSpec) -> str | None:
+    return next((w for w in job.command if w.endswith((".py", ".sh")) and not w.startswith("-")
+                 and "{" not in w and "$" not in w), None)  # {KEY}: a sweep's word; $NAME: the node's
+
+
+def refuse_missing_program(loaded: LoadedProfile, job: JobSpec) -> None:
+    """submit: a program file the job would not find, refused before its wait in the queue.
+    Not judged in a container (the image may hold it), nor where this machine lacks the
+    folder it would be in (a file system only the nodes mount)."""
+    script = _program_file(job)
+    if script is None or loaded.profile.container.runtime != "none":
+        return
+    path = Path(script).expanduser()
+    if not path.exists() and path.absolute().parent.is_dir():
+        raise UsageError(f"{script}: no such file in {path.absolute().parent}, where the job runs the command; "
+                         "nothing was submitted")
+
+
 def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
     """Once the job passed its checks: what in the command, or the image it runs in, will
     not run as the user expects."""
     _warn_of_missing_image(loaded)
-    script = next((w for w in job.command if w.endswith((".py", ".sh")) and not w.startswith("-")
-                   and "{" not in w), None)  # {KEY}: a sweep's word
+    script = _program_file(job)
     if loaded.profile.container.runtime == "none":  # in a container the image may hold them: not judged
         for name in [*([script] if script else []), *_config_files(job.command)]:
             if not Path(name).expanduser().exists():

@@ -12,7 +12,7 @@ import click
 
 from ..errors import UsageError
 from .base import main
-from .options import build_job, job_options, warn_about_command
+from .options import build_job, job_options, refuse_missing_program, warn_about_command
 from .refs import after_options, chain_of, follow_up, resolve_run, runs_dir_option
 
 
@@ -63,6 +63,8 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     # for may write the corpus or checkpoint the job reads: those are checked at its start.
     check_job(loaded, job, files_later=bool(afters))
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
+    if not afters:  # a run waited for may write it
+        refuse_missing_program(loaded, job)
     done = submit_job(loaded, job, runs_dir, after=afters)
     warn_about_command(loaded, job)  # once sbatch took it: a refusal says all
     cli, hint = follow_up(runs_dir)

@@ -142,6 +142,7 @@ def fake_sbatch(tmp_path, monkeypatch):
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("")  # the program the commands name: submit refuses a missing one
     return bin_dir
 
 

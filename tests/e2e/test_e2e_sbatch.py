@@ -33,6 +33,7 @@ def test_sbatch_test_only_accepts_gen_output(tmp_path, launcher, job):
     (["--nodes", "5"], "more processors requested than permitted"),  # EnforcePartLimits=ALL
 ])
 def test_refusal(tmp_path, args, slurm_says):
+    (tmp_path / "x.py").write_text("")
     proc = cli(tmp_path, "submit", *args, "--name", "refused", "--", "python", "x.py")
     if proc.returncode == 0:
         subprocess.run(["scancel", "--name", "refused"], timeout=30)

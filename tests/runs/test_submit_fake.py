@@ -52,6 +52,7 @@ def fake_bin(tmp_path, monkeypatch):
         path.chmod(path.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("")  # the program the commands name: submit refuses a missing one
     return bin_dir
 
 
@@ -127,6 +128,7 @@ def test_render_error_leaves_no_run_directory(fake_bin, tmp_path):
 def test_no_slurm_commands_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("")
     result = CliRunner().invoke(main, ["submit", "--", "python", "x.py"])
     assert result.exit_code == 1
     assert "srun: command not found" in result.output
@@ -142,3 +144,16 @@ def test_a_job_name_with_a_slash_is_refused_before_any_directory(fake_bin, tmp_p
     assert result.exit_code == 2 and "job name 'x;$(touch /tmp/pwned)': use 1-128 letters" in result.output, \
         result.output
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*"))
+
+
+def test_a_program_file_the_job_would_not_find_is_refused_before_the_queue(fake_bin, tmp_path):
+    """A typo or the wrong directory fails every rank, after the wait in the queue: refused
+    here. Not judged where this machine lacks the folder (only the nodes mount it)."""
+    result = CliRunner().invoke(main, ["submit", "--name", "typo", "--", "torchrun", "--nproc_per_node", "2",
+                                       "trian.py"])
+    assert result.exit_code == 2, result.output
+    assert f"trian.py: no such file in {tmp_path}, where the job runs the command; nothing was submitted" \
+        in result.output, result.output
+    assert not (tmp_path / "runs").exists() and not (fake_bin / "sbatch.calls").exists()
+    elsewhere = CliRunner().invoke(main, ["submit", "--name", "nodes", "--", "python", "/nodes-only/train.py"])
+    assert elsewhere.exit_code == 0, elsewhere.output
