@@ -33,6 +33,7 @@ class Program(Frozen):
     nnodes: int | None = None
     launcher_in_command: str | None = None  # "torchrun", "deepspeed", ... when one was taken apart
     local_rank_option: bool = False  # that launcher would have appended --local_rank=N (deepspeed, launch)
+    dropped: tuple[str, ...] = ()    # its options the job script sets itself (--master_port 1234, --standalone)
 
 
 def is_python(word: str) -> bool:
@@ -125,13 +126,17 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
               local_rank: bool) -> Program:
     """Take a launcher's options apart; what is left is the program and its arguments."""
     found: dict[str, str] = {}
+    dropped: list[str] = []
     kind = "script"
     i = 0
     while i < len(args) and args[i].startswith("-") and args[i] != "--":
-        key, _, value = args[i].lstrip("-").partition("=")
+        word = args[i]
+        key, _, value = word.lstrip("-").partition("=")
         if key in flags:
             kind = flags[key] or kind
             local_rank = local_rank and key not in _NO_LOCAL_RANK
+            if flags[key] is None and key not in _NO_LOCAL_RANK:
+                dropped.append(args[i])
             i += 1
             continue
         if key not in opts:
@@ -144,6 +149,8 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
             value, i = args[i + 1], i + 1
         if opts[key]:
             found[opts[key]] = value
+        else:
+            dropped.append(word if "=" in word else f"{word} {value}")
         i += 1
     if i < len(args) and args[i] == "--":
         i += 1
@@ -153,7 +160,8 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
     if kind == "script" and not program[0].endswith(".py") and interp is None and name == "deepspeed":
         kind = "exec"
     return Program(kind, program, interp, _count(found.get("procs"), name, "processes per node"),
-                   _count(found.get("nnodes"), name, "nodes"), name, local_rank and kind == "script")
+                   _count(found.get("nnodes"), name, "nodes"), name, local_rank and kind == "script",
+                   tuple(dropped))
 
 
 def _count(value: str | None, launcher: str, what: str) -> int | None:

@@ -254,13 +254,15 @@ def _check_launcher_counts(p: Profile, prog: Program) -> None:
     """A launcher written in the command is taken over; what it asked for must agree."""
     if prog.launcher_in_command is None:
         return
+    # launch.procs_per_node, where the profile sets it, wins over --gpus-per-node: name that one
+    procs_how = (f"--set launch.procs_per_node={prog.procs_per_node} (the profile sets it)" if p.launch.procs_per_node
+                 else f"--gpus-per-node {prog.procs_per_node} or --set launch.procs_per_node={prog.procs_per_node}")
     for asked, have, what, how in (
-            (prog.procs_per_node, procs_per_node(p), "processes per node",
-             "--gpus-per-node or --set launch.procs_per_node=N"),
-            (prog.nnodes, p.slurm.nodes, "nodes", "--nodes N")):
+            (prog.procs_per_node, procs_per_node(p), "processes per node", procs_how),
+            (prog.nnodes, p.slurm.nodes, "nodes", f"--nodes {prog.nnodes}")):
         if asked is not None and asked != have:
             raise UsageError(f"`{prog.launcher_in_command}` in the command asks for {asked} {what}, the profile "
-                             f"runs {have}: slurmtrain starts the launcher itself; drop the option or set {how}")
+                             f"runs {have}: slurmtrain starts the launcher itself; drop the option, or give {how}")
 
 
 def _stop_signal_expr(sig: str) -> str:

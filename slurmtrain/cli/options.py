@@ -111,6 +111,29 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
                            "command", err=True)
     if script and Path(script).expanduser().exists():
         _warn_of_lost_local_rank(loaded, job, Path(script).expanduser())
+    _note_launcher_options(job)
+    shell = next((w for w in job.command[1:] if _SHELL_WORD.search(w)), None)
+    if shell is not None:
+        click.echo(f"slurmtrain: warning: {shell!r} in the command reaches the program as it is: the job runs the "
+                   "command without a shell, so no variable in it is expanded (write the value, or read the "
+                   "variable in the program)", err=True)
+
+
+_SHELL_WORD = re.compile(r"\$(\{?[A-Za-z_][A-Za-z0-9_]*\}?)")  # $NAME, ${NAME}: a shell's, which the job has not
+
+
+def _note_launcher_options(job: JobSpec) -> None:
+    """A launcher written in the command is taken over: the options the job script sets
+    itself are left out, and said so (not silently)."""
+    from .. import command
+    try:
+        prog = command.parse(job.command)
+    except UsageError:
+        return
+    if prog.dropped:
+        click.echo(f"slurmtrain: note: {prog.launcher_in_command}'s {', '.join(prog.dropped)} in the command "
+                   "left out: the job script starts the launcher on every node with its own rendezvous and "
+                   "restarts (the profile's [launch] and [resilience])", err=True)
 
 
 def _config_files(command: tuple[str, ...]) -> list[str]:

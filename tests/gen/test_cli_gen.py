@@ -71,6 +71,30 @@ def test_a_script_not_in_the_submit_directory_is_warned_of(tmp_path, monkeypatch
         assert ((warned if isinstance(warned, str) else said) in result.stderr) is bool(warned), (argv, result.stderr)
 
 
+def test_a_launchers_options_the_script_sets_itself_are_said_to_be_left_out(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    result = CliRunner().invoke(main, ["gen", "--", "torchrun", "--nproc_per_node", "2", "--master_port", "1234",
+                                       "--standalone", "--max_restarts=3", "train.py"])
+    assert result.exit_code == 0, result.output
+    assert ("slurmtrain: note: torchrun's --master_port 1234, --standalone, --max_restarts=3 in the command left "
+            "out: the job script starts the launcher") in result.stderr, result.stderr
+    plain = CliRunner().invoke(main, ["gen", "--", "torchrun", "--nproc_per_node", "2", "train.py"])
+    assert "note:" not in plain.stderr, plain.stderr  # taken over whole: nothing to say
+
+
+def test_a_shell_variable_in_the_command_is_warned_of_as_unexpanded(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    result = CliRunner().invoke(main, ["gen", "--", "python", "train.py", "--output-dir", "$SLURMTRAIN_RUN_DIR/out"])
+    assert result.exit_code == 0, result.output
+    assert ("warning: '$SLURMTRAIN_RUN_DIR/out' in the command reaches the program as it is: the job runs the command "
+            "without a shell") in result.stderr, result.stderr
+    for fine in ("--lr=3$", "cost$1", "{lr}"):
+        quiet = CliRunner().invoke(main, ["gen", "--", "python", "train.py", fine])
+        assert "without a shell" not in quiet.stderr, (fine, quiet.stderr)
+
+
 def test_a_script_that_needs_the_local_rank_option_its_launcher_would_not_pass_is_warned_of(tmp_path, monkeypatch):
     """`deepspeed train.py` appends --local_rank=N; taken over by torchrun or the srun loop
     the script gets LOCAL_RANK only, and a parser that requires the option stops at once."""

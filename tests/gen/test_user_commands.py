@@ -89,8 +89,8 @@ def test_a_launcher_in_the_command_is_taken_over_not_nested(tmp_path, command, f
     (["/env/bin/accelerate", "launch", "train.py"], ["write `-- /env/bin/python train.py`"]),
     (["srun", "-n", "4", "python3", "train.py"], ["`srun` in the command", "python3 train.py"]),
     (["torchrun", "--nproc_per_node", "4", "train.py"], ["asks for 4 processes per node, the profile runs 2",
-                                                          "launch.procs_per_node"]),
-    (["torchrun", "--nnodes", "3", "train.py"], ["asks for 3 nodes, the profile runs 2"]),
+                                                          "give --set launch.procs_per_node=4 (the profile sets it)"]),
+    (["torchrun", "--nnodes", "3", "train.py"], ["asks for 3 nodes, the profile runs 2", "give --nodes 3"]),
     (["torchrun", "--nnodes", "1:4", "train.py"], ["'1:4' nodes", "fixed count"]),
     (["torchrun", "--foo", "train.py"], ["option '--foo'", "write `-- python train.py`"]),
     (["deepspeed", "--num_gpus"], ["has no value"]),
@@ -213,3 +213,12 @@ def test_a_signal_that_ends_torchrun_is_said_in_one_line_not_its_traceback(tmp_p
     assert proc.returncode == 1, err  # as torchrun's own: the supervisor reads it alike
     assert err.rstrip().splitlines()[-1] == "slurmtrain: torch.distributed.run got SIGTERM and ended its workers", err
     assert "Traceback" not in err, err
+
+
+def test_a_torchrun_process_count_the_gpus_decide_points_to_gpus_per_node():
+    result = CliRunner().invoke(main, ["gen", "--profile", "aws-p4d", "--", "torchrun", "--nproc_per_node", "4",
+                                       "train.py"])
+    assert result.exit_code == 2 and "give --gpus-per-node 4 or --set launch.procs_per_node=4" in result.output
+    fixed = CliRunner().invoke(main, ["gen", "--profile", "aws-p4d", "-G", "4", "--", "torchrun", "--nproc_per_node",
+                                      "4", "train.py"])
+    assert fixed.exit_code == 0, fixed.output
