@@ -404,6 +404,20 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
     }
 
 
+def short_time_limit(loaded: LoadedProfile, starts: bool = False) -> str | None:
+    """A time limit no longer than the stop signal's lead and a minute: said (gen warns);
+    ``starts``: only one the stop signal would come at the start of (submit refuses it: each
+    start would save at once and requeue, up to resilience.max_requeues times)."""
+    p, r = loaded.profile, loaded.profile.resilience
+    limit = limit_seconds(p.slurm.time) if p.slurm.time else None
+    if not limit or limit[0] > r.signal_seconds + (0 if starts else 60):
+        return None
+    when = "as it starts" if limit[0] <= r.signal_seconds else f"about {limit[0] - r.signal_seconds} s after it starts"
+    return (f"the time limit (slurm.time, --time) {p.slurm.time} is {limit[0] // 60} min to Slurm ({limit[1]}, "
+            f"in whole minutes), and the stop signal comes resilience.signal_seconds ({r.signal_seconds} s) "
+            f"before the end: the job would be told to stop {when} (two hours: 2:00:00)")
+
+
 def warnings(loaded: LoadedProfile) -> list[str]:
     """What will work, but not as the user probably expects: said by gen and submit."""
     p, r = loaded.profile, loaded.profile.resilience
@@ -412,12 +426,9 @@ def warnings(loaded: LoadedProfile) -> list[str]:
         out.append(f"{loaded.source}: resilience.stop_timeout ({r.stop_timeout} s) is longer than "
                    f"resilience.signal_seconds ({r.signal_seconds} s): at the time limit Slurm ends the job "
                    "before the checkpoint window is over; raise signal_seconds or lower stop_timeout")
-    limit = limit_seconds(p.slurm.time) if p.slurm.time else None
-    if limit and limit[0] <= r.signal_seconds + 60:
-        when = "as it starts" if limit[0] <= r.signal_seconds else f"about {limit[0] - r.signal_seconds} s after it starts"
-        out.append(f"the time limit (slurm.time, --time) {p.slurm.time} is {limit[0] // 60} min to Slurm ({limit[1]}, "
-                   f"in whole minutes), and the stop signal comes resilience.signal_seconds ({r.signal_seconds} s) "
-                   f"before the end: the job would be told to stop {when} (two hours: 2:00:00)")
+    short = short_time_limit(loaded)
+    if short:
+        out.append(short)
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "

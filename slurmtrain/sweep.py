@@ -100,11 +100,22 @@ def from_file(path: Path) -> list[Point]:
     for row, at in zip(rows, where):
         if not isinstance(row, dict) or not row:
             raise ConfigError(at, "", "a point is a table (object) of one or more KEY = value")
+        row = _flat(row)  # TOML's train.lr = 1e-3 (and JSON's {"train": {"lr": ...}}) is the key train.lr
         for key in row:
             if not _KEY.fullmatch(key):
                 raise ConfigError(at, key, "not a key: letters, digits, '_', '-', dotted")
         points.append(Point(tuple((k, _text(v)) for k, v in row.items())))
     return points
+
+
+def _flat(row: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def points_of(sweeps: tuple[str, ...], file: Path | None) -> list[Point]:

@@ -413,8 +413,19 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
     for run in runs:
         if run.job_id is None:
             raise UsageError(f"run {run.name} has no job id to cancel (state: {run.manifest().get('state')})")
+    from .. import eventlog
+    from ..errors import SlurmError
     for run in runs:
-        jobs.job(run.path, run.job_id).cancel()
+        try:
+            jobs.job(run.path, run.job_id).cancel()
+        except SlurmError:
+            ended = eventlog.latest(events.read(run.path))
+            if not ended.final or ended.kind == eventlog.RUNNING:
+                raise
+            # Gone from Slurm, or ended there: its events say how; nothing was to be done.
+            click.echo(f"run {run.name}: job {run.job_id} already ended ({ended.kind}: {ended.detail}); "
+                       f"nothing to cancel", err=True)
+            continue
         # Only a cancel that happened is recorded: the event makes status report the run
         # as cancelled by the user.
         events.append(run.path, Ev.CANCEL_REQUESTED, job_id=run.job_id)

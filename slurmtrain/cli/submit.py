@@ -63,6 +63,10 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     # for may write the corpus or checkpoint the job reads: those are checked at its start.
     check_job(loaded, job, files_later=bool(afters))
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
+    from ..render import short_time_limit
+    short = short_time_limit(loaded, starts=True)
+    if short:  # each start would save at once and requeue: refused, not queued to loop
+        raise UsageError(f"{short}; nothing was submitted")
     if not afters:  # a run waited for may write it
         refuse_missing_program(loaded, job)
     done = submit_job(loaded, job, runs_dir, after=afters)

@@ -45,6 +45,12 @@ def test_a_sweep_file_in_toml_or_json_lines(tmp_path):
     assert [p.as_dict() for p in sweep.points_of((), toml)] == [{"train.lr": "0.0001", "seed": "1"},
                                                                  {"train.lr": "0.0003", "seed": "2"}]
     assert [p.label for p in sweep.points_of((), jsonl)] == ["lr=0.0001_name=a-b", "lr=0.0003_name=c"]
+    # TOML's own dotted keys, and JSON's nested objects, are the same keys
+    toml.write_text('[[point]]\ntrain.lr = 1e-4\n\n[[point]]\ntrain.lr = 3e-4\nmodel.dim = 64\n')
+    assert [p.as_dict() for p in sweep.points_of((), toml)] == [{"train.lr": "0.0001"},
+                                                                 {"train.lr": "0.0003", "model.dim": "64"}]
+    jsonl.write_text('{"train": {"lr": 0.0001}}\n')
+    assert [p.as_dict() for p in sweep.points_of((), jsonl)] == [{"train.lr": "0.0001"}]
     jsonl.write_text('{"lr": 1}\n{"lr": 1}\n')
     with pytest.raises(ConfigError, match="the same point twice: lr=1"):
         sweep.points_of((), jsonl)

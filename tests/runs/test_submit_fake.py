@@ -157,3 +157,14 @@ def test_a_program_file_the_job_would_not_find_is_refused_before_the_queue(fake_
     assert not (tmp_path / "runs").exists() and not (fake_bin / "sbatch.calls").exists()
     elsewhere = CliRunner().invoke(main, ["submit", "--name", "nodes", "--", "python", "/nodes-only/train.py"])
     assert elsewhere.exit_code == 0, elsewhere.output
+
+
+def test_a_time_limit_the_stop_signal_would_come_at_the_start_of_is_refused(fake_bin, tmp_path):
+    """`--time 1` with the local profile's 60 s lead: each start would save at once and
+    requeue, up to max_requeues times. gen warns; submit refuses, queueing nothing."""
+    result = CliRunner().invoke(main, ["submit", "--time", "1", "--", "python", "x.py"])
+    assert result.exit_code == 2, result.output
+    assert "the job would be told to stop as it starts (two hours: 2:00:00); nothing was submitted" in result.output
+    assert not (fake_bin / "sbatch.calls").exists()
+    longer = CliRunner().invoke(main, ["submit", "--time", "2", "--", "python", "x.py"])  # stops after 60 s: warned
+    assert longer.exit_code == 0 and "about 60 s after it starts" in longer.output, longer.output

@@ -181,3 +181,16 @@ def test_status_of_a_resubmitted_run_says_its_first_submission_and_how_many_jobs
     rows = {line[:10].strip(): line[10:].strip() for line in CliRunner().invoke(main, ["status", str(single.path)])
             .output.splitlines() if line[:10].strip()}
     assert (rows["requeues"], rows["submitted"]) == ("0", "2025-01-01 00:00:09"), rows
+
+
+def test_cancel_of_a_run_that_already_ended_says_so_and_succeeds(tmp_path, fake_slurm):
+    fake_slurm(scontrol="", sacct=None)  # Slurm forgot the job (MinJobAge)
+    run = _run(tmp_path, "done", "41", [("started", {"job_id": "41", "restart": 0}),
+                                        ("finished", {"job_id": "41", "restart": 0, "exit_code": 0})])
+    result = CliRunner().invoke(main, ["cancel", "--runs-dir", str(tmp_path), "done"])
+    assert result.exit_code == 0, result.output
+    assert f"run {run.name}: job 41 already ended (completed" in result.stderr and "nothing to cancel" in result.stderr
+    assert "cancel_requested" not in (run.path / "events.jsonl").read_text()
+    live = _run(tmp_path, "live", "42", [("started", {"job_id": "42", "restart": 0})])
+    still = CliRunner().invoke(main, ["cancel", "--runs-dir", str(tmp_path), live.name])
+    assert still.exit_code == 1 and "42" in still.output, still.output  # running by its events: Slurm's error stands
