@@ -318,7 +318,13 @@ def events_of(path: str | os.PathLike) -> list[dict[str, Any]]:
 
     path = Path(path)
     evs = events.read(path)
-    points = (RunDir(path).manifest().get("sweep") or {}).get("points") if (path / MANIFEST).is_file() else None
+    manifest = RunDir(path).manifest() if (path / MANIFEST).is_file() else {}
+    if manifest.get("in_sweep"):
+        # A point is one run, its array task's alone: read as a run of no array (its events
+        # say the array's size, and a task 0 that may not be its own, which would read as
+        # the sweep's other points waiting).
+        return [{k: v for k, v in e.items() if k not in ("array_task", "array_tasks")} for e in evs]
+    points = (manifest.get("sweep") or {}).get("points")
     if not points:
         return evs
     for point in points:

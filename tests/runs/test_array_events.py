@@ -270,3 +270,18 @@ def test_history_says_the_programs_error_a_run_failed_with(tmp_path):
     run = write_run(tmp_path, [{"event": "submitted", "job_id": "12"}, failed])
     assert classify.history(run.path)[-1].split("  ", 1)[1] == (
         "failed with exit status 1 (RuntimeError: boom on rank 2 at step 15): not requeued")
+
+
+def test_a_sweep_points_own_status_is_its_tasks_alone(tmp_path):
+    """Point 1 of two was preempted with no requeue left: its outcome is the requeue limit
+    (resubmit continues it), not Slurm's FAILED as a user error because the other point
+    read as waiting."""
+    point = rundir.create(tmp_path / "sw" / "points", "lr=3e-3")
+    point.update_manifest(name="lr=3e-3", in_sweep="sw", array_task=1, job_ids=["12_1"], state="submitted")
+    tag = {"array_task": 1, "array_job_id": "12", "job_id": "14", "array_tasks": 2}
+    for name, fields in (("started", {"restart": 0, "nodes": "stnode1"}), ("checkpoint_saved", {"step": 149}),
+                         ("stopped", {"step": 149}), ("preempted", {"restart": 0, "exit_code": 1}),
+                         ("requeue_limit", {"restart": 0, "max_requeues": 0})):
+        events.append(point.path, name, **tag, **fields)
+    got = classify.classify(point.path, "FAILED", 3)
+    assert (got.kind, got.step) == ("requeue limit", 149), got
