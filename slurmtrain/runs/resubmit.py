@@ -137,8 +137,12 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
         raise UsageError(f"run {run.name}: no {run.script.name} to resubmit ({run.path})")
     end = job_end(run)
     if end is not None and end.active:
-        raise UsageError(f"run {run.name}: job {end.job_id} is still {end.state}; resubmit after it ends "
-                         f"(or cancel it with `slurmtrain cancel {run.name}`)")
+        # A point waits for its own task only: the sweep's other points may still be queued.
+        busy = end.state if only is None else _task_state(end.job_id, only)
+        if busy is not None:
+            whose = f"job {end.job_id}" if only is None else f"its task {end.job_id}_{only}"
+            raise UsageError(f"run {run.name}: {whose} is still {busy}; resubmit after it ends "
+                             f"(or cancel it with `slurmtrain cancel {run.name}`)")
     tasks = _points_again(run, force, only) if sweeps.points(run) else None
     if tasks is None:
         outcome = classify.classify(run.path, end.state if end else None, end.exit_code if end else None,
@@ -165,6 +169,13 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
             f"with ({drift}): a program that reads its settings from it runs with these; cancel and resubmit "
             "from a shell that has them, or put them in the profile's [env] vars")
     return done
+
+
+def _task_state(job_id: str, task: int) -> str | None:
+    """Array task ``task`` of job ``job_id`` while Slurm has it queued or running: its state."""
+    info = slurmquery.query([job_id]).get(job_id)
+    found = info.task_infos().get(task) if info is not None else None
+    return found.state.value if found is not None and found.state.is_active else None
 
 
 def _where(run: RunDir) -> tuple[str, ...]:

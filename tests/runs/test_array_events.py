@@ -285,3 +285,31 @@ def test_a_sweep_points_own_status_is_its_tasks_alone(tmp_path):
         events.append(point.path, name, **tag, **fields)
     got = classify.classify(point.path, "FAILED", 3)
     assert (got.kind, got.step) == ("requeue limit", 149), got
+
+
+def test_a_point_is_resubmitted_while_the_sweeps_other_points_are_still_queued(tmp_path, fake_slurm, monkeypatch):
+    from slurmtrain.runs import resubmit as resub
+
+    sweep = rundir.create(tmp_path, "sw")
+    labels = ["lr=1e-3", "lr=3e-3"]
+    sweep.update_manifest(job_ids=["12"], state="submitted", array=2,
+                          sweep={"keys": ["train.lr"], "points": [{"task": i, "label": label, "values": {}}
+                                                                 for i, label in enumerate(labels)]})
+    sweep.script.write_text("#!/bin/bash\n")
+    for i, label in enumerate(labels):
+        point = rundir.RunDir(sweep.path / "points" / label)
+        point.path.mkdir(parents=True)
+        point.update_manifest(name=label, in_sweep=sweep.name, sweep_dir=str(sweep.path), array_task=i,
+                              job_ids=[f"12_{i}"], state="submitted")
+    tag = {"array_task": 0, "array_job_id": "12", "job_id": "13", "array_tasks": 2}
+    for name, fields in (("started", {"restart": 0}), ("checkpoint_saved", {"step": 149}), ("stopped", {"step": 149}),
+                         ("preempted", {"restart": 0, "exit_code": 1}), ("requeue_limit", {"restart": 0})):
+        events.append(sweep.path / "points" / labels[0], name, **tag, **fields)
+    fake_slurm(scontrol=scontrol_line("13", "0", "FAILED", "3:0") + "\n" + scontrol_line("12", "1", "PENDING"))
+    sent = []
+    monkeypatch.setattr(resub, "submit_run", lambda run, args, tasks: sent.append((args, tasks)) or
+                        type("Done", (), {"job_id": "20"})())
+    resub.resubmit(rundir.RunDir(sweep.path / "points" / labels[0]))
+    assert [tasks for _, tasks in sent] == [(0,)] and "--array=0" in sent[0][0], sent
+    with pytest.raises(UsageError, match=r"its task 12_1 is still PENDING"):
+        resub.resubmit(rundir.RunDir(sweep.path / "points" / labels[1]))
