@@ -256,7 +256,9 @@ def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
                 return outcome
             continue
         say(f"job {end.job_id} ended: {outcome.kind}: {outcome.detail}")
-        if outcome.kind not in RESUMABLE:
+        # A requeue limit is a stop that saved and was not requeued (max_requeues, 0 for a
+        # run that leaves its requeues to this watch): continued too, under --max-resubmits.
+        if outcome.kind not in RESUMABLE | {classify.REQUEUE_LIMIT}:
             return outcome
         if resubmits >= max_resubmits:
             say(f"not resubmitting: --max-resubmits {max_resubmits} reached")

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from runs_fakes import recorded_run, unended_run
 from slurmtrain.cli import main
-from slurmtrain import ledger
+from slurmtrain import events, ledger
 from slurmtrain.runs import classify, resubmit, slurmquery
 from slurmtrain.runs.states import JobState
 
@@ -219,3 +219,27 @@ def test_status_says_a_job_ended_failed_by_its_dead_batch_host_and_how_to_requeu
     assert (f"warning    its batch host stnode1 is down, and Slurm ended the job FAILED (--no-kill: a job with "
             f"spares) with nothing of it left running: `slurmtrain resubmit --watch --detach {run.name}` requeues "
             f"it (and keeps watching), or `scontrol requeue {job}`") in out, out
+
+
+def test_the_watch_continues_a_run_that_reached_its_requeue_limit(tmp_path, fake_slurm, monkeypatch):
+    """`submit --max-requeues 0` then `resubmit --watch`: the requeues left to the watch. A
+    preemption ends the job at its requeue limit, which the watch resubmits."""
+    run, job = unended_run(tmp_path)
+    for name, fields in (("checkpoint_saved", {"step": 9}), ("stopped", {"step": 9}),
+                         ("preempted", {"job_id": job, "restart": 0, "exit_code": 1}),
+                         ("requeue_limit", {"job_id": job, "restart": 0, "max_requeues": 0})):
+        events.append(run.path, name, **fields)
+    fake_slurm(scontrol=scontrol(job, "FAILED").replace("ExitCode=0:0", "ExitCode=3:0"))
+    monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 3, False))
+    resubmitted: list[object] = []
+
+    def resubmit_once(r, say=None):
+        resubmitted.append(r)
+        raise SystemExit("resubmitted")
+    monkeypatch.setattr(resubmit, "resubmit", resubmit_once)
+    said: list[str] = []
+    try:
+        resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
+    except SystemExit:
+        pass
+    assert resubmitted and any(line.startswith(f"job {job} ended: requeue limit") for line in said), said
