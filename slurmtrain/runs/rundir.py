@@ -34,6 +34,7 @@ from ..errors import UsageError
 from . import environ, recent
 
 MANIFEST = "manifest.json"
+RECIPE = "recipe.toml"       # the built-in trainer's recipe as submitted (runs/submit.py)
 SCRIPT = "job.sbatch"
 PROFILE = "profile.toml"
 LOGS = "logs"

@@ -16,7 +16,7 @@ from ..errors import SlurmError, UsageError
 from ..profile import LoadedProfile
 from ..render import JobSpec, check_job_name, render
 from . import rundir, slurmquery
-from .rundir import POINTS, PROFILE, RunDir
+from .rundir import POINTS, PROFILE, RECIPE, RunDir
 from ..eventlog import Ev
 
 
@@ -41,6 +41,8 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     run = rundir.create(runs_dir, job.job_name)
     try:
         job = dataclasses.replace(job, run_dir=str(run.path))
+        if job.recipe and not job.command:
+            job = _keep_recipe(run, job)
         script = render(loaded, job)
     except Exception:
         shutil.rmtree(run.path, ignore_errors=True)  # ours, just made, holding only logs/
@@ -53,6 +55,16 @@ def prepare(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
     if job.exclude:
         events.append(run.path, Ev.NODES_EXCLUDED, nodes=" ".join(job.exclude), source="bad-node ledger")
     return run
+
+
+def _keep_recipe(run: RunDir, job: JobSpec) -> JobSpec:
+    """The recipe as submitted, kept in the run directory: every start of the run (a requeue,
+    a resubmission) reads that copy, so the file edited meanwhile does not change, or break,
+    what the run trains. Its relative data paths stay the submit directory's (--chdir)."""
+    from ..recipes.recipe import recipe_path
+    kept = run.path / RECIPE
+    shutil.copyfile(recipe_path(job.recipe), kept)
+    return dataclasses.replace(job, recipe=str(kept))
 
 
 def _check_array_size(job: JobSpec, config: str) -> None:

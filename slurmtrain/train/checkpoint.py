@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemReader
 
 from .. import events, heartbeat
+from ..errors import ConfigError
 from ..eventlog import Ev
 from .memtier import MemoryTier
 
@@ -71,6 +72,23 @@ def problem_with(ckpt: Path) -> str | None:
         if not f.is_file() or f.stat().st_size < needed:
             return f"corrupt (shard {name} is missing or truncated)"
     return None
+
+
+def _check_same_model(ckpt: Path, meta: dict[str, Any]) -> None:
+    """The checkpoint holds the model this run builds: a recipe edited since (a layer more,
+    a wider model) would fail in the load with a missing tensor's name only. Keys one side
+    lacks (an older checkpoint) are not judged; a world size or layout may change."""
+    try:
+        saved = json.loads((ckpt / META).read_text()).get("model_args") or {}
+    except (OSError, ValueError):
+        return  # problem_with judged it whole; the load says what is wrong
+    now = meta.get("model_args") or {}
+    changed = [f"{k} {saved[k]} -> {now[k]}" for k in sorted(set(saved) & set(now)) if saved[k] != now[k]]
+    if changed:
+        where = meta.get("recipe_source") or "the recipe"
+        raise ConfigError(str(where), "model", f"the run's checkpoint {ckpt} was saved by another model "
+                          f"({', '.join(changed)}): the recipe changed since; put it back to resume, or start "
+                          "a new run")
 
 
 def _is_deepspeed(ckpt: Path) -> bool:
@@ -210,6 +228,8 @@ class Checkpointer:
         """Load the newest checkpoint, if any: a copy in node memory (an in-job restart) as
         new as the newest complete durable one, else that one; return its step (0: none)."""
         path = self._choose()
+        if path is not None:
+            _check_same_model(path, self.meta)
         durable = int(path.name[len("step_"):]) if path is not None else -1
         self.last_saved = durable
         template = {"step": 0, "data": self.data.state_dict()}

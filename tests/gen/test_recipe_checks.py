@@ -202,3 +202,17 @@ def test_a_pipeline_that_fits_the_world_passes(work):
     corpus(work / "corpus.jsonl")
     r = str(recipe(work / "r.toml", extra=PIPELINE.format('stages = 2\nschedule = "gpipe"')))
     assert gen("-p", "local", "--recipe", r).exit_code == 0
+
+
+def test_the_run_keeps_the_recipe_as_submitted(work):
+    """Every start of the run (a requeue, a resubmission) reads the run's copy: the file
+    edited meanwhile (a layer more) does not change what the run trains, nor break its resume."""
+    corpus(work / "corpus.jsonl")
+    mine = recipe(work / "mine.toml")
+    result = CliRunner().invoke(main, ["submit", "-p", "local", "--recipe", "mine.toml"])
+    assert result.exit_code == 0, result.output
+    (run,) = (work / "runs").iterdir()
+    assert (run / "recipe.toml").read_text() == mine.read_text()
+    script = (run / "job.sbatch").read_text()
+    assert f"--recipe {run / 'recipe.toml'}" in script and "--recipe mine.toml" not in script.split("#SBATCH")[-1]
+    assert "mine" in run.name  # still named after the user's recipe

@@ -45,3 +45,24 @@ def test_a_resume_draws_no_parameters_and_a_fresh_start_does(tmp_path, monkeypat
         for name, value in saved.items():
             assert torch.equal(got[name], value), name
         assert second.train() == 0
+
+
+def test_a_recipe_edited_to_another_model_is_refused_at_the_resume_naming_what_changed(tmp_path):
+    """A resubmitted (or requeued) run whose recipe file gained a layer since: the load would
+    fail with a missing tensor's name only."""
+    from slurmtrain.errors import ConfigError
+    from slurmtrain.recipes.recipe import load_recipe_sources
+    from slurmtrain.train import trainer as trainer_mod
+
+    recipe = setup_run(tmp_path, steps=2, save_steps=2)
+    (tmp_path / "run").mkdir()
+    with one_rank(tmp_path) as world:
+        def build(*sets):
+            loaded, sources = load_recipe_sources(str(recipe), [("train.eval_steps", 0, "test"), *sets])
+            return trainer_mod.build(loaded, sources, world, tmp_path / "run", None)
+
+        assert build(("model.n_layers", 2, "test")).train() == 0
+        with pytest.raises(ConfigError, match=r"was saved by another model \(n_layers 2 -> 3\): the recipe "
+                                              r"changed since; put it back to resume, or start a new run"):
+            build(("model.n_layers", 3, "test"))
+        assert build(("model.n_layers", 2, "test")).step == 2  # put back: resumes
