@@ -53,15 +53,21 @@ class NodeFaults:
             say(f"slurmtrain: stopping at a checkpoint to put spare {self.pool.idle[0]} in {s.node}'s place")
 
     def hang(self, hang: hangs.Hang, folder: Path) -> list[str]:
-        """The launch hangs (hangs.py): its stacks recorded, the ranks that reported last named
-        (their nodes, returned)."""
+        """The launch hangs (hangs.py): its stacks recorded, the ranks that reported last named,
+        and of them the ones their stacks tell apart (a rank stopped, or outside the collective
+        its peers wait in): their nodes, returned."""
         stacks = hangs.dump_stacks(self.slurm, hang.beats, folder, hang.folder)
+        odd, why = hangs.odd_ranks(hang.beats, stacks)
+        ranks = " ".join(str(b.rank) for b in odd)
+        nodes = " ".join(sorted({b.node for b in odd})) or hang.nodes
+        named = f"; of them rank(s) {ranks} on {nodes}: {why}" if odd else ""
         self.record.say(f"slurmtrain: error: hang: no rank reported progress for {hang.quiet:.0f} s (hang timeout "
-                        f"{hang.timeout:.0f} s); the last to report: rank(s) {hang.ranks} on {hang.nodes}; their "
-                        f"stacks in {stacks}")
+                        f"{hang.timeout:.0f} s); the last to report: rank(s) {hang.ranks} on {hang.nodes}{named}; "
+                        f"their stacks in {stacks}")
         self.record.event(Ev.HANG, seconds=round(hang.quiet), ranks=hang.ranks, nodes=hang.nodes, step=hang.step,
-                          stacks=str(stacks))
-        return hang.nodes.split()
+                          stacks=str(stacks), **({"stuck_ranks": ranks, "stuck_nodes": nodes, "why": why} if odd
+                                                 else {}))
+        return nodes.split()
 
     def replace(self, node: str, status: int, launch_next: int, last: dict) -> None:
         """The stop for the straggler is over: the spare takes its place for the next launch

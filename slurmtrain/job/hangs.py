@@ -15,6 +15,7 @@ not judged here.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -121,9 +122,9 @@ def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbe
             continue
         why = "py-spy is not installed where the supervisor runs (pip install py-spy)"
         if spy is not None:
-            answer = slurm.call(*_on_node(b.node, here, [spy, "dump", "--nonblocking", "--pid", str(b.pid)]))
+            answer = slurm.call(*_on_node(b.node, here, _spy_argv(spy, b.pid)))
             if answer.ok:
-                out.write_text(answer.out)
+                out.write_text(_with_state(answer.out))
                 continue
             if answer.rc == 124 and b.node != here:  # not even srun got through: ask nothing more there
                 silent.add(b.node)
@@ -134,6 +135,64 @@ def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbe
     if missed:
         _own_dumps(slurm, missed, here, heartbeats)
     return folder
+
+
+def _spy_argv(spy: str, pid: int) -> list[str]:
+    """The process's state (/proc/PID/stat's third field: T stopped, D in uninterruptible
+    sleep), then py-spy's dump, in one call on the node."""
+    return ["sh", "-c", 'sed -n "s/^.*) \\([A-Za-z]\\) .*/\\1/p" "/proc/$1/stat" 2>/dev/null; '
+            'exec "$0" dump --nonblocking --pid "$1"', spy, str(pid)]
+
+
+def _with_state(out: str) -> str:
+    first, _, rest = out.partition("\n")
+    if not re.fullmatch(r"[A-Za-z]", first):
+        return out
+    return f"{STATE_LINE}{first} ({_STATES.get(first, 'running or sleeping')})\n{rest}"
+
+
+STATE_LINE = "# process state: "
+_STATES = {"T": "stopped: SIGSTOP, or a debugger", "t": "stopped by a debugger",
+           "D": "in uninterruptible sleep: a file system or a device", "Z": "a zombie: it exited"}
+# A main thread waiting for its peers: a collective, or a backward pass whose gradient
+# reductions wait (DDP, FSDP), in torch or DeepSpeed.
+_COLLECTIVE = re.compile(r"torch/distributed/|torch/autograd/|deepspeed/comm/|deepspeed/runtime/comm/")
+
+
+def odd_ranks(beats: list[heartbeat.Beat], folder: Path) -> tuple[list[heartbeat.Beat], str]:
+    """Of a hung launch's ranks, by their stack files (``dump_stacks``): those stopped or in
+    uninterruptible sleep while the others are not, else those not waiting in a collective
+    while the others are, and why; ([], "") where the stacks tell no rank apart (every rank
+    beats from its step: a stopped rank's peers stop beating when it does)."""
+    texts = {b.rank: _read(folder / f"rank{b.rank}-{b.node}.txt") for b in beats}
+    states = {b.rank: _state(texts[b.rank]) for b in beats}
+    stuck = [b for b in beats if states[b.rank] in _STATES]
+    if stuck and len(stuck) < len(beats):
+        return stuck, f"process state {states[stuck[0].rank]} ({_STATES[states[stuck[0].rank]]})"
+    waiting = {b.rank: _waits(texts[b.rank]) for b in beats}
+    outside = [b for b in beats if waiting[b.rank] is False]
+    if outside and any(waiting.values()):
+        return outside, "not in a collective, where the others wait in one"
+    return [], ""
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _state(text: str) -> str | None:
+    return text[len(STATE_LINE)] if text.startswith(STATE_LINE) else None
+
+
+def _waits(text: str) -> bool | None:
+    """Whether a stack file's main thread waits in a collective; None: no stack in it."""
+    if not text or text.startswith("no stack"):
+        return None
+    main = re.search(r"^Thread \d+ \([^)]*\): \"MainThread\"\n((?:[ \t]+.*\n?)*)", text, re.M)
+    return bool(_COLLECTIVE.search(main[1] if main else text))
 
 
 def _on_node(node: str, here: str, argv: list[str]) -> list[str]:

@@ -229,7 +229,10 @@ class Supervisor:
         st = self.state
         every = events.read(self.cfg.run_dir)
         evs, mine = (eventlog.of_task(e, self.job.array_task) for e in (every, every[self.events_mark:]))
-        first, error = self.record.first_failure(self.log_mark), facts.error
+        if st.hung:  # ended by the supervisor: srun's first "failure" is its own kill of the tasks
+            first, error = (self.hang_nodes[0] if len(self.hang_nodes) == 1 else None), None
+        else:
+            first, error = self.record.first_failure(self.log_mark), facts.error
         said = None if error is None or programlog.node_fault(error) else error
         repeated = decide.repeated_error(mine, eventlog.since_start(evs), said)
         blame = not (repeated or facts.stray_kill)
@@ -247,8 +250,10 @@ class Supervisor:
             return self.finish(facts)
         n, where = st.relaunches + 1, f" on {first}" if first else ""
         said = f"{facts.status}: {error}" if error else f"{facts.status}"
-        self.say(f"slurmtrain: the program failed{where} (exit status {said}) {then.words}; starting it "
-                 f"again in this allocation on {' '.join(self.pool.active)} ({n} of {self.cfg.restarts_in_job})")
+        what = (f"the launch hung{where} and was ended (exit status {said})" if st.hung else
+                f"the program failed{where} (exit status {said}) {then.words}")
+        self.say(f"slurmtrain: {what}; starting it again in this allocation on {' '.join(self.pool.active)} "
+                 f"({n} of {self.cfg.restarts_in_job})")
         self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
                           **({"why": then.why} if then.why else {}), **({"node": first} if first else {}),
                           **({"error": error} if error else {}), **cause)

@@ -142,6 +142,9 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
     if name == Ev.REQUEUE:  # and whether it left nodes out, or keeps one the partition cannot spare
         ended = f"; the tasks ended with exit status {e['exit_code']}" if "exit_code" in e else ""
         return f"requeueing{eventlog.requeued_how(e).removeprefix('requeued')}{ended}"
+    if name == Ev.HANG and e.get("stuck_ranks"):
+        return (_PHRASES[name].format_map(_Fields(e)).replace("; stacks in", f"; of them rank(s) {e['stuck_ranks']} "
+                f"on {e.get('stuck_nodes', '?')}: {e.get('why', '?')}; stacks in"))
     if name == Ev.RELAUNCHED and e.get("why") == "straggler":
         return "started again in the job from the checkpoint it stopped at, without the straggler"
     if name == Ev.RELAUNCHED and e.get("why") == "nodes lost":
@@ -173,6 +176,8 @@ def _relaunched(e: dict[str, Any]) -> str:
     if e.get("cause") == eventlog.LAUNCH_FAILED:
         return f"srun could not start the tasks on {e.get('nodes', '?')}: launched again {attempt}"
     where = f" on {e['node']}" if e.get("node") else ""
+    if e.get("cause") == eventlog.HANG:
+        return f"the launch hung{where}: ended, and started again in the job from the newest checkpoint {attempt}"
     error = f": {e['error']}" if e.get("error") else ""
     failed = f"the program failed{where} (exit status {e.get('exit_code', '?')}{error})"
     if e.get("why") == "stray kill":

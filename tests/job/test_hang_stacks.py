@@ -119,3 +119,23 @@ def test_a_node_srun_cannot_reach_is_asked_once_and_each_of_its_ranks_says_why(t
     assert (out / "rank1-stnode2.txt").read_text() == (
         "no stack: stnode2 did not answer (srun timed out after 10 s): its link or its slurmd is down?\n")
     assert (out / "rank2-stnode2.txt").read_text() == "no stack: stnode2 did not answer (see the node's other ranks)\n"
+
+
+def test_the_rank_outside_the_collective_its_peers_wait_in_is_told_apart(tmp_path):
+    """A Hugging Face Trainer's ranks (a helper's hang, trimmed): rank 3 stopped in its own
+    callback, the others in all_gather; no process state (the rank's own dump, say)."""
+    beats = [heartbeat.Beat(rank=r, node=n, pid=100 + r, step=13, time=0.0)
+             for r, n in ((0, "stnode1"), (1, "stnode1"), (2, "stnode2"), (3, "stnode2"))]
+    waiting = ('Thread 1 (idle): "MainThread"\n    all_gather (torch/distributed/distributed_c10d.py:4287)\n'
+               '    distributed_concat (transformers/trainer_pt_utils.py:207)\nThread 2 (idle): "tqdm_monitor"\n'
+               '    Condition.wait (threading.py:331)\n')
+    own = 'Thread 4 (idle): "MainThread"\n    Probe.on_step_end (train.py:64)\n    Trainer.train (trainer.py:1)\n'
+    for b in beats:
+        (tmp_path / f"rank{b.rank}-{b.node}.txt").write_text(own if b.rank == 3 else waiting)
+    odd, why = hangs.odd_ranks(beats, tmp_path)
+    assert ([b.rank for b in odd], why) == ([3], "not in a collective, where the others wait in one")
+    for b in beats:  # every rank waits: a collective that never returns, nobody told apart
+        (tmp_path / f"rank{b.rank}-{b.node}.txt").write_text(waiting)
+    assert hangs.odd_ranks(beats, tmp_path) == ([], "")
+    (tmp_path / "rank3-stnode2.txt").write_text("no stack: stnode2 did not answer\n")
+    assert hangs.odd_ranks(beats, tmp_path) == ([], "")  # no stack: not judged

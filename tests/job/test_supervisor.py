@@ -1442,7 +1442,7 @@ HANGS_ON_N2 = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "
 def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched_again(rig, monkeypatch):
     monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: f"/opt/bin/{name}")
     monkeypatch.setenv("SLURMD_NODENAME", "n1")  # the supervisor's own node
-    rig.slurm.then("/opt/bin/py-spy", Answer(0, "Thread 100 (idle): MainThread\n"))
+    rig.slurm.then("sh", Answer(0, "Thread 100 (idle): MainThread\n"))  # py-spy's dump: no state line before it
     rig.slurm.then("srun", Answer(0, "Thread 200 (idle): MainThread\n"))
     rig.task = [HANGS_ON_N2, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
@@ -1457,9 +1457,34 @@ def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched
     assert (stacks / "rank0-n1.txt").read_text().startswith("Thread 100")   # py-spy here
     assert (stacks / "rank1-n2.txt").read_text().startswith("Thread 200")   # through srun on n2
     on_n2, probe = rig.slurm.argvs("srun")  # py-spy on n2, then the probe of the launch's nodes (all alive)
-    assert on_n2[:6] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "n2"] and "--nonblocking" in on_n2
+    assert on_n2[:6] == ["srun", "--overlap", "--nodes=1", "--ntasks=1", "-w", "n2"] and "--nonblocking" in on_n2[8]
+    assert on_n2[6:8] == ["sh", "-c"] and on_n2[9:] == ["/opt/bin/py-spy", "200"]  # its state, then py-spy's dump
     assert "the last to report: rank(s) 1 on n2" in rig.said()
     assert rig.launched == ["task", "task"] and "requeue" not in rig.slurm.names()
+
+
+STOPS_ON_N2 = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200))])  # both quiet from 2 s
+
+
+def test_a_hung_rank_its_peers_stopped_beating_with_is_named_by_its_stack(rig, monkeypatch):
+    """Rank 1 was SIGSTOPped: rank 0 blocks in its next collective and stops beating too, so
+    the beats name both; the process state (T) and the stacks tell rank 1 apart, and the
+    in-job restart names its node, not the node whose task srun saw killed first."""
+    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: f"/opt/bin/{name}")
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    rig.slurm.then("sh", Answer(0, 'S\nThread 100 (idle): "MainThread"\n'
+                                   "    all_reduce (torch/distributed/distributed_c10d.py:2800)\n"))
+    rig.slurm.then("srun", Answer(0, 'T\nThread 200 (idle): "MainThread"\n    on_step_end (train.py:64)\n'))
+    rig.task = [STOPS_ON_N2, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    hang, again = rig.event("hang"), rig.event("relaunched")
+    assert (hang["ranks"], hang["stuck_ranks"], hang["stuck_nodes"]) == ("0 1", "1", "n2"), hang
+    assert hang["why"] == "process state T (stopped: SIGSTOP, or a debugger)"
+    assert "of them rank(s) 1 on n2: process state T" in rig.said()
+    assert (again["cause"], again.get("node")) == ("hang", "n2"), again
+    assert "the launch hung on n2 and was ended" in rig.said(), rig.said()
+    stacks = rig.run_dir / "stacks" / f"{JOB}-0-1"
+    assert (stacks / "rank1-n2.txt").read_text().startswith("# process state: T (stopped: SIGSTOP, or a debugger)\n")
 
 
 def test_a_program_that_never_beats_is_not_watched_for_hangs(rig):

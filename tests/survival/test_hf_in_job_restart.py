@@ -155,6 +155,9 @@ def test_hf_trainer_killed_then_stopped_rank_each_restarted_in_the_job_from_its_
     assert hang["seconds"] <= timeout + 15, hang  # counted by the supervisor from the last heartbeat
     assert hang["time"] - stopped_at <= timeout + 15, (hang, stopped_at)  # and as the test sees it
     assert rank in hang["ranks"].split() and node in hang["nodes"].split(), (hang, rank, node)
+    # its peer stopped beating with it (it waits in the next all-reduce): the stacks tell them apart
+    assert (hang.get("stuck_ranks"), hang.get("stuck_nodes")) == (rank, node), hang
+    assert hang["why"].startswith("process state T"), hang
     stacks = sorted(Path(hang["stacks"]).iterdir())
     assert Path(hang["stacks"]).parent == run / "stacks", hang
     assert [p.name.split("-")[0] for p in stacks] == ["rank0", "rank1"], stacks
