@@ -133,15 +133,48 @@ def check_files(recipe: Recipe, sources: Sources, base: Path, where: str = "",
     tok, data = recipe.data.tokenizer, recipe.data.path
     if tok and knowable(tok, env):
         try:
-            tokenizer_file(tok, base, where if is_relative(tok, env) else "", env)
+            found = tokenizer_file(tok, base, where if is_relative(tok, env) else "", env)
         except ConfigError as err:  # name the recipe (or --set) that gave the value
             raise ConfigError(sources.of("data.tokenizer"), "data.tokenizer", err.message) from None
+        _check_vocab(recipe, sources, found)
+    elif not tok:
+        _check_vocab(recipe, sources, None)
     if knowable(data, env):
         corpus_files(expand(data, base, env), sources.of("data.path"), data,
                      where if is_relative(data, env) else "")
         if not tok or knowable(tok, env):
             check_tokenized_with(expand(data, base, env), tokenizer_file(tok, base, env=env) if tok else None,
                                  sources.of("data.tokenizer"))
+
+
+BYTE_VOCAB = 258  # the byte-level tokenizer's ids: 256 bytes, BOS and EOS (data/tokenizer.py)
+
+
+def tokenizer_vocab(tok: Path | None) -> int | None:
+    """How many ids a tokenizer file gives, its vocabulary's and its added tokens' (as the
+    `tokenizers` library counts them), read as JSON so that `gen` stays light; None where
+    the file does not say."""
+    if tok is None:
+        return BYTE_VOCAB
+    import json
+    try:
+        data = json.loads(tok.read_text())
+    except (OSError, ValueError):
+        return None  # the trainer's load says what is wrong with it
+    vocab = (data.get("model") or {}).get("vocab") if isinstance(data, dict) else None
+    ids = set(vocab.values()) if isinstance(vocab, dict) else set(range(len(vocab))) if isinstance(vocab, list) else set()
+    ids |= {t["id"] for t in data.get("added_tokens") or [] if isinstance(t, dict) and isinstance(t.get("id"), int)}
+    return len(ids) or None
+
+
+def _check_vocab(recipe: Recipe, sources: Sources, tok: Path | None) -> None:
+    """The model has an embedding for every id the tokenizer gives (the trainer's own check,
+    before the queue)."""
+    from .recipe import model_args
+    size, vocab = tokenizer_vocab(tok), model_args(recipe).vocab_size
+    if size is not None and size > vocab:
+        raise ConfigError(sources.of("model.vocab_size"), "model.vocab_size",
+                          f"{vocab} is smaller than the tokenizer's {size} ({tok or 'bytes'}); set model.vocab_size")
 
 
 def check_tokenized_with(corpus: Path, tok: Path | None, source: str) -> None:

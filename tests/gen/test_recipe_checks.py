@@ -216,3 +216,20 @@ def test_the_run_keeps_the_recipe_as_submitted(work):
     script = (run / "job.sbatch").read_text()
     assert f"--recipe {run / 'recipe.toml'}" in script and "--recipe mine.toml" not in script.split("#SBATCH")[-1]
     assert "mine" in run.name  # still named after the user's recipe
+
+
+def test_a_model_vocabulary_smaller_than_the_tokenizers_is_refused_before_the_queue(work):
+    """The trainer refuses it at its start, after the wait for an allocation: here, at once."""
+    tokenizers = pytest.importorskip("tokenizers")
+    corpus(work / "corpus.jsonl")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"w{i}": i for i in range(298)}, unk_token="w0"))
+    tok.add_special_tokens(["<s>", "</s>"])
+    tok.save(str(work / "tok.json"))
+    assert tok.get_vocab_size(with_added_tokens=True) == 300  # what the trainer compares
+    for tokenizer, size in (("tok.json", 300), (None, 258)):  # a file's; the byte-level one's
+        r = recipe(work / "r.toml", tokenizer=tokenizer)
+        r.write_text(r.read_text().replace('[model]\n', '[model]\nvocab_size = 200\n'))
+        line = one_error(gen("-p", "local", "--recipe", "r.toml"))
+        assert f"model.vocab_size: 200 is smaller than the tokenizer's {size}" in line, line
+    r.write_text(r.read_text().replace("vocab_size = 200", "vocab_size = 300"))
+    assert gen("-p", "local", "--recipe", "r.toml").exit_code == 0
