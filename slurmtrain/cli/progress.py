@@ -51,11 +51,12 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
     try:
         while True:
             snap = snapshot(run)
-            line = progress_line(snap)
+            line = progress_line(snap, note=False)
+            said = progress_line(snap, note=shown is None)  # why there are no metrics: said once
             if tty:
-                click.echo(f"\r\033[K{line}", nl=False)
+                click.echo(f"\r\033[K{said}", nl=False)
             elif line != shown:  # a log or a pipe: a line when something changed, not each interval
-                click.echo(line)
+                click.echo(said)
             shown = line
             if snap.ended:
                 break

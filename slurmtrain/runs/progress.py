@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import eventlog, events
+from .rundir import MANIFEST, RunDir
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -59,14 +60,25 @@ class Snapshot:
     ended: str | None = None   # how the run ended for good (an outcome kind: "user error", ...), if it did
     news: str | None = None    # the history's latest line (`slurmtrain status`'s words), for a run with no metrics
     saved: int | None = None   # the step of the latest checkpoint the events record
+    trainer: bool = False      # the built-in trainer's run (it writes metrics once it trains)
+    waiting: str | None = None  # why no step runs now: queued, or stopped and queued to start again
 
 
 def snapshot(run_dir: Path) -> Snapshot:
     train, evals = read_metrics(run_dir)
     # The same outcome `slurmtrain status` gives: a requeue is no end, a resubmission
     # carries on, a program's `finished` followed by the script's `failed` is a failure.
-    outcome = eventlog.latest(events.read(run_dir))
+    evs = events.read(run_dir)
+    outcome = eventlog.latest(evs)
     ended = outcome.kind if outcome.final else None
+    waiting = None
+    if not outcome.final and outcome.kind != eventlog.RUNNING:  # stopped, requeued: its last ETA is stale
+        waiting = f"{outcome.kind}, waiting in the queue to start again"
+    elif outcome.kind == eventlog.RUNNING and not eventlog.tasks(evs):
+        starts = eventlog.split(evs)
+        waiting = "waiting in the queue" if starts and starts[-1].started is None else None
+    manifest = RunDir(run_dir).manifest() if (run_dir / MANIFEST).is_file() else {}
+    trainer = bool(manifest.get("recipe")) or "slurmtrain.train" in (manifest.get("command") or [])
     news = None
     if not train:  # a program of the user's: what its events say is all there is to follow
         from .classify import history
@@ -79,7 +91,7 @@ def snapshot(run_dir: Path) -> Snapshot:
     return Snapshot(step=step, total=total, loss=last.get("loss"),
                     eval_loss=evals[-1]["eval_loss"] if evals else None,
                     tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=ended == eventlog.COMPLETED,
-                    ended=ended, news=news, saved=outcome.step)
+                    ended=ended, news=news, saved=outcome.step, trainer=trainer, waiting=waiting)
 
 
 def _duration(seconds: float) -> str:
@@ -89,7 +101,11 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def progress_line(snap: Snapshot) -> str:
+NO_METRICS = "no metrics: the built-in trainer writes them; `slurmtrain logs -f` follows any program's output"
+
+
+def progress_line(snap: Snapshot, note: bool = True) -> str:
+    """``note``: say once why a program of the user's shows no metrics (watch: its first line)."""
     if snap.step is None:
         if snap.finished:
             return "no metrics; finished"
@@ -99,7 +115,9 @@ def progress_line(snap: Snapshot) -> str:
         # events say what there is: the latest of its history, its latest checkpoint.
         saved = f"; last checkpoint at step {snap.saved}" if snap.saved is not None else ""
         news = f"{snap.news}{saved}" if snap.news else "not started yet"
-        return f"{news} (no metrics: the built-in trainer writes them; `slurmtrain logs -f` follows any program's output)"
+        if snap.trainer:
+            return news + ("" if snap.news else "; the trainer's metrics come with its first steps")
+        return f"{news} ({NO_METRICS})" if note else news
     parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total else "")]
     if snap.total:
         parts[0] += f" ({100 * snap.step / snap.total:.0f}%)"
@@ -113,6 +131,8 @@ def progress_line(snap: Snapshot) -> str:
         parts.append("finished")
     elif snap.ended:
         parts.append(f"ended: {snap.ended} (see `slurmtrain status`)")
+    elif snap.waiting:
+        parts.append(snap.waiting)
     elif snap.eta_s is not None:
         parts.append(f"ETA {_duration(snap.eta_s)}")
     return " | ".join(parts)

@@ -31,6 +31,28 @@ def test_watch_once(tmp_path):
                                      "1,000 tok/s | ETA 2m20s")
 
 
+def test_watch_of_a_stopped_run_waiting_to_start_again_says_so_not_a_stale_eta(tmp_path):
+    run = fake_run(tmp_path)
+    for name, fields in (("submitted", {"job_id": "7"}), ("started", {"job_id": "7", "restart": 0}),
+                         ("checkpoint_saved", {"step": 30}), ("stopped", {"step": 30}),
+                         ("requeue", {"job_id": "7", "restart": 0, "exit_code": 75})):
+        events.append(run, name, **fields)
+    result = CliRunner().invoke(main, ["watch", str(run), "--once"])
+    assert result.exit_code == 0 and "waiting in the queue to start again" in result.output, result.output
+    assert "ETA" not in result.output, result.output
+
+
+def test_watch_of_the_built_in_trainer_before_its_first_step_says_no_program_note(tmp_path):
+    from slurmtrain.runs import rundir
+    run = rundir.create(tmp_path, "tiny")
+    run.update_manifest(name=run.name, recipe="tiny-demo", command=[], job_ids=["7"])
+    result = CliRunner().invoke(main, ["watch", str(run.path), "--once"])
+    assert result.output == "not started yet; the trainer's metrics come with its first steps\n", result.output
+    events.append(run.path, "submitted", job_id="7")
+    result = CliRunner().invoke(main, ["watch", str(run.path), "--once"])
+    assert result.exit_code == 0 and result.output.rstrip().endswith("submitted as job 7"), result.output
+
+
 def test_watch_stops_when_the_run_finished(tmp_path):
     run = fake_run(tmp_path)
     events.append(run, "finished", step=30)
@@ -74,7 +96,7 @@ def test_watch_stops_and_fails_when_the_run_ends_without_finishing(tmp_path):
     assert result.exit_code == 1 and "ended: user error" in result.output  # the outcome status gives
     events.append(tmp_path, "resubmitted", job_id="7")  # a later start carries on: not ended
     result = CliRunner().invoke(main, ["watch", str(tmp_path), "--once"])
-    assert result.exit_code == 0 and "ETA" in result.output
+    assert result.exit_code == 0 and "waiting in the queue" in result.output, result.output  # not step 4's ETA
 
 
 def test_watch_and_logs_default_to_the_latest_run_and_once_fails_for_a_failed_one(tmp_path, monkeypatch):
@@ -125,6 +147,7 @@ def test_watch_follows_a_program_without_metrics_by_its_events_a_line_per_change
     lines = result.output.splitlines()
     assert result.exit_code == 0 and len(naps) == 4, (naps, result.output)
     assert len(lines) == 3 and "step 40" in lines[0] and "step 50" in lines[1], lines  # 5 polls, 3 changes
+    assert "(no metrics: " in lines[0] and "no metrics" not in lines[1], lines  # said once
     assert lines[2].startswith("no metrics; finished"), lines
 
 
