@@ -37,6 +37,7 @@ class JobSpec(Frozen):
     plain: bool = False                # no supervisor: the task and one srun (gen --plain)
     python: str = ""                   # the interpreter that ran gen/submit (default supervisor; "": sys.executable)
     sweep: tuple = ()                  # sweep.Point each: an array of one task per point (sweep.py)
+    recipe_sets: tuple[str, ...] = ()  # --set KEY=VALUE of the recipe's (model., train., ...), with --recipe
     max_parallel: int | None = None    # an array's tasks running at once (%K)
 
 
@@ -240,7 +241,9 @@ def _program(p: Profile, job: JobSpec) -> tuple[str, Program]:
         if job.recipe is None:
             raise UsageError("nothing to run: give a command after `--` (for example "
                              "`-- python train.py`) or a built-in trainer recipe with --recipe")
-        return p.launch.python or "python3", Program("module", ("slurmtrain.train", "--recipe", job.recipe), None)
+        sets = tuple(w for kv in job.recipe_sets for w in ("--set", kv))
+        return p.launch.python or "python3", Program("module", ("slurmtrain.train", "--recipe", job.recipe, *sets),
+                                                     None)
     prog = command.parse(job.command)
     _check_launcher_counts(p, prog)
     python = p.launch.python or prog.interpreter or "python3"

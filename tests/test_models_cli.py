@@ -133,8 +133,13 @@ def test_export_gives_the_runs_tokenizer_ids_and_file(tmp_path, fake_checkpoints
         str(tmp_path / "tk" / "tokenizer.json"))
     _a_saved_checkpoint(tok_run, "tk/tokenizer.json", tmp_path)  # relative to where the run was submitted
     result = CliRunner().invoke(main, ["export", str(tok_run), "--hf", str(tmp_path / "hf2")])
-    assert result.exit_code == 0 and "tokenizer.json copied (BOS 0, EOS 1)" in result.output, result.output
-    assert (tmp_path / "hf2" / "tokenizer.json").read_bytes() == (tmp_path / "tk" / "tokenizer.json").read_bytes()
+    assert result.exit_code == 0 and "tokenizer.json and tokenizer_config.json written (BOS 0, EOS 1; BOS put " \
+        "before each text" in result.output, result.output
+    written = json.loads((tmp_path / "hf2" / "tokenizer.json").read_text())
+    assert written["model"] == json.loads((tmp_path / "tk" / "tokenizer.json").read_text())["model"]
+    assert written["post_processor"]["type"] == "TemplateProcessing"
+    named = json.loads((tmp_path / "hf2" / "tokenizer_config.json").read_text())
+    assert (named["bos_token"], named["eos_token"]) == ("<s>", "</s>")
     config = json.loads((tmp_path / "hf2" / "config.json").read_text())
     assert (config["bos_token_id"], config["eos_token_id"]) == (0, 1)
 
@@ -211,3 +216,24 @@ def test_export_of_a_real_training_run(tmp_path):
     tokens = torch.randint(0, args.vocab_size, (2, 16))
     with torch.no_grad():
         assert (reference(tokens).logits - model(tokens)).abs().max().item() <= 1e-4
+
+
+@pytest.mark.torch
+def test_the_exported_tokenizer_names_bos_and_eos_and_begins_each_text_with_bos(tmp_path):
+    """AutoTokenizer on the export: BOS and EOS known, and a text encoded as the trainer's
+    documents began ([BOS] ids), not bare."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    from slurmtrain.cli.trainer import _hf_tokenizer
+
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"<unk>": 0, "hello": 1, "world": 2}, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["<s>", "</s>"])
+    source = tmp_path / "tokenizer.json"
+    tok.save(str(source))
+    out = tmp_path / "hf"
+    out.mkdir()
+    _hf_tokenizer(source, out, bos=3, eos=4)
+    loaded = transformers.AutoTokenizer.from_pretrained(out)
+    assert (loaded.bos_token, loaded.eos_token, loaded.bos_token_id, loaded.eos_token_id) == ("<s>", "</s>", 3, 4)
+    assert loaded("hello world").input_ids == [3, 1, 2]

@@ -220,16 +220,28 @@ def _sweep_points(sweeps: tuple[str, ...], sweep_file: Path | None, command: tup
     return points
 
 
+def _recipe_sets(sets) -> tuple[str, ...]:
+    """With --recipe, a --set of one of the recipe's sections is the trainer's (`--set
+    train.steps=20`), any other the profile's."""
+    import dataclasses
+
+    from ..recipes.recipe import Recipe
+    sections = {f.name for f in dataclasses.fields(Recipe)} - {"description"}
+    return tuple(kv for kv in sets if isinstance(kv, str) and kv.split("=", 1)[0].split(".", 1)[0].strip() in sections)
+
+
 def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit, partition, launcher,
               max_requeues, sets, recipe, job_name, command, sweeps=(), sweep_file=None, max_parallel=None,
               run_dir: str | None = None, regen_args: list[str] | None = None) -> tuple[LoadedProfile, JobSpec]:
     check_command(tuple(command))
+    recipe_sets = _recipe_sets(sets) if recipe and not command else ()
+    sets = tuple(kv for kv in sets if kv not in recipe_sets)
     loaded = load_profile(profile, overrides(nodes, gpus_per_node, time_limit, partition, launcher,
                                              max_requeues, sets))
     points = _sweep_points(tuple(sweeps), sweep_file, tuple(command))
     if max_parallel is not None and not points:
         raise UsageError("--max-parallel is for a sweep (--sweep or --sweep-file)")
-    job = JobSpec(command=tuple(command), recipe=recipe, run_dir=run_dir,
+    job = JobSpec(command=tuple(command), recipe=recipe, recipe_sets=recipe_sets, run_dir=run_dir,
                   regen_command=shlex.join(["slurmtrain", argv_name] + (regen_args or [])),
                   sweep=tuple(points), array=len(points) or None, max_parallel=max_parallel)
     job = JobSpec(**{**job.__dict__, "job_name": job_name or default_job_name(job)})

@@ -127,7 +127,10 @@ def export(ref: str, runs_dir: str, out: Path, dtype: str | None, max_shard_gb: 
     written = export_hf(state_dict, args, out,
                         dtype=getattr(torch, dtype) if dtype else None,
                         max_shard_bytes=int(max_shard_gb * 2**30), extra_config=tokens)
-    click.echo(f"exported {human_count(param_count(args))} parameters from {run} to {out} "
+    from ..train.checkpoint import newest_complete
+    newest = newest_complete(run, warn=False)
+    step = f" (its checkpoint of step {newest[0]})" if newest else ""
+    click.echo(f"exported {human_count(param_count(args))} parameters from {run}{step} to {out} "
                f"({len(written)} files)" + (f"; {said}" if said else ""))
 
 
@@ -144,7 +147,6 @@ def _tokenizer_of(found, out: Path) -> tuple[dict, str]:
     """The run's tokenizer for the export: its BOS/EOS ids for config.json, its
     tokenizer.json copied beside the weights; and what to say of it."""
     import json
-    import shutil
 
     from ..data.tokenizer import load_tokenizer
     from ..recipes.inputs import tokenizer_file
@@ -165,5 +167,31 @@ def _tokenizer_of(found, out: Path) -> tuple[dict, str]:
         return ids, (f"byte-level tokenizer (ids 0-255 are UTF-8 bytes, BOS {tok.bos_id}, EOS {tok.eos_id}; "
                      "no tokenizer file)")
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(tokenizer_file(name), out / "tokenizer.json")
-    return ids, f"tokenizer.json copied (BOS {tok.bos_id}, EOS {tok.eos_id})"
+    _hf_tokenizer(tokenizer_file(name), out, tok.bos_id, tok.eos_id)
+    return ids, (f"tokenizer.json and tokenizer_config.json written (BOS {tok.bos_id}, EOS {tok.eos_id}; "
+                 "BOS put before each text, as the trainer did)")
+
+
+def _hf_tokenizer(source: Path, out: Path, bos: int, eos: int) -> None:
+    """The run's tokenizer as transformers' AutoTokenizer loads it: its BOS and EOS named
+    (tokenizer_config.json), and BOS put before each text as the trainer's documents began
+    (a post-processor, where the file has none of its own)."""
+    import json
+    data = json.loads(source.read_text())
+    names = {t["id"]: t["content"] for t in data.get("added_tokens") or [] if "id" in t and "content" in t}
+    vocab = (data.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        names = {**{i: w for w, i in vocab.items()}, **names}
+    bos_name, eos_name = names.get(bos), names.get(eos)
+    if bos_name and not data.get("post_processor"):
+        data["post_processor"] = {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": bos_name, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": bos_name, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": bos_name, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {bos_name: {"id": bos_name, "ids": [bos], "tokens": [bos_name]}}}
+    (out / "tokenizer.json").write_text(json.dumps(data, ensure_ascii=False))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos_name, "eos_token": eos_name,
+              "add_bos_token": True, "add_eos_token": False, "clean_up_tokenization_spaces": False}
+    (out / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items() if v is not None},
+                                                          indent=1) + "\n")

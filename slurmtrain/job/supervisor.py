@@ -114,11 +114,16 @@ class Supervisor:
             self.feed(decide.Lagging(s, bool(self.pool.idle) and s.node in self.pool.active))
 
     def finishing(self) -> bool:
-        """The program said it finished, less than hangs.BUSY_S ago: its ranks tear down (a
-        last save of the model, closing the process group), which need not beat. Longer than
-        that is a hang at exit, recorded as one; the run is complete all the same."""
-        done = eventlog.finished_at(events.read(self.cfg.run_dir), self.job.array_task)
-        return done is not None and self.clock.wall() - done < hangs.BUSY_S
+        """The program said it finished, or in this launch that it stopped after a checkpoint
+        (a preemption's SIGTERM reaches the tasks, not the supervisor), less than hangs.BUSY_S
+        ago: its ranks tear down (a last save of the model, closing the process group, a
+        launcher's shutdown window), which need not beat. Longer than that is a hang at exit,
+        recorded as one; the run is complete (or stopped) all the same."""
+        evs, task = events.read(self.cfg.run_dir), self.job.array_task
+        stopped = [e.get("time", 0.0) for e in eventlog.of_task(evs[self.events_mark:], task)
+                   if e.get("event") == Ev.STOPPED]
+        said = [t for t in (eventlog.finished_at(evs, task), *stopped[-1:]) if t is not None]
+        return bool(said) and self.clock.wall() - max(said) < hangs.BUSY_S
 
     # ---- the start ---------------------------------------------------------------------
 
@@ -233,8 +238,8 @@ class Supervisor:
             first, error = (self.hang_nodes[0] if len(self.hang_nodes) == 1 else None), None
         else:
             first, error = self.record.first_failure(self.log_mark), facts.error
-        said = None if error is None or programlog.node_fault(error) else error
-        repeated = decide.repeated_error(mine, eventlog.since_start(evs), said)
+        own = None if error is None or programlog.node_fault(error) else error  # the program's, not its node's
+        repeated = decide.repeated_error(mine, eventlog.since_start(evs), own)
         blame = not (repeated or facts.stray_kill)
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)

@@ -81,7 +81,7 @@ def trainer_args(job: JobSpec) -> argparse.Namespace | None:
     """The trainer's options when ``job`` runs it (``--recipe``, or a command with
     ``-m slurmtrain.train``); None for any other program."""
     if not job.command:
-        argv = ["--recipe", job.recipe] if job.recipe else None
+        argv = ["--recipe", job.recipe, *(w for kv in job.recipe_sets for w in ("--set", kv))] if job.recipe else None
     else:
         words = list(job.command)
         argv = next((words[i + 2:] for i in range(len(words) - 1)

@@ -233,3 +233,24 @@ def test_a_model_vocabulary_smaller_than_the_tokenizers_is_refused_before_the_qu
         assert f"model.vocab_size: 200 is smaller than the tokenizer's {size}" in line, line
     r.write_text(r.read_text().replace("vocab_size = 200", "vocab_size = 300"))
     assert gen("-p", "local", "--recipe", "r.toml").exit_code == 0
+
+
+def test_a_set_of_a_recipe_key_with_recipe_goes_to_the_trainer(work):
+    """`--recipe r.toml --set train.steps=20`: the recipe's sections are the trainer's, checked
+    before the queue like the file's own keys; the profile's stay the profile's."""
+    corpus(work / "corpus.jsonl")
+    recipe(work / "r.toml")
+    result = gen("-p", "local", "--recipe", "r.toml", "--set", "train.steps=20", "--set", "slurm.nodes=1")
+    assert result.exit_code == 0, result.output
+    assert "slurmtrain.train --recipe r.toml --set train.steps=20" in result.stdout.replace("\\\n    ", "")
+    assert "#SBATCH --nodes=1" in result.stdout
+    line = one_error(gen("-p", "local", "--recipe", "r.toml", "--set", "train.stepz=20"))
+    assert "--set train.stepz=20: train.stepz: unknown key (did you mean \"steps\"?)" in line, line
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-demo"])
+def test_the_small_built_in_recipes_fit_the_local_profile(work, name):
+    """The sandbox's profile (2 nodes x 2 ranks) takes the recipes meant to try it."""
+    corpus(work / "demo" / "corpus.jsonl")
+    result = gen("-p", "local", "--recipe", name)
+    assert result.exit_code == 0, result.output

@@ -1004,6 +1004,18 @@ def test_preemption_with_gracetime_is_requeued_when_saved(rig):
     requeued_cleanly(rig, code)
 
 
+def test_a_preempted_launch_whose_ranks_tear_down_slowly_after_stopping_is_no_hang(rig):
+    """Slurm's SIGTERM reached only the tasks: the program saved and said `stopped`, then a
+    rank's launcher took longer than the hang timeout to end (torchrun's shutdown window). No
+    rank beats meanwhile, and none is to: a stop under way is no hang."""
+    rig.task = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200)),
+                     (3, emit("stopped", step=6)), (40, exits(143))])
+    rig.slurm.preempt_time = PREEMPTED_AT
+    code = rig.run(hang_timeout=20)
+    assert rig.names() == ["started", "first_step", "preempted", "requeue"], rig.names()
+    requeued_cleanly(rig, code)
+
+
 def test_a_preemption_names_no_node_of_a_failure_in_the_batch_logs_last_line(rig, tmp_path):
     """srun says each task it ended (Terminated) or that stopped (exit 75): no node failed."""
     with_batch_log(rig, tmp_path)

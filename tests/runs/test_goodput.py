@@ -288,12 +288,14 @@ def test_a_run_without_a_heartbeat_yet_is_not_said_to_send_none():
     [(_, running)] = _goodput_rows(report, ended=False)
     assert running.endswith("(no heartbeat yet: until the first, start-up counts as trained)"), running
     [(_, ended)] = _goodput_rows(report, ended=True)
-    assert ended.endswith("(the program sends no heartbeat: start-up and lost steps count as trained)"), ended
+    assert ended.endswith("(no heartbeat came: the program sends none, or ended before its first step; start-up and "
+                          "lost steps count as trained)"), ended
     # Lost steps known from its checkpoints (a crash after a save): not said to count as trained.
     crashed = [*evs, ev(20, "checkpoint_saved", step=5, seconds=1), ev(40, "relaunched", attempt=1, exit_code=1),
                ev(50, "finished", exit_code=0)]
     [(_, said), *_] = _goodput_rows(goodput.of_events(crashed, now=60).to_json(), ended=True)
-    assert "lost steps" in said and said.endswith("(the program sends no heartbeat: start-up counts as trained)"), said
+    assert "lost steps" in said and said.endswith(
+        "(no heartbeat came: the program sends none, or ended before its first step; start-up counts as trained)"), said
 
 
 def test_a_cancel_of_a_job_pending_again_after_a_requeue_holds_no_nodes():

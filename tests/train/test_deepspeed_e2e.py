@@ -4,6 +4,7 @@ checkpoints export to Hugging Face. One run per fixture, shared by the assertion
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -79,6 +80,7 @@ def test_zero3_export_loads_in_transformers(zero_runs, tmp_path):
                            "--hf", str(out)], capture_output=True, text=True, env=env(),
                           cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+    assert re.search(r"from \S+ \(its checkpoint of step \d+\) to ", proc.stdout), proc.stdout  # which step
     args, state = load_consolidated(zero_runs[3])
     _, state2 = load_consolidated(zero_runs[2])
     assert sorted(state) == sorted(state2)
