@@ -18,7 +18,7 @@ from typing import Any, Literal, Sequence
 from .._toml import tomllib
 from ..errors import ConfigError
 from ..resources import recipes_dir
-from ..schema import Sources, apply_set, build, field, matches, non_negative, parse_set, positive
+from ..schema import Sources, apply_set, build, field, matches, merge, non_negative, parse_set, positive
 
 DEMO_CORPUS = "demo/corpus.jsonl"  # where ``slurmtrain demo-corpus`` writes by default
 
@@ -181,12 +181,8 @@ def load_recipe_sources(name_or_path: str, sets: Sequence[tuple[str, Any, str]] 
                         ) -> tuple[Recipe, Sources]:
     """:func:`load_recipe`, also returning where each key came from (for later messages)."""
     path = recipe_path(name_or_path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(str(path), "", f"not valid TOML: {err}") from None
     sources = Sources(str(path))
-    sources.record(data, str(path))
+    data = _recipe_data(path, sources, [])
     for key, value, origin in sets:
         apply_set(data, key, value, sources, origin)
     recipe = build(Recipe, data, sources)
@@ -194,6 +190,38 @@ def load_recipe_sources(name_or_path: str, sets: Sequence[tuple[str, Any, str]] 
     _check_engine(recipe, sources)
     _check_schedule(recipe, sources)
     return recipe, sources
+
+
+def _recipe_data(path: Path, sources: Sources, chain: list[Path]) -> dict[str, Any]:
+    """The recipe's data with its ``extends`` chain merged in, parents first: a built-in
+    recipe's name, or a file's path from the directory of the file that says it."""
+    if path.resolve() in [p.resolve() for p in chain]:
+        raise ConfigError(str(path), "extends", f"extends cycle: {' -> '.join(str(p) for p in chain + [path])}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(str(path), "", f"not valid TOML: {err}") from None
+    parent = data.pop("extends", None)
+    base: dict[str, Any] = {}
+    if parent is not None:
+        if not isinstance(parent, str) or not parent:
+            raise ConfigError(str(path), "extends", f"expected a recipe name or path, got {parent!r}")
+        ref = str(path.parent / parent) if ("/" in parent or parent.endswith(".toml")) else parent
+        try:
+            found = recipe_path(ref)
+        except ConfigError as err:  # the file that says `extends` is where to look
+            raise ConfigError(str(path), "extends", err.message) from None
+        base = _recipe_data(found, sources, chain + [path])
+    sources.record(data, str(path))
+    return merge(base, data)
+
+
+def extends(name_or_path: str) -> bool:
+    """Whether the recipe file names another it builds on (its text alone is not all of it)."""
+    try:
+        return "extends" in tomllib.loads(recipe_path(name_or_path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
 
 
 def parse_sets(assignments: Sequence[str]) -> list[tuple[str, Any, str]]:

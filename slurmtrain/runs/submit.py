@@ -61,9 +61,14 @@ def _keep_recipe(run: RunDir, job: JobSpec) -> JobSpec:
     """The recipe as submitted, kept in the run directory: every start of the run (a requeue,
     a resubmission) reads that copy, so the file edited meanwhile does not change, or break,
     what the run trains. Its relative data paths stay the submit directory's (--chdir)."""
-    from ..recipes.recipe import recipe_path
-    kept = run.path / RECIPE
-    shutil.copyfile(recipe_path(job.recipe), kept)
+    from ..recipes.recipe import extends, load_recipe, recipe_path
+    kept, source = run.path / RECIPE, recipe_path(job.recipe)
+    if extends(job.recipe):  # the chain merged: a parent named by a relative path is not beside the copy
+        from ..schema import to_toml
+        kept.write_text(f"# {source}, with the recipes it extends merged in, as submitted\n"
+                        + to_toml(load_recipe(job.recipe)))
+    else:
+        shutil.copyfile(source, kept)
     return dataclasses.replace(job, recipe=str(kept))
 
 

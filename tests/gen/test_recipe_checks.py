@@ -254,3 +254,28 @@ def test_the_small_built_in_recipes_fit_the_local_profile(work, name):
     corpus(work / "demo" / "corpus.jsonl")
     result = gen("-p", "local", "--recipe", name)
     assert result.exit_code == 0, result.output
+
+
+def test_a_recipe_extends_a_built_in_or_a_file_beside_it_and_the_run_keeps_them_merged(work):
+    corpus(work / "demo" / "corpus.jsonl")
+    (work / "mine.toml").write_text('extends = "tiny-demo"\n[train]\nsteps = 7\n')
+    (work / "base").mkdir()
+    recipe(work / "base" / "base.toml", data="demo/corpus.jsonl", batch=16)  # data from the submit directory
+    (work / "base" / "child.toml").write_text('extends = "base.toml"\n[model]\nn_layers = 3\n')
+    from slurmtrain.recipes.recipe import load_recipe_sources
+    mine, sources = load_recipe_sources("mine.toml")
+    assert (mine.train.steps, sources.of("train.steps")) == (7, "mine.toml")
+    assert sources.of("train.lr").endswith("tiny-demo.toml")  # the built-in's own keys stay its
+    child, _ = load_recipe_sources("base/child.toml")
+    assert (child.model.n_layers, child.train.global_batch_size) == (3, 16)
+    assert gen("-p", "local", "--recipe", "base/child.toml").exit_code == 0
+    result = CliRunner().invoke(main, ["submit", "-p", "local", "--recipe", "base/child.toml"])
+    assert result.exit_code == 0, result.output
+    (run,) = (work / "runs").iterdir()
+    kept, _ = load_recipe_sources(str(run / "recipe.toml"))  # merged: its parent need not be beside it
+    assert kept == child
+    (work / "loop.toml").write_text('extends = "loop.toml"\n')
+    assert "extends: extends cycle" in one_error(gen("-p", "local", "--recipe", "loop.toml"))
+    (work / "bad.toml").write_text('extends = "tiny-dmeo"\n')
+    assert 'bad.toml: extends: no recipe named \'tiny-dmeo\' (did you mean "tiny-demo"?)' in one_error(
+        gen("-p", "local", "--recipe", "bad.toml"))
