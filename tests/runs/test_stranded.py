@@ -171,23 +171,30 @@ def test_a_job_script_killed_by_sigkill_is_named_by_status_and_the_watch(tmp_pat
     assert killed.split(": ", 1)[1] in out, out
 
 
+def watch_until_resubmitted(run, monkeypatch) -> tuple[list, list[str]]:
+    """The watch, until its first resubmission (the rest is resubmit's own tests): what it
+    resubmitted and what it said."""
+    resubmitted: list[object] = []
+    said: list[str] = []
+
+    def resubmit_once(r, say=None):
+        resubmitted.append(r)
+        raise SystemExit("resubmitted")
+    monkeypatch.setattr(resubmit, "resubmit", resubmit_once)
+    try:
+        resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
+    except SystemExit:
+        pass
+    return resubmitted, said
+
+
 def test_a_refused_requeue_of_an_ended_stranded_job_resubmits_it(tmp_path, fake_slurm, monkeypatch):
     run, job = unended_run(tmp_path)
     fake = fake_slurm(scontrol=scontrol(job, "FAILED"))
     fake.down = ["stnode1"]
     fake.refuse_requeue = f"scontrol: error: Invalid job id specified for job {job}"
     monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 0, False))
-    resubmitted: list[object] = []
-
-    def resubmit_once(r, say=None):
-        resubmitted.append(r)
-        raise SystemExit("resubmitted")  # the rest is resubmit's own tests
-    monkeypatch.setattr(resubmit, "resubmit", resubmit_once)
-    said: list[str] = []
-    try:
-        resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
-    except SystemExit:
-        pass
+    resubmitted, said = watch_until_resubmitted(run, monkeypatch)
     assert resubmitted, said
     assert any(line.startswith(f"job {job} ended: node failure: Slurm says FAILED (exit code 0); its batch host was "
                                "down") for line in said), said
@@ -231,15 +238,5 @@ def test_the_watch_continues_a_run_that_reached_its_requeue_limit(tmp_path, fake
         events.append(run.path, name, **fields)
     fake_slurm(scontrol=scontrol(job, "FAILED").replace("ExitCode=0:0", "ExitCode=3:0"))
     monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 3, False))
-    resubmitted: list[object] = []
-
-    def resubmit_once(r, say=None):
-        resubmitted.append(r)
-        raise SystemExit("resubmitted")
-    monkeypatch.setattr(resubmit, "resubmit", resubmit_once)
-    said: list[str] = []
-    try:
-        resubmit.watch(run, poll_s=1, say=said.append, sleep=lambda s: None)
-    except SystemExit:
-        pass
+    resubmitted, said = watch_until_resubmitted(run, monkeypatch)
     assert resubmitted and any(line.startswith(f"job {job} ended: requeue limit") for line in said), said
