@@ -30,10 +30,12 @@ def resolve_run(ref: str | None, runs_dir: str):
         found = rundir.list_runs(runs_dir)
         if not found and _runs_dir_defaulted():  # from another directory: the latest submitted anywhere
             from ..runs import recent
-            found = [rundir.RunDir(p) for p in recent.known()]
-            if found:
+            elsewhere = [rundir.RunDir(p) for p in recent.known()]
+            if elsewhere:
+                chosen = _latest_training(elsewhere)
                 click.echo(f"slurmtrain: no runs under {os.path.abspath(runs_dir)}: the latest you submitted, "
-                           f"from {found[-1].path.parent}", err=True)
+                           f"from {chosen.path.parent}", err=True)
+                return chosen
         if not found:
             raise UsageError(f"no runs under {os.path.abspath(runs_dir)}; name a run or a job id, or give "
                              "--runs-dir")

@@ -50,7 +50,7 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         state = st.state.value + ("*" if st.source == "events.jsonl" else "")
         outcome = st.outcome if st.outcome and st.outcome != "running" else "-"
         table.append((st.name, st.job_id or "-", state, outcome, str(st.nodes or "-"),
-                      format_duration(st.elapsed_s), _share(st.goodput), _short_time(st.submitted)))
+                      format_duration(st.elapsed_s), _share(st.goodput, st.state.is_active), _short_time(st.submitted)))
     if any(tracked):  # a column only where some run tracks: W&B link / offline id, TensorBoard
         table = [table[0] + ("TRACKING",)] + [r + (t or "-",) for r, t in zip(table[1:], tracked)]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
@@ -60,9 +60,13 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         click.echo("* Slurm no longer knows the job; state from the run's events.jsonl")
 
 
-def _share(report: dict | None) -> str:
+def _share(report: dict | None, active: bool = False) -> str:
+    """A running job before its first heartbeat: not known yet (its start-up counts as
+    trained until then, which would read 100%)."""
     share = (report or {}).get("share")
-    return "-" if share is None else f"{share:.0%}"
+    if share is None or (active and not (report or {}).get("progress_known", True)):
+        return "-"
+    return f"{share:.0%}"
 
 
 def _jobs(st) -> list[dict]:

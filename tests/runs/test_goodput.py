@@ -290,6 +290,8 @@ def test_a_run_without_a_heartbeat_yet_is_not_said_to_send_none():
     [(_, ended)] = _goodput_rows(report, ended=True)
     assert ended.endswith("(no heartbeat came: the program sends none, or ended before its first step; start-up and "
                           "lost steps count as trained)"), ended
+    from slurmtrain.cli.runs import _share
+    assert (_share(report, active=True), _share(report)) == ("-", "100%")  # `runs`: not known while it runs
     # Lost steps known from its checkpoints (a crash after a save): not said to count as trained.
     crashed = [*evs, ev(20, "checkpoint_saved", step=5, seconds=1), ev(40, "relaunched", attempt=1, exit_code=1),
                ev(50, "finished", exit_code=0)]
