@@ -3,6 +3,8 @@ line, or the last line of a Python traceback) above the launcher's report."""
 
 from __future__ import annotations
 
+import pytest
+
 from click.testing import CliRunner
 
 from slurmtrain import events, programlog
@@ -176,3 +178,13 @@ def test_ranks_printing_their_tracebacks_at_once_are_read_apart():
              '[rank0]:   File "train.py", line 9, in <module>',
              "[rank0]: RuntimeError: Connection reset by peer"]
     assert programlog.program_error(lines) == ("ValueError: bad batch at step 7", True)
+
+
+@pytest.mark.parametrize("line, nodes", [
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", True),
+    ("RuntimeError: NCCL error: unhandled system error (Xid 79: GPU has fallen off the bus)", True),
+    ("OSError: [Errno 5] Input/output error", True),
+    ("OSError: [Errno 28] No space left on device", False),  # the shared file system: no node would mend it
+    ("ValueError: bad batch at step 7", False)])
+def test_an_error_that_tells_of_its_node_is_the_nodes_however_often_it_comes(line, nodes):
+    assert programlog.node_fault(line) is nodes
