@@ -348,6 +348,12 @@ def finished_at(evs: Iterable[Event], task: int | None = None) -> float | None:
                 None)
 
 
+def stopped_at(evs: Iterable[Event], task: int | None = None) -> float | None:
+    """When the program last wrote ``stopped`` (it saved and is ending) among ``evs``; None
+    if it did not."""
+    return next((e.get("time", 0.0) for e in reversed(of_task(evs, task)) if e.get("event") == Ev.STOPPED), None)
+
+
 def saved_in_run(evs: Iterable[Event], task: int | None = None) -> bool:
     """The program has reported a checkpoint in this run, in any start (``checkpoint_saved``
     or ``stopped``): it saves and resumes, so a requeue after a stop carries on from its

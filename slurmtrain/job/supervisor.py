@@ -120,9 +120,8 @@ class Supervisor:
         launcher's shutdown window), which need not beat. Longer than that is a hang at exit,
         recorded as one; the run is complete (or stopped) all the same."""
         evs, task = events.read(self.cfg.run_dir), self.job.array_task
-        stopped = [e.get("time", 0.0) for e in eventlog.of_task(evs[self.events_mark:], task)
-                   if e.get("event") == Ev.STOPPED]
-        said = [t for t in (eventlog.finished_at(evs, task), *stopped[-1:]) if t is not None]
+        said = [t for t in (eventlog.finished_at(evs, task), eventlog.stopped_at(evs[self.events_mark:], task))
+                if t is not None]
         return bool(said) and self.clock.wall() - max(said) < hangs.BUSY_S
 
     # ---- the start ---------------------------------------------------------------------
