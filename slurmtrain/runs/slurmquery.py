@@ -207,8 +207,11 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
     """Output of ``sacct --parsable2 --noheader --allocations --duplicates --format=SACCT_FIELDS``.
 
     With ``--duplicates`` a requeued job has one line per start, oldest first; the last
-    is the current one and the others count as restarts. An array task's JobID is
-    ``<array>_<task>`` (its JobIDRaw its own id); its tasks are gathered under the array's id.
+    is the current one and the others count as restarts. Lines before an earlier start
+    that ended otherwise than requeued are another job's: the id was handed out again (a
+    controller that lost its saved state, as the sandbox's does when its nodes change,
+    while the database keeps every job). An array task's JobID is ``<array>_<task>`` (its
+    JobIDRaw its own id); its tasks are gathered under the array's id.
     """
     lines_by_job: dict[str, list[dict[str, str]]] = {}
     for line in text.splitlines():
@@ -219,6 +222,7 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
         if "." in row["JobID"]:
             continue  # a step (batch, extern, 0...), not the allocation
         lines_by_job.setdefault(row["JobID"], []).append(row)
+    lines_by_job = {job_id: _this_job(rows) for job_id, rows in lines_by_job.items()}
     out: dict[str, JobInfo] = {}
     arrays: dict[str, list[JobInfo]] = {}
     for job_id, rows in lines_by_job.items():
@@ -238,6 +242,19 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
         else:
             out[job_id] = info
     return _gather_arrays(out, arrays)
+
+
+# How a start ends when the job comes back under the same id: Slurm's requeue, a preempted or
+# failed node's requeue, a resize. Any other end of an earlier line is a job of its own.
+_REQUEUED_STATES = ("REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED", "NODE_FAIL", "RESIZING")
+
+
+def _this_job(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The newest job's lines of one id's ``rows`` (oldest first)."""
+    keep = len(rows) - 1
+    while keep > 0 and rows[keep - 1]["State"].split()[0] in _REQUEUED_STATES:
+        keep -= 1
+    return rows[keep:]
 
 
 # ---- queries ---------------------------------------------------------------------------

@@ -48,6 +48,20 @@ def test_parse_sacct_recorded_counts_requeues():
     assert (jobs["15"].state, jobs["15"].raw_state, jobs["15"].signal) == (JobState.CANCELLED, "CANCELLED by 0", 15)
 
 
+def test_parse_sacct_an_id_handed_out_again_is_not_a_requeue():
+    """The database keeps every job; a controller that lost its saved state (the sandbox's,
+    after its nodes changed) counts ids from its first again: the older job's lines are not
+    this one's starts."""
+    text = ("3|COMPLETED|0:0|1|stnode2|00:00:15|2026-11-27T02:31:45|None|3\n"
+            "3|REQUEUED|0:0|2|stnode[1-2]|00:01:00|2026-11-27T21:09:33|None|3\n"
+            "3|RUNNING|0:0|2|stnode[1-2]|00:00:20|2026-11-27T21:11:02|None|3\n"
+            "4|FAILED|1:0|1|stnode1|00:00:05|2026-11-27T02:31:45|None|4\n"
+            "4|PENDING|0:0|2|None assigned|00:00:00|2026-11-27T21:09:35|Priority|4\n")
+    jobs = slurmquery.parse_sacct(text)
+    assert (jobs["3"].state, jobs["3"].restarts) == (JobState.RUNNING, 1)
+    assert (jobs["4"].state, jobs["4"].restarts, jobs["4"].nodelist) == (JobState.PENDING, 0, None)
+
+
 @pytest.mark.parametrize("text, seconds", [("00:05", 5), ("01:02:03", 3723), ("1-00:00:01", 86401),
                                            ("UNLIMITED", None), ("", None)])
 def test_durations(text, seconds):
