@@ -135,7 +135,9 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
             return RunStatus(None, target, target, JobState.UNKNOWN, "slurm",
                              note=f"Slurm does not know job {target} (finished more than MinJobAge ago, "
                                   "or never existed), and no run directory records it")
-        return _from_info(RunStatus(None, target, target, info.state, info.source), info)
+        return _from_info(RunStatus(None, target, target, info.state, info.source, submitted=info.submit_time,
+                                    note="no run directory records this job (not submitted by slurmtrain, or "
+                                         "its run is under another --runs-dir): Slurm's view of it"), info)
     manifest = target.manifest()
     evs = events_of(target.path)  # in file order, the order eventlog reads them in
     st = RunStatus(str(target.path), target.name, target.job_id, JobState.UNKNOWN, "manifest",

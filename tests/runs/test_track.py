@@ -194,3 +194,11 @@ def test_cancel_of_a_run_that_already_ended_says_so_and_succeeds(tmp_path, fake_
     live = _run(tmp_path, "live", "42", [("started", {"job_id": "42", "restart": 0})])
     still = CliRunner().invoke(main, ["cancel", "--runs-dir", str(tmp_path), live.name])
     assert still.exit_code == 1 and "42" in still.output, still.output  # running by its events: Slurm's error stands
+
+
+def test_a_job_no_run_records_is_slurms_view_said_so(tmp_path, fake_slurm):
+    fake_slurm(scontrol="", sacct="77|COMPLETED|0:0|1|stnode1|00:00:03|2025-01-01T12:00:00|None|77\n")
+    result = CliRunner().invoke(main, ["status", "77", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "no run directory records this job" in result.output
+    assert "submitted  2025-01-01 12:00:00" in result.output and "requeues   0" in result.output
