@@ -125,6 +125,11 @@ def of_events(evs: Iterable[Event], now: float | None = None) -> Goodput:
 
 # ---- one run (one task of an array) --------------------------------------------------
 
+# A job cancelled before it started, or a chain's run whose upstream can no longer complete
+# (Slurm cancels it): its wait in the queue ends there.
+_NEVER_STARTS = (Ev.CANCEL_REQUESTED, Ev.DEPENDENCY_NEVER_SATISFIED)
+
+
 @dataclass(frozen=True)
 class _Claim:
     part: str
@@ -144,8 +149,9 @@ def _add_run(out: Goodput, evs: list[Event], now: float) -> None:
         st, opened = start.started, start.submission
         opened_at = opened["time"] if opened else prev_end
         if st is None:
-            if opened_at is not None and not later:  # still waiting in the queue
-                out.spans.append(Span("queue", opened_at, now, 0, carried))
+            if opened_at is not None and not later:  # still waiting in the queue, or until it was given up
+                gave_up = [e["time"] for e in start.events if e.get("event") in _NEVER_STARTS]
+                out.spans.append(Span("queue", opened_at, max(opened_at, min(gave_up, default=now)), 0, carried))
             continue
         if opened_at is not None and opened_at < st["time"]:
             out.spans.append(Span("queue", opened_at, st["time"], 0, carried))

@@ -46,13 +46,14 @@ class Watcher(SlurmInfoWatcher):
     def __init__(self, delay_s: int = 60) -> None:
         super().__init__(delay_s=delay_s)
         self.job_infos: dict[str, JobInfo] = {}
+        self.since: float | None = None  # before every registered job was submitted (slurmquery.query)
 
     def update(self) -> None:
         to_check = sorted({x.split("_")[0] for x in self._registered - self._finished})
         if not to_check:
             return
         self._num_calls += 1
-        infos = slurmquery.query(to_check)  # raises SlurmError, unlike submitit's sacct call
+        infos = slurmquery.query(to_check, self.since)  # raises SlurmError, unlike submitit's sacct call
         self.job_infos.update(infos)
         self._info_dict.update({j: {"State": i.raw_state or i.state.value, "NodeList": i.nodelist or ""}
                                 for j, i in infos.items()})
@@ -85,9 +86,11 @@ def job(run_dir: str | Path, job_id: str) -> TrackedJob:
     return TrackedJob(folder=Path(run_dir) / SUBMITIT_DIR, job_id=str(job_id))
 
 
-def refresh(jobs: list[TrackedJob]) -> None:
-    """One query to Slurm for all ``jobs`` (they share the class's watcher)."""
+def refresh(jobs: list[TrackedJob], since: float | None = None) -> None:
+    """One query to Slurm for all ``jobs`` (they share the class's watcher), submitted
+    after ``since`` where it is known."""
     if jobs:
+        TrackedJob.watcher.since = since
         TrackedJob.watcher.update()
 
 

@@ -35,6 +35,7 @@ from ..errors import SlurmError
 from .states import JobState, aggregate, parse_state
 
 QUERY_TIMEOUT_S = 30
+SINCE_SLACK_S = 600   # how far before a run's creation its jobs are looked for in the accounting database
 _NOT_FOUND_HINT = ("slurmtrain needs the Slurm client commands: run it on a login node, "
                    "or start the sandbox (`slurmtrain sandbox up`)")
 
@@ -285,8 +286,11 @@ def scontrol_jobs() -> dict[str, JobInfo]:
     return parse_scontrol(proc.stdout)
 
 
-def sacct_jobs(job_ids: Iterable[str]) -> dict[str, JobInfo] | None:
-    """The jobs from the accounting database; None when this cluster has no accounting."""
+def sacct_jobs(job_ids: Iterable[str], since: float | None = None) -> dict[str, JobInfo] | None:
+    """The jobs from the accounting database; None when this cluster has no accounting.
+    ``since`` (a time before the jobs were submitted) leaves out older jobs of the same ids:
+    the database keeps them, and a controller that lost its saved state hands ids out
+    again (until slurmdbd has the new job, sacct would answer with the old one)."""
     ids = sorted(set(job_ids), key=lambda j: (len(j), j))
     key = _conf_key()
     if _accounting.get(key) is False:
@@ -295,6 +299,8 @@ def sacct_jobs(job_ids: Iterable[str]) -> dict[str, JobInfo] | None:
         return {}
     argv = ["sacct", "--parsable2", "--noheader", "--allocations", "--duplicates",
             "--format=" + ",".join(SACCT_FIELDS), "--jobs=" + ",".join(ids)]
+    if since is not None:  # sacct's local time; slack for clocks a little apart
+        argv.append("--starttime=" + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - SINCE_SLACK_S)))
     proc = run_slurm(argv)
     if proc.returncode != 0:
         if _NO_ACCOUNTING.search(proc.stderr):
@@ -305,9 +311,10 @@ def sacct_jobs(job_ids: Iterable[str]) -> dict[str, JobInfo] | None:
     return parse_sacct(proc.stdout)
 
 
-def query(job_ids: Iterable[str]) -> dict[str, JobInfo]:
+def query(job_ids: Iterable[str], since: float | None = None) -> dict[str, JobInfo]:
     """Slurm's view of ``job_ids``: one ``sacct`` call with accounting, else one
-    ``scontrol`` call. Jobs Slurm no longer knows are absent from the result.
+    ``scontrol`` call. Jobs Slurm no longer knows are absent from the result. ``since``:
+    a time before any of them was submitted (:func:`sacct_jobs`).
 
     With accounting, a job sacct does not list yet (slurmdbd lags a few seconds behind
     the controller) is looked up with scontrol, a second query only in that case.
@@ -315,7 +322,7 @@ def query(job_ids: Iterable[str]) -> dict[str, JobInfo]:
     ids = [str(j) for j in job_ids]
     if not ids:
         return {}
-    found = sacct_jobs(ids)
+    found = sacct_jobs(ids, since)
     if found is not None and all(j in found for j in ids):
         return {j: found[j] for j in ids}
     live = scontrol_jobs()

@@ -5,6 +5,7 @@ events.jsonl. Many runs cost one query to Slurm (:func:`slurmquery.query`).
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
@@ -81,7 +82,7 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
 
         tracked = [jobs.job(t.path if isinstance(t, RunDir) else ".", t if isinstance(t, str) else t.job_id)
                    for t in asked if (t if isinstance(t, str) else t.job_id)]
-        jobs.refresh(tracked)
+        jobs.refresh(tracked, _created(asked))
         infos = {j.job_id: i for j in tracked if (i := j.info(mode="cache")) is not None}
     out = [_point_status(t, with_events) if t not in asked else _status(t, infos, with_events) for t in targets]
     for t, st in zip(targets, out):
@@ -94,6 +95,19 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
             if with_events and sweeps.points(t):
                 st.sweep = sweeps.rows(t, st.tasks)
     return out
+
+
+def _created(targets: list[RunDir | str]) -> float | None:
+    """When the first of the runs was made, none of their jobs submitted before; None where
+    a bare job id (or a run without the time) is asked: its job may be of any age."""
+    times = []
+    for t in targets:
+        try:
+            made = t.manifest()
+            times.append(datetime.fromisoformat(made.get("created_at") or made["submitted_at"]).timestamp())
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+    return min(times, default=None)
 
 
 def _chained(run: RunDir, st: RunStatus) -> None:

@@ -148,10 +148,12 @@ def _up(layout: Layout, settings: Settings, progress: Progress) -> SandboxInfo:
     progress(f"starting sandbox in {layout.root}: {settings.describe()}")
     layout.make_dirs()
     if saved is not None and saved.nodes != settings.nodes:
-        # slurmctld's saved state names the old nodes; start from a clean slate.
+        # slurmctld's saved state names the old nodes; start from a clean slate, with job ids
+        # the accounting database has not seen (Layout.first_job_id).
         for f in layout.ctld_state.iterdir():
             if f.is_file():
                 f.unlink()
+        layout.epoch_file.write_text(f"{layout.job_id_epoch + 1}\n")
     _write_files(layout, settings, progress)
     # Written before the daemons start, so a half-started sandbox can still be taken down.
     _write_if_changed(layout.settings, settings.to_json())

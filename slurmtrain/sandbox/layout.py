@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_STATE_DIR = "/var/lib/slurmtrain-sandbox"
+JOB_ID_EPOCH = 100_000   # ids a controller hands out before its state is cleared: a CI run uses hundreds
+MAX_EPOCHS = 600         # ... and slurm.conf's MaxJobId (67,043,328 by default) bounds them
 STATE_DIR_ENV = "SLURMTRAIN_SANDBOX_DIR"
 
 
@@ -48,10 +50,25 @@ class Layout:
         Sandboxes side by side on this one machine share node names and addresses, and
         the `local` profile's rendezvous port is 29500 + job id % 2000: so the default
         sandbox counts from 1 and any other from 501, 1001 or 1501 (by its port block),
-        500 jobs apart modulo 2000."""
-        if self.root == Path(DEFAULT_STATE_DIR):
-            return 1
-        return 1 + 500 * (1 + (self.port_base - 17000) // 100 % 3)
+        500 jobs apart modulo 2000.
+
+        A controller whose saved state was cleared (its nodes changed) counts from its first
+        id again, while the accounting database keeps every job: each clearing moves the
+        first id on by JOB_ID_EPOCH (a multiple of 2000), so no id names two jobs there."""
+        first = 1 if self.root == Path(DEFAULT_STATE_DIR) else 1 + 500 * (1 + (self.port_base - 17000) // 100 % 3)
+        return first + JOB_ID_EPOCH * (self.job_id_epoch % MAX_EPOCHS)
+
+    @property
+    def job_id_epoch(self) -> int:
+        """How many times the controller's saved state was cleared (see first_job_id)."""
+        try:
+            return int(self.epoch_file.read_text())
+        except (OSError, ValueError):
+            return 0
+
+    @property
+    def epoch_file(self) -> Path:
+        return self.root / "job-id-epoch"
 
     # configuration
     @property

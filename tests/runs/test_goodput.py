@@ -128,6 +128,12 @@ def test_a_job_that_waits_in_the_queue_has_queue_time_and_nothing_allocated():
     assert g.queue_s == 30 and g.allocated == 0 and g.share is None
 
 
+@pytest.mark.parametrize("given_up", ["cancel_requested", "dependency_never_satisfied"])
+def test_a_job_given_up_before_it_started_waited_until_then(given_up):
+    g = goodput.of_events([ev(0, "submitted", job_id="7"), ev(12, given_up, job_id="7")], now=3000)
+    assert g.queue_s == 12 and g.allocated == 0
+
+
 def test_the_tasks_of_an_array_are_summed():
     def task(k: int) -> list[dict]:
         ident = {"job_id": f"7_{k}", "array_job_id": "7", "array_task": k, "restart": 0}

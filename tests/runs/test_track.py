@@ -1,12 +1,13 @@
 """Run states: Slurm's answer (one query for many runs), else the run's events.jsonl."""
 
 import json
+from datetime import datetime
 
 from click.testing import CliRunner
 
 from slurmtrain import events
 from slurmtrain.cli import main
-from slurmtrain.runs import rundir, track
+from slurmtrain.runs import rundir, slurmquery, track
 from slurmtrain.runs.states import JobState
 
 from runs_fakes import RECORDED
@@ -202,3 +203,17 @@ def test_a_job_no_run_records_is_slurms_view_said_so(tmp_path, fake_slurm):
     assert result.exit_code == 0, result.output
     assert "no run directory records this job" in result.output
     assert "submitted  2025-01-01 12:00:00" in result.output and "requeues   0" in result.output
+
+
+def test_runs_ask_the_database_for_their_jobs_since_they_were_made(tmp_path, fake_slurm):
+    """The database keeps older jobs of the same ids (a controller that lost its state
+    hands them out again): a run's job is looked for from the run's creation on, a bare
+    job id at any age."""
+    fake = fake_slurm(scontrol="", sacct="41|RUNNING|0:0|1|stnode1|00:00:03|2025-01-01T12:00:00|None|41\n")
+    run = _run(tmp_path, "r", "41")
+    track.statuses([run])
+    start = next(a for a in fake.calls[-1] if a.startswith("--starttime="))
+    made = datetime.fromisoformat(run.manifest()["submitted_at"]).timestamp()
+    assert datetime.fromisoformat(start.split("=", 1)[1]).timestamp() == made - slurmquery.SINCE_SLACK_S
+    track.statuses([run, "41"])
+    assert not any(a.startswith("--starttime=") for a in fake.calls[-1])

@@ -55,9 +55,19 @@ def test_other_state_dirs_get_other_ports_and_job_ids():
     # two sandboxes side by side: the local profile's rendezvous port follows the job id
     default = config.slurm_conf(config.Settings(), Layout(Path(DEFAULT_STATE_DIR)))
     other = config.slurm_conf(config.Settings(), Layout(Path("/var/lib/slurmtrain-sandbox-2")))
-    assert "\nFirstJobId=1\n" in default and "\nFirstJobId=1001\n" in other
+    first = {text: int(text.split("\nFirstJobId=")[1].split()[0]) for text in (default, other)}
+    assert (first[default] % 2000, first[other] % 2000) == (1, 1001)  # + the state's clearings (below)
     firsts = {Layout(Path(f"/tmp/sandbox-{i}")).first_job_id % 2000 for i in range(30)}
     assert firsts == {501, 1001, 1501}
+
+
+def test_a_cleared_controller_state_hands_out_ids_the_database_has_not_seen(tmp_path):
+    layout = Layout(tmp_path)
+    before = layout.first_job_id
+    layout.epoch_file.write_text("1\n")  # cluster.up, where the nodes changed
+    after = layout.first_job_id
+    assert after == before + 100_000 and after % 2000 == before % 2000
+    assert f"\nFirstJobId={after}\n" in config.slurm_conf(config.Settings(), layout)
 
 
 def test_networked_nodes_are_on_the_bridge_and_the_controller_on_its_end():
