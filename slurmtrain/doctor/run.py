@@ -80,7 +80,7 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
     else:
         job_id = submit_mod.submit_run(run).job_id
         say(f"submitted doctor job {job_id}; run directory {run.path}")
-        _wait(job_id, say, poll_s)
+        _wait(job_id, run.made_at, say, poll_s)
     marks = arrivals.marks_dir(run.path, job_id)  # the nodes' arrival marks (templates/task.j2)
     rows = report.rows(_nodes(run.path), report.load_results(run.path / "doctor"), chosen,
                        report.Expect(loaded.profile.slurm.gpus_per_node, loaded.profile.fabric.expected_busbw_gbps),
@@ -103,11 +103,11 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
     return out
 
 
-def _wait(job_id: str, say: Callable[[str], None], poll_s: float) -> None:
+def _wait(job_id: str, since: float | None, say: Callable[[str], None], poll_s: float) -> None:
     from ..runs import slurmquery
     last = None
     while True:
-        info = slurmquery.query([job_id]).get(job_id)
+        info = slurmquery.query([job_id], since).get(job_id)
         state = info.raw_state if info else "gone"
         if state != last:
             say(f"job {job_id}: {state}")

@@ -50,7 +50,7 @@ def job_end(run: RunDir) -> JobEnd | None:
     job_id = run.job_id
     if job_id is None:
         return None
-    info = slurmquery.query([job_id]).get(job_id)
+    info = slurmquery.query([job_id], run.made_at).get(job_id)
     if info is None:
         return JobEnd(job_id, None, None, active=False)
     active = info.state.is_active

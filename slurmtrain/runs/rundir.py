@@ -86,6 +86,15 @@ class RunDir:
         return [str(j) for j in self.manifest().get("job_ids", [])]
 
     @property
+    def made_at(self) -> float | None:
+        """When the run was made (its jobs were all submitted later): None if not recorded."""
+        made = self.manifest()
+        try:
+            return datetime.fromisoformat(made.get("created_at") or made["submitted_at"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @property
     def job_id(self) -> str | None:
         """The latest job id (a requeued job keeps its id, so there is usually one)."""
         ids = self.job_ids

@@ -5,7 +5,6 @@ events.jsonl. Many runs cost one query to Slurm (:func:`slurmquery.query`).
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, TextIO
@@ -100,14 +99,8 @@ def statuses(targets: Iterable[RunDir | str], with_events: bool = True) -> list[
 def _created(targets: list[RunDir | str]) -> float | None:
     """When the first of the runs was made, none of their jobs submitted before; None where
     a bare job id (or a run without the time) is asked: its job may be of any age."""
-    times = []
-    for t in targets:
-        try:
-            made = t.manifest()
-            times.append(datetime.fromisoformat(made.get("created_at") or made["submitted_at"]).timestamp())
-        except (AttributeError, KeyError, TypeError, ValueError):
-            return None
-    return min(times, default=None)
+    times = [t.made_at if isinstance(t, RunDir) else None for t in targets]
+    return None if None in times else min(times, default=None)
 
 
 def _chained(run: RunDir, st: RunStatus) -> None:
