@@ -17,8 +17,10 @@ from typing import Any
 EVENTS_FILE = "events.jsonl"
 
 
-def append(run_dir: str | os.PathLike, event: str, **fields: Any) -> None:
-    record = {"time": round(time.time(), 3), "event": event, **_array_task(run_dir), **fields}
+def append(run_dir: str | os.PathLike, event: str, when: float | None = None, **fields: Any) -> None:
+    """``event`` with ``fields``, at ``when`` (default: now)."""
+    record = {"time": round(time.time() if when is None else when, 3), "event": event, **_array_task(run_dir),
+              **fields}
     line = json.dumps(record, sort_keys=False) + "\n"
     path = Path(run_dir) / EVENTS_FILE
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

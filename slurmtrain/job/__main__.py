@@ -18,6 +18,7 @@ from .. import heartbeat, launchers
 from .signals import Signals
 from .slurm import Slurm
 from .step import Launch
+from .adopt import adopt
 from .config import Config, Job
 from .supervisor import Supervisor
 
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                  bad_node_hours=args.bad_node_hours, preflight=args.preflight, spare_nodes=args.spare_nodes,
                  straggler_pct=args.straggler_pct, warning_seconds=args.warning_seconds)
     job = Job.from_env(env)
+    adopt(run_dir, job, Slurm(job.ref), _batch_log(), env)  # a script given to sbatch by hand: a run too
     launch = Launch(args.launcher, args.procs_per_node, run_dir, tuple(args.srun_options),
                     env["SLURMTRAIN_TASK"], env.get("SLURMTRAIN_GATE", ""),
                     {heartbeat.ENV: str(heartbeat.folder(run_dir, job.job_id))})

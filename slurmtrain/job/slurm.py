@@ -53,24 +53,25 @@ class Slurm:
     def call(self, *argv: str, timeout: float = TIMEOUT_S) -> Answer:
         return self._run(list(argv), timeout)
 
-    def _job(self) -> dict[str, str] | None:
+    def show_job(self) -> dict[str, str] | None:
+        """The job as ``scontrol show job`` shows it; None when Slurm did not answer."""
         a = self.call("scontrol", "-o", "show", "job", self.ref, timeout=5)
         return parse_key_values(a.out.splitlines()[0]) if a.ok and a.out.strip() else None
 
     def restarts(self) -> int | None:
         """Slurm's restart count of the job; None when Slurm did not answer."""
-        job = self._job()
+        job = self.show_job()
         value = (job or {}).get("Restarts", "")
         return int(value) if value.isdigit() else None
 
     def state(self) -> str:
         """The job's JobState ("RUNNING", "CANCELLED", ...); "" when Slurm did not answer."""
-        return (self._job() or {}).get("JobState", "")
+        return (self.show_job() or {}).get("JobState", "")
 
     def preempted(self) -> bool | None:
         """Slurm preempted the job (its PreemptTime is set): with a GraceTime Slurm signals
         the tasks only, so no signal reached the supervisor. None: Slurm did not answer."""
-        job = self._job()
+        job = self.show_job()
         return None if job is None else job.get("PreemptTime", "None")[:1].isdigit()
 
     def version(self) -> slurmversion.Version | None:
@@ -84,7 +85,7 @@ class Slurm:
 
     def excluded(self) -> list[str] | None:
         """The job's ExcNodeList; None when Slurm did not answer."""
-        job = self._job()
+        job = self.show_job()
         if job is None:
             return None
         value = job.get("ExcNodeList", "(null)")
@@ -93,7 +94,7 @@ class Slurm:
     def room(self) -> tuple[str, list[str], int] | None:
         """(its partition(s), their nodes, the job's nodes as Slurm shows them now): whether a
         requeue that leaves nodes out can ever start. None when Slurm did not answer."""
-        job = self._job()
+        job = self.show_job()
         need = (job or {}).get("NumNodes", "").split("-")[0]
         if job is None or not need.isdigit():
             return None

@@ -126,6 +126,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         return None  # said by "started ... (restart N)"
     if name == Ev.SUBMITTED and e.get("array_tasks"):
         return f"submitted as array job {e.get('job_id')} of {e['array_tasks']} tasks"
+    if name == Ev.SUBMITTED and e.get("by") == "sbatch":
+        return f"submitted as job {e.get('job_id')} (with sbatch, not slurmtrain submit)"
     if name == Ev.STARTED:
         again = f" (restart {e['restart']})" if e.get("restart") else ""
         return f"job {e.get('job_id')} started on {e.get('nodes', '?')}{again}"

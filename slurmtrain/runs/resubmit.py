@@ -182,13 +182,18 @@ def _where(run: RunDir) -> tuple[str, ...]:
     """sbatch's ``--chdir``: the job runs where the run was first submitted from, whatever
     the directory of this resubmission (a detached watch's is the run directory): the
     command's relative paths (a recipe's data path, say) are relative to that."""
-    first = run.manifest().get("submit_cwd")
+    manifest = run.manifest()
+    first = manifest.get("submit_cwd")
+    # A script given to sbatch by hand (job/adopt.py) names its run directory after the job
+    # and its batch log after its #SBATCH --output: this run's are given instead.
+    own = ((f"--export=ALL,SLURMTRAIN_RUN_DIR={run.path}", f"--output={run.logs}/job-%j.out")
+           if manifest.get("submitted_by") == "sbatch" else ())
     if not first:
-        return ()
+        return own
     if not Path(first).is_dir():
         raise UsageError(f"run {run.name} was submitted from {first}, which is gone: its job runs there (its "
                          "relative paths are from there); create it, or submit the run anew")
-    return (f"--chdir={first}",)
+    return (f"--chdir={first}", *own)
 
 
 def _points_again(run: RunDir, force: bool, only: int | None) -> tuple[int, ...]:

@@ -106,10 +106,6 @@ class RunDir:
         size = self.manifest().get("array")
         return size if isinstance(size, int) else None
 
-    def batch_log(self, job_id: str | None = None) -> Path | None:
-        job_id = job_id or self.job_id
-        return self.logs / f"job-{job_id}.out" if job_id else None
-
     @property
     def sweep_dir(self) -> Path | None:
         """The sweep this run is a point of (its array task writes the batch log there)."""
@@ -126,8 +122,8 @@ class RunDir:
         if self.sweep_dir is not None:
             _, _, task = job_id.partition("_")
             return {int(task): self.sweep_dir / LOGS / f"job-{job_id}.out"} if task.isdigit() else {}
-        if self.array_size is None:
-            return {None: self.logs / f"job-{job_id}.out"}
+        if self.array_size is None:  # a script given to sbatch by hand: where its --output said (job/adopt.py)
+            return {None: Path(self.manifest().get("batch_logs", {}).get(job_id) or self.logs / f"job-{job_id}.out")}
         found = {int(m["task"]): p for p in self._log_files()
                  if (m := _BATCH_LOG.fullmatch(p.name)) and m["job"] == job_id}
         expected = {t: self.logs / f"job-{job_id}_{t}.out" for t in range(self.array_size)}
