@@ -164,7 +164,7 @@ def after_launch(f: Facts) -> Verdict:
                        say + f"slurmtrain: stopped, but the requeue limit is reached (max_requeues={f.max_requeues})")
     return Verdict("requeue", eventlog.PREEMPTED if f.preempted else eventlog.TIME_LIMIT,
                    "stopped after a checkpoint; requeued", f.status,
-                   events + [(Ev.REQUEUE, {"exit_code": f.status})],
+                   events + [(Ev.REQUEUE, {"exit_code": f.status, **({"saved": True} if f.saved else {})})],
                    say + f"slurmtrain: stopped after a checkpoint (exit {f.status}); requeueing the job")
 
 

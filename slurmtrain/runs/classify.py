@@ -142,7 +142,9 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         silent = "; the batch script died with them, without a word: said at the next start" if e.get("silent") else ""
         return f"Slurm had requeued the job itself (node(s) {e['nodes']} of the job failed{silent})"
     if name == Ev.REQUEUE:  # and whether it left nodes out, or keeps one the partition cannot spare
-        ended = f"; the tasks ended with exit status {e['exit_code']}" if "exit_code" in e else ""
+        # After a stop that saved, the launcher's exit status says nothing (torchrun's 1 on a
+        # SIGTERM, srun's 143, the program's own 75): it is shown where nothing was saved.
+        ended = f"; the tasks ended with exit status {e['exit_code']}" if "exit_code" in e and not e.get("saved") else ""
         return f"requeueing{eventlog.requeued_how(e).removeprefix('requeued')}{ended}"
     if name == Ev.HANG and e.get("stuck_ranks"):
         return (_PHRASES[name].format_map(_Fields(e)).replace("; stacks in", f"; of them rank(s) {e['stuck_ranks']} "

@@ -161,7 +161,7 @@ def test_a_failure_without_a_stop_is_failed_even_when_saved_and_requeue_always()
 def test_preemption_counts_as_a_stop_and_is_requeued():
     v = decide.after_launch(replace(STOPPED, stop_requested=False, preempted=True))
     assert (v.action, v.code) == ("requeue", 143)
-    assert v.events == [("preempted", {"exit_code": 143}), ("requeue", {"exit_code": 143})]
+    assert v.events == [("preempted", {"exit_code": 143}), ("requeue", {"exit_code": 143, "saved": True})]
     assert v.say.startswith("slurmtrain: Slurm preempted the job")
 
 
@@ -202,7 +202,7 @@ def test_a_stop_at_the_requeue_limit_ends_with_exit_3(restarts):
 def test_a_stop_below_the_requeue_limit_is_requeued():
     v = decide.after_launch(replace(STOPPED, restarts=2))
     assert (v.action, v.outcome, v.code) == ("requeue", "stopped after a checkpoint; requeued", 143)
-    assert v.events == [("requeue", {"exit_code": 143})]
+    assert v.events == [("requeue", {"exit_code": 143, "saved": True})]
     assert "requeueing the job" in v.say
 
 

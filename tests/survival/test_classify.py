@@ -35,6 +35,16 @@ def test_preempted_then_completed(tmp_path):
     assert any("resumed from the checkpoint of step 72" in x for x in lines)
 
 
+@pytest.mark.parametrize("requeue, said", [
+    ({"exit_code": 1, "saved": True}, "requeueing"),  # torchrun's status on a SIGTERM: nothing to read in it
+    ({"exit_code": 1}, "requeueing; the tasks ended with exit status 1"),  # requeue_when = "always", or older events
+])
+def test_a_requeue_after_a_saved_stop_does_not_show_the_launchers_exit_status(tmp_path, requeue, said):
+    run = write(tmp_path, "submitted", START, ("checkpoint_saved", {"step": 10}), ("stopped", {"step": 12}),
+                ("preempted", {"exit_code": 1}), ("requeue", requeue))
+    assert classify.history(run)[-1].endswith(f"  {said}"), classify.history(run)
+
+
 @pytest.mark.parametrize("fields, said", [
     ({"step": 40}, "resumed from the checkpoint of step 40"),       # events written before the load's time
     ({"step": 40, "seconds": 3.04}, "resumed from the checkpoint of step 40 in 3.0 s"),
