@@ -49,7 +49,7 @@ def test_node_logs(tmp_path):
     for name in ("job-5.out", "5-stnode1.out", "5-stnode2.out", "4-stnode1.out"):
         (run.logs / name).write_text(name)
     assert list(run.node_logs()) == ["stnode1", "stnode2"]
-    assert run.batch_log().name == "job-5.out"
+    assert run.batch_logs()[None].name == "job-5.out"
     assert list(run.node_logs("4")) == ["stnode1"]
 
 
