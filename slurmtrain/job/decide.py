@@ -716,6 +716,19 @@ def after_failure(f: Facts, lost: list[str], seen_as_hang: bool, spares_cover: b
     return AfterFailure("relaunch", words="after a new checkpoint")
 
 
+def relaunch_said(then: AfterFailure, f: Facts, node: str | None, attempt: int, budget: int,
+                  active: list[str]) -> tuple[str, dict]:
+    """The batch log's line and the ``relaunched`` event's fields for an in-job restart
+    (``node``: where the launch failed or hung first, where that is known)."""
+    where, status = (f" on {node}" if node else ""), (f"{f.status}: {f.error}" if f.error else f"{f.status}")
+    what = (f"the launch hung{where} and was ended (exit status {status})" if f.hung else
+            f"the program failed{where} (exit status {status}) {then.words}")
+    fields = {"attempt": attempt, "exit_code": f.status, **({"why": then.why} if then.why else {}),
+              **({"node": node} if node else {}), **({"error": f.error} if f.error else {})}
+    return (f"slurmtrain: {what}; starting it again in this allocation on {' '.join(active)} ({attempt} of {budget})",
+            fields)
+
+
 def replacement_goes_on(f: Facts, preempted: bool) -> bool:
     """After the supervisor's stop to replace a straggler: the spare takes its place, unless
     the program finished or Slurm ended the job meanwhile (a cancel, a requeue, a preemption,

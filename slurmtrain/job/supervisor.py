@@ -234,9 +234,10 @@ class Supervisor:
         every = events.read(self.cfg.run_dir)
         evs, mine = (eventlog.of_task(e, self.job.array_task) for e in (every, every[self.events_mark:]))
         if st.hung:  # ended by the supervisor: srun's first "failure" is its own kill of the tasks
-            first, error = (self.hang_nodes[0] if len(self.hang_nodes) == 1 else None), None
+            first, facts = (self.hang_nodes[0] if len(self.hang_nodes) == 1 else None), replace(facts, error=None)
         else:
-            first, error = self.record.first_failure(self.log_mark), facts.error
+            first = self.record.first_failure(self.log_mark)
+        error = facts.error
         own = None if error is None or programlog.node_fault(error) else error  # the program's, not its node's
         repeated = decide.repeated_error(mine, eventlog.since_start(evs), own)
         blame = not (repeated or facts.stray_kill)
@@ -252,15 +253,10 @@ class Supervisor:
             return decide.Settled("requeue_without", (tuple(lost), then.words, "node", cause))
         if then.action == "finish":
             return self.finish(facts)
-        n, where = st.relaunches + 1, f" on {first}" if first else ""
-        said = f"{facts.status}: {error}" if error else f"{facts.status}"
-        what = (f"the launch hung{where} and was ended (exit status {said})" if st.hung else
-                f"the program failed{where} (exit status {said}) {then.words}")
-        self.say(f"slurmtrain: {what}; starting it again in this allocation on {' '.join(self.pool.active)} "
-                 f"({n} of {self.cfg.restarts_in_job})")
-        self.record.event(Ev.RELAUNCHED, attempt=n, exit_code=facts.status, **last, launch=st.launch + 1,
-                          **({"why": then.why} if then.why else {}), **({"node": first} if first else {}),
-                          **({"error": error} if error else {}), **cause)
+        said, fields = decide.relaunch_said(then, facts, first, st.relaunches + 1, self.cfg.restarts_in_job,
+                                            self.pool.active)
+        self.say(said)
+        self.record.event(Ev.RELAUNCHED, **fields, **last, launch=st.launch + 1, **cause)
         self.clear_marks()
         return decide.Settled("relaunch")
 

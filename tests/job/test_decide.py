@@ -281,3 +281,16 @@ def test_a_launch_fault_is_what_the_node_probe_shows_not_the_first_verdict():
 def test_a_launch_srun_could_not_start_on_a_node_is_tried_again_backing_off(unreached, setup_failed, relaunches,
                                                                             tries, wait):
     assert decide.launch_again_in(unreached, setup_failed, relaunches, 3, tries) == wait
+
+
+def test_a_relaunch_says_where_and_why_in_the_log_and_its_event():
+    failed = replace(STOPPED, stop_requested=False, status=1, error="ValueError: bad batch")
+    said, fields = decide.relaunch_said(decide.AfterFailure("relaunch", words="after a new checkpoint"), failed,
+                                        "n2", 1, 3, ["n1", "n2"])
+    assert said == ("slurmtrain: the program failed on n2 (exit status 1: ValueError: bad batch) after a new "
+                    "checkpoint; starting it again in this allocation on n1 n2 (1 of 3)")
+    assert fields == {"attempt": 1, "exit_code": 1, "node": "n2", "error": "ValueError: bad batch"}
+    hung = replace(failed, hung=True, error=None, status=143)
+    said, fields = decide.relaunch_said(decide.AfterFailure("relaunch"), hung, None, 2, 3, ["n1", "n3"])
+    assert said.startswith("slurmtrain: the launch hung and was ended (exit status 143); starting it again")
+    assert fields == {"attempt": 2, "exit_code": 143}
