@@ -260,7 +260,8 @@ def _match(ref: str, runs: list[RunDir], where: str) -> RunDir | None:
     if job_id.isdigit():
         by_job = [r for r in runs if job_id in r.job_ids] or [r for r in runs if job_id in _task_job_ids(r)]
         if by_job:
-            return RunDir(by_job[-1].path.absolute())
+            run = RunDir(by_job[-1].path.absolute())
+            return (_point_of_task(run, ref) if task else None) or run
     by_name = [r for r in runs if r.name == ref] or [r for r in runs if r.manifest().get("job_name") == ref]
     if by_name:
         return RunDir(by_name[-1].path.absolute())  # the latest run of that name
@@ -271,6 +272,16 @@ def _match(ref: str, runs: list[RunDir], where: str) -> RunDir | None:
         names = ", ".join(r.name for r in by_prefix[-5:])
         raise UsageError(f"run {ref!r} is ambiguous under {where}: {len(by_prefix)} runs match ({names}); "
                          "give the full name")
+    return None
+
+
+def _point_of_task(sweep: RunDir, ref: str) -> RunDir | None:
+    """A sweep's point that array task ``ref`` (``<array id>_<task>``) ran: the task is the
+    point, not the whole sweep (``cancel 2_1`` cancels that point alone)."""
+    for point in (sweep.manifest().get("sweep") or {}).get("points", []):
+        run = RunDir(sweep.path / POINTS / point["label"])
+        if ref in run.job_ids:
+            return run
     return None
 
 

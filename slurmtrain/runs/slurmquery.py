@@ -425,7 +425,7 @@ def _show_job(job_id: str, timeout: float) -> list[dict[str, str]]:
     if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
         raise _fail(argv, proc)
     records = [kv for kv in map(parse_key_values, proc.stdout.splitlines())
-               if job_id in (kv.get("JobId"), kv.get("ArrayJobId"))]
+               if job_id in (kv.get("JobId"), kv.get("ArrayJobId"), f"{kv.get('ArrayJobId')}_{kv.get('ArrayTaskId')}")]
     if records:
         return records
     raise SlurmError(f"Slurm does not know job {job_id} (it ended more than MinJobAge ago, "
@@ -435,8 +435,17 @@ def _show_job(job_id: str, timeout: float) -> list[dict[str, str]]:
 def _set_requeue(job_id: str, value: int, timeout: float) -> None:
     argv = ["scontrol", "update", f"JobId={job_id}", f"Requeue={value}"]
     proc = run_slurm(argv, timeout=timeout)
-    if proc.returncode != 0:
+    if proc.returncode != 0 and not _only_ended_tasks(proc.stderr):
         raise _fail(argv, proc)
+
+
+def _only_ended_tasks(stderr: str) -> bool:
+    """scontrol's answer for an array some of whose tasks have ended: it fails the whole
+    update ("65_0: Job has already finished; 65_1: No error") though every task still
+    running or queued took it."""
+    said = [part.split(":", 1)[1].strip() for part in re.split(r"[;\n]", stderr.strip()) if ":" in part]
+    return bool(said) and all(s in ("No error", "Job has already finished") for s in said) \
+        and "Job has already finished" in said
 
 
 def _undo_mark(job_id: str, err: SlurmError, timeout: float) -> None:

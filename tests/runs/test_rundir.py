@@ -44,6 +44,18 @@ def test_resolve(tmp_path, monkeypatch):
         rundir.resolve("gamma", tmp_path)
 
 
+def test_an_array_task_of_a_sweep_is_its_point(tmp_path):
+    sweep = _run(tmp_path, "sw", "74", "2025-01-01T00:00:01")
+    sweep.update_manifest(array=2, sweep={"points": [{"label": "lr=0.1"}, {"label": "lr=0.2"}]})
+    for task, label in enumerate(["lr=0.1", "lr=0.2"]):
+        point = rundir.RunDir(sweep.path / "points" / label)
+        point.path.mkdir(parents=True)
+        point.update_manifest(in_sweep=sweep.name, job_ids=[f"74_{task}"])
+    assert rundir.resolve("74_1", tmp_path).path == sweep.path / "points" / "lr=0.2"
+    assert rundir.resolve("74", tmp_path).path == sweep.path
+    assert rundir.resolve("74_5", tmp_path).path == sweep.path  # no such point: the sweep, as before
+
+
 def test_node_logs(tmp_path):
     run = _run(tmp_path, "n", "5", "t")
     for name in ("job-5.out", "5-stnode1.out", "5-stnode2.out", "4-stnode1.out"):

@@ -144,3 +144,30 @@ def test_cancel_of_an_ended_array_changes_nothing(monkeypatch):
     with pytest.raises(SlurmError, match=r"job 74 already ended \(FAILED\); nothing to cancel"):
         slurmquery.cancel("74")
     assert len(fake.calls) == 1
+
+
+def test_cancel_of_one_task_marks_and_cancels_that_task_alone(monkeypatch):
+    """A sweep's point is its array task: `scontrol show job 74_1` answers that task's record
+    (its JobId is its own id, 76)."""
+    fake = ArraySlurm("running")
+    fake.text = next(line for line in fake.text.splitlines() if "ArrayTaskId=1 " in line) + "\n"
+    monkeypatch.setattr(slurmquery.subprocess, "run", fake)
+    slurmquery.cancel("74_1")
+    assert fake.calls[1:] == [["scontrol", "update", "JobId=74_1", "Requeue=0"], ["scancel", "74_1"]]
+
+
+def test_cancel_of_an_array_some_of_whose_tasks_ended_goes_on(monkeypatch):
+    """scontrol fails the mark of an array whose task 0 has ended, though tasks 1-2 took it."""
+    fake = ArraySlurm("running")
+
+    def run(argv, **kwargs):
+        done = fake(argv, **kwargs)
+        if "update" in argv:
+            return subprocess.CompletedProcess(argv, 1, "", "74_0: Job has already finished\n74_1-2: No error\n")
+        return done
+    monkeypatch.setattr(slurmquery.subprocess, "run", run)
+    slurmquery.cancel("74")
+    assert fake.calls[-1] == ["scancel", "74"]
+    assert slurmquery._only_ended_tasks("74_0: Job has already finished\n74_1-2: No error\n")
+    assert not slurmquery._only_ended_tasks("74_1-2: Access/permission denied\n")
+    assert not slurmquery._only_ended_tasks("74_0: Job has already finished\n74_1: Invalid job id specified\n")
