@@ -96,8 +96,9 @@ def afters_of(run: rundir.RunDir) -> list[After]:
 
 
 def waiting_note(afters: list[After], reason: str | None) -> str | None:
-    """The status line of a job Slurm holds for its dependencies."""
-    if not afters or not reason or not reason.startswith("Dependency"):
+    """The status line of a job Slurm holds for its dependencies (``reason`` None: not known,
+    as sacct shows a pending job's until it starts)."""
+    if not afters or (reason is not None and not reason.startswith("Dependency")):
         return None
     return "waits until " + " and ".join(a.words() for a in afters)
 

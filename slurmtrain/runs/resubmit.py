@@ -18,13 +18,13 @@ watch requeues that too).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 from .. import events, ledger
 from ..errors import SlurmError, UsageError
-from . import classify, environ, slurmquery, sweeps
+from . import chain, classify, environ, slurmquery, sweeps
 from .rundir import POINTS, RunDir
 from .states import JobState
 from .submit import Submitted, submit_run
@@ -150,6 +150,7 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
         if not force and outcome.kind not in CONTINUABLE:
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
                              "nothing to continue (use --force to submit it again anyway)")
+    afters = _afters_again(run, say)
     previous = run.job_id
     from .. import ledger
     bad = ledger.excluded(run.path.parent, ledger.hours_of_run(run.path))
@@ -160,8 +161,11 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
     if exclude:
         run.update_manifest(exclude=exclude)
     args = ((f"--exclude={','.join(exclude)}",) if exclude else ()) + \
-        ((f"--array={','.join(str(t) for t in tasks)}",) if tasks is not None else ()) + _where(run)
+        ((f"--array={','.join(str(t) for t in tasks)}",) if tasks is not None else ()) + _where(run) + \
+        chain.sbatch_args(afters)
     done = submit_run(run, args, tasks=tasks)
+    if chain.afters_of(run):  # what it waits for now (the runs waited for list it already)
+        run.update_manifest(after=[asdict(a) for a in afters])
     events.append(run.path, Ev.RESUBMITTED, job_id=done.job_id, previous_job_id=previous or "")
     drift = environ.drift(run.manifest().get("environment"))
     if drift:  # sbatch gave the job this shell's environment, not the submit's
@@ -169,6 +173,29 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
             f"with ({drift}): a program that reads its settings from it runs with these; cancel and resubmit "
             "from a shell that has them, or put them in the profile's [env] vars")
     return done
+
+
+def _afters_again(run: RunDir, say: Callable[[str], None]) -> list:
+    """A run of a chain (``submit --after``) waits again for the runs it was submitted after
+    that have not completed, at their current jobs (one resubmitted meanwhile: its new job);
+    UsageError where one of them can no longer complete: that run is to be resubmitted first."""
+    from . import track
+
+    before = chain.afters_of(run)
+    if not before:
+        return []
+    pairs = [("after_any" if a.kind == "afterany" else "after", a.path) for a in before]
+    try:
+        afters, notes = chain.resolve(pairs, run.path.parent, lambda r: track.statuses([r], with_events=True)[0])
+    except UsageError as err:
+        why = str(err).split(": ", 1)[-1].split(": a run after it would never start")[0]
+        raise UsageError(f"run {run.name} was submitted to start after {', '.join(a.run for a in before)}, and "
+                         f"{why}: resubmit that run first (`slurmtrain resubmit RUN`), then this one") from None
+    for note in notes:
+        say(note.split(": ", 1)[-1])
+    for a in afters:
+        say(f"waits until {a.words()}")
+    return afters
 
 
 def _task_state(job_id: str, task: int) -> str | None:

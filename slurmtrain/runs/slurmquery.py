@@ -156,7 +156,10 @@ def combine_array(array_id: str, records: list[JobInfo]) -> JobInfo:
     state = aggregate([r.state for r in by_task])
     speaks = next(r for r in by_task if r.state is state) if state.is_final else None  # the task the state is of
     held = [r for r in by_task if r.nodelist]
-    reasons = [f"task {r.array_task}: {r.reason}" for r in by_task if r.reason]
+    # Why tasks wait, or why the array ended as it did (a task's NonZeroExitCode); not a
+    # running or completed task's last reason to wait.
+    reasons = [f"task {r.array_task}: {r.reason}" for r in by_task
+               if r.reason and (r.state is JobState.PENDING or (speaks is not None and r.state is state))]
     return JobInfo(
         job_id=array_id, state=state, raw_state=state.value, source=by_task[0].source,
         nodes=sum(r.nodes or 0 for r in held) or None,
@@ -236,7 +239,8 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
             nodes=_int(row["NNodes"]), nodelist=None if nodelist in ("", "None assigned") else nodelist,
             elapsed_s=parse_duration(row["Elapsed"]), exit_code=code, signal=sig,
             restarts=len(rows) - 1, submit_time=row["Submit"],
-            reason=None if row["Reason"] in ("", "None") else row["Reason"],
+            # The database keeps an ended job's last reason to wait ("Dependency"): stale then.
+            reason=None if row["Reason"] in ("", "None") or parse_state(row["State"]).is_final else row["Reason"],
             array_task=task["task"].strip("[]") if task else None)
         if task:
             arrays.setdefault(task["array"], []).append(info)

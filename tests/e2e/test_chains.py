@@ -129,3 +129,26 @@ def test_tokenize_then_train_then_export_with_no_one_between(tmp_path):
     tok_ended = max(e["time"] for e in events(tmp_path, tok_run) if e["event"] == "finished")
     assert tok_ended <= first(events(tmp_path, train), "started")
     assert first(events(tmp_path, train), "finished") <= first(events(tmp_path, export), "started")
+
+
+def test_a_resubmitted_link_waits_again_for_the_link_before_it(tmp_path):
+    """A chain whose first link failed: fixed and resubmitted, the link after it, resubmitted
+    too, waits for that new job (it ran at once, on the first link's half-made output)."""
+    flag, made = tmp_path / "fixed", tmp_path / "made-by-up"
+    up = submit(tmp_path, *ONE, "--name", "up", *py(
+        f"import pathlib, sys, time; pathlib.Path({str(flag)!r}).exists() or sys.exit(3); time.sleep(6); "
+        f"pathlib.Path({str(made)!r}).touch()"))
+    down = submit(tmp_path, *ONE, "--name", "down", "--after", up, *py(
+        f"import pathlib, sys; sys.exit(0 if pathlib.Path({str(made)!r}).exists() else 5)"))
+    wait_final(tmp_path, [up, down], timeout=120)
+    early = cli(tmp_path, "resubmit", down)
+    assert early.returncode == 2 and f"submitted to start after {up}, and run {up} ended" in early.stderr, early.stderr
+    flag.touch()
+    assert cli(tmp_path, "resubmit", "--force", up).returncode == 0
+    again = cli(tmp_path, "resubmit", down)
+    assert again.returncode == 0, again.stderr
+    assert f"waits until {up} (job " in again.stderr, again.stderr
+    final = wait_final(tmp_path, [up, down], timeout=180)
+    assert (final[up]["state"], final[down]["state"]) == ("COMPLETED", "COMPLETED"), final
+    ended = [e["time"] for e in events(tmp_path, up) if e["event"] == "finished"][-1]
+    assert ended <= [e["time"] for e in events(tmp_path, down) if e["event"] == "started"][-1]

@@ -21,6 +21,8 @@ def test_status_says_what_a_held_job_waits_for():
     assert chain.waiting_note(afters, "Dependency") == "waits until tok (job 12) completes and eval (job 15) ends"
     assert chain.waiting_note(afters, "Resources") is None  # held for nodes, not for the chain
     assert chain.waiting_note([], "Dependency") is None
+    # sacct shows a pending job's reason only once it starts: not known is not "not held"
+    assert chain.waiting_note(afters, None) == "waits until tok (job 12) completes and eval (job 15) ends"
 
 
 def test_the_gen_line_of_a_chained_submit_leaves_the_chain_out():

@@ -48,6 +48,16 @@ def test_parse_sacct_recorded_counts_requeues():
     assert (jobs["15"].state, jobs["15"].raw_state, jobs["15"].signal) == (JobState.CANCELLED, "CANCELLED by 0", 15)
 
 
+def test_parse_sacct_an_ended_jobs_last_reason_to_wait_is_not_shown():
+    jobs = slurmquery.parse_sacct("5|COMPLETED|0:0|1|stnode1|00:00:03|2026-11-27T21:00:00|Dependency|5\n"
+                                  "6|PENDING|0:0|1|None assigned|00:00:00|2026-11-27T21:00:00|Dependency|6\n"
+                                  "7|RUNNING|0:0|1|stnode1|00:00:03|2026-11-27T21:00:00|None|7_0\n"
+                                  "8|COMPLETED|0:0|1|stnode2|00:00:03|2026-11-27T21:00:00|JobArrayTaskLimit|7_1\n"
+                                  "7|PENDING|0:0|1|None assigned|00:00:00|2026-11-27T21:00:00|JobArrayTaskLimit|7_2\n")
+    assert (jobs["5"].reason, jobs["6"].reason) == (None, "Dependency")
+    assert jobs["7"].reason == "task 2: JobArrayTaskLimit"
+
+
 def test_parse_sacct_an_id_handed_out_again_is_not_a_requeue():
     """The database keeps every job; a controller that lost its saved state (the sandbox's,
     after its nodes changed) counts ids from its first again: the older job's lines are not
