@@ -161,7 +161,8 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
     if exclude:
         run.update_manifest(exclude=exclude)
     args = ((f"--exclude={','.join(exclude)}",) if exclude else ()) + \
-        ((f"--array={','.join(str(t) for t in tasks)}",) if tasks is not None else ()) + _where(run) + \
+        ((f"--array={','.join(str(t) for t in tasks)}{_throttle(run)}",) if tasks is not None else ()) + \
+        _where(run) + \
         chain.sbatch_args(afters)
     done = submit_run(run, args, tasks=tasks)
     if chain.afters_of(run):  # what it waits for now (the runs waited for list it already)
@@ -173,6 +174,13 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
             f"with ({drift}): a program that reads its settings from it runs with these; cancel and resubmit "
             "from a shell that has them, or put them in the profile's [env] vars")
     return done
+
+
+def _throttle(run: RunDir) -> str:
+    """The sweep's --max-parallel, as sbatch's --array takes it: the --array given here
+    replaces the script's, throttle and all."""
+    most = (run.manifest().get("sweep") or {}).get("max_parallel")
+    return f"%{most}" if most else ""
 
 
 def _afters_again(run: RunDir, say: Callable[[str], None]) -> list:

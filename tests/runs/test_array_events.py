@@ -293,8 +293,8 @@ def test_a_point_is_resubmitted_while_the_sweeps_other_points_are_still_queued(t
     sweep = rundir.create(tmp_path, "sw")
     labels = ["lr=1e-3", "lr=3e-3"]
     sweep.update_manifest(job_ids=["12"], state="submitted", array=2,
-                          sweep={"keys": ["train.lr"], "points": [{"task": i, "label": label, "values": {}}
-                                                                 for i, label in enumerate(labels)]})
+                          sweep={"keys": ["train.lr"], "max_parallel": 1,
+                                 "points": [{"task": i, "label": label, "values": {}} for i, label in enumerate(labels)]})
     sweep.script.write_text("#!/bin/bash\n")
     for i, label in enumerate(labels):
         point = rundir.RunDir(sweep.path / "points" / label)
@@ -310,6 +310,6 @@ def test_a_point_is_resubmitted_while_the_sweeps_other_points_are_still_queued(t
     monkeypatch.setattr(resub, "submit_run", lambda run, args, tasks: sent.append((args, tasks)) or
                         type("Done", (), {"job_id": "20"})())
     resub.resubmit(rundir.RunDir(sweep.path / "points" / labels[0]))
-    assert [tasks for _, tasks in sent] == [(0,)] and "--array=0" in sent[0][0], sent
+    assert [tasks for _, tasks in sent] == [(0,)] and "--array=0%1" in sent[0][0], sent  # --max-parallel kept
     with pytest.raises(UsageError, match=r"its task 12_1 is still PENDING"):
         resub.resubmit(rundir.RunDir(sweep.path / "points" / labels[1]))
