@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import eventlog, events
-from .rundir import MANIFEST, RunDir
+from .. import eventlog
+from .rundir import MANIFEST, RunDir, events_of
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -68,7 +68,7 @@ def snapshot(run_dir: Path) -> Snapshot:
     train, evals = read_metrics(run_dir)
     # The same outcome `slurmtrain status` gives: a requeue is no end, a resubmission
     # carries on, a program's `finished` followed by the script's `failed` is a failure.
-    evs = events.read(run_dir)
+    evs = events_of(run_dir)  # a sweep's point: its own task's, as a run of its own
     outcome = eventlog.latest(evs)
     ended = outcome.kind if outcome.final else None
     waiting = None
@@ -78,6 +78,8 @@ def snapshot(run_dir: Path) -> Snapshot:
         starts = eventlog.split(evs)
         waiting = "waiting in the queue" if starts and starts[-1].started is None else None
     manifest = RunDir(run_dir).manifest() if (run_dir / MANIFEST).is_file() else {}
+    if manifest.get("sweep_dir"):  # a point: what runs is the sweep's
+        manifest = RunDir(Path(manifest["sweep_dir"])).manifest()
     trainer = bool(manifest.get("recipe")) or "slurmtrain.train" in (manifest.get("command") or [])
     news = None
     if not train:  # a program of the user's: what its events say is all there is to follow
@@ -146,10 +148,9 @@ def plot(run_dir: Path, out: Path) -> None:
     matplotlib.use("Agg")  # no display on a login node
     import matplotlib.pyplot as plt
 
-    from .. import events
     from . import goodput, goodput_plot
 
-    report = goodput.of_events(events.read(run_dir))
+    report = goodput.of_events(events_of(run_dir))
     train, evals = read_metrics(run_dir)
     if not train:
         fig, ax = plt.subplots(1, 1, figsize=(8, 2.6))

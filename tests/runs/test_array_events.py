@@ -287,6 +287,25 @@ def test_a_sweep_points_own_status_is_its_tasks_alone(tmp_path):
     assert (got.kind, got.step) == ("requeue limit", 149), got
 
 
+def test_watch_of_a_sweeps_point_ends_when_the_point_does(tmp_path):
+    """Its events carry the array's size: read as the array's, the other point looked queued
+    and `watch POINT` never ended."""
+    from slurmtrain.runs import progress
+
+    sweep = rundir.create(tmp_path, "sw")
+    sweep.update_manifest(recipe="tiny-demo", array=2)
+    point = rundir.RunDir(sweep.path / "points" / "lr=3e-3")
+    point.path.mkdir(parents=True)
+    point.update_manifest(name="lr=3e-3", in_sweep=sweep.name, sweep_dir=str(sweep.path), array_task=1,
+                          job_ids=["12_1"], state="submitted")
+    tag = {"array_task": 1, "array_job_id": "12", "job_id": "14", "array_tasks": 2}
+    for name, fields in (("started", {"restart": 0, "nodes": "stnode1"}), ("finished", {"step": 20}),
+                         ("finished", {"restart": 0, "exit_code": 0})):
+        events.append(point.path, name, **tag, **fields)
+    snap = progress.snapshot(point.path)
+    assert (snap.ended, snap.finished, snap.trainer) == ("completed", True, True)
+
+
 def test_a_point_is_resubmitted_while_the_sweeps_other_points_are_still_queued(tmp_path, fake_slurm, monkeypatch):
     from slurmtrain.runs import resubmit as resub
 
