@@ -375,7 +375,10 @@ def sync(ref: str, runs_dir: str, dry_run: bool) -> None:
 @runs_dir_option
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until the job ends.")
 @click.option("--node", help="Only this node's task log (default: the batch log and every node's).")
-def logs(ref: str | None, runs_dir: str, follow: bool, node: str | None) -> None:
+@click.option("--job", "job", metavar="JOBID|all",
+              help="Another of the run's jobs (a resubmission starts a new one; default: the latest), or all "
+                   "of them, oldest first.")
+def logs(ref: str | None, runs_dir: str, follow: bool, node: str | None, job: str | None) -> None:
     """Print a run's batch log and per-node logs; -f follows them until the job ends.
 
     RUN is a run directory, a run name under --runs-dir or a unique prefix of one, a job
@@ -384,20 +387,39 @@ def logs(ref: str | None, runs_dir: str, follow: bool, node: str | None) -> None
     from ..runs import track
 
     run = resolve_run(ref, runs_dir)
+    jobs = _log_jobs(run, job)
     if not follow:
-        for label, path in track.log_files(run, node):
-            if node is None:
-                click.echo(f"==> {label}: {path} <==")
-            if path.exists():
-                click.echo(path.read_text(errors="replace"), nl=False)
-            else:
-                click.echo("(not written yet)")
+        for job_id in jobs:
+            for label, path in track.log_files(run, node, job_id):
+                if node is None or len(jobs) > 1:
+                    click.echo(f"==> {label if len(jobs) == 1 else f'job {job_id} {label}'}: {path} <==")
+                if path.exists():
+                    click.echo(path.read_text(errors="replace"), nl=False)
+                else:
+                    click.echo("(not written yet)")
+        earlier = run.job_ids[:-1]
+        if job is None and earlier:
+            click.echo(f"(the latest of run {run.name}'s {len(earlier) + 1} jobs; the earlier ones' logs: "
+                       f"--job {earlier[-1]}, or --job all)", err=True)
         return
 
     def finished() -> bool:
         return track.statuses([run])[0].ended
 
-    track.follow(lambda: track.log_files(run, node), finished, sys.stdout, prefix=node is None)
+    track.follow(lambda: track.log_files(run, node, jobs[-1]), finished, sys.stdout, prefix=node is None)
+
+
+def _log_jobs(run, job: str | None) -> list[str | None]:
+    """The jobs whose logs `logs --job` shows: the latest (None), one, or all."""
+    from ..errors import UsageError
+
+    if job is None:
+        return [None]
+    if job == "all":
+        return list(run.job_ids) or [None]
+    if job not in run.job_ids:
+        raise UsageError(f"--job {job}: run {run.name} has no such job (its jobs: {', '.join(run.job_ids) or 'none'})")
+    return [job]
 
 
 @main.command()

@@ -217,3 +217,22 @@ def test_runs_ask_the_database_for_their_jobs_since_they_were_made(tmp_path, fak
     assert datetime.fromisoformat(start.split("=", 1)[1]).timestamp() == made - slurmquery.SINCE_SLACK_S
     track.statuses([run, "41"])
     assert not any(a.startswith("--starttime=") for a in fake.calls[-1])
+
+
+def test_logs_of_a_resubmitted_run_shows_the_latest_job_and_the_earlier_on_asking(tmp_path, fake_slurm):
+    fake_slurm(scontrol="", sacct=None)
+    run = _run(tmp_path, "r", "5")
+    run.update_manifest(job_ids=["5", "7"])
+    for name, text in (("job-5.out", "first batch\n"), ("5-stnode1.out", "Traceback: the first job's error\n"),
+                       ("job-7.out", "second batch\n"), ("7-stnode2.out", "second node\n")):
+        (run.logs / name).write_text(text)
+    latest = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), run.name])
+    assert latest.exit_code == 0 and "second node" in latest.output and "first job's error" not in latest.output
+    assert "--job 5, or --job all" in latest.output  # (stderr, mixed in by CliRunner)
+    every = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), run.name, "--job", "all"])
+    assert every.output.index("first job's error") < every.output.index("second node"), every.output
+    assert "==> job 5 stnode1:" in every.output
+    one = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), run.name, "--job", "5", "--node", "stnode1"])
+    assert one.exit_code == 0 and "first job's error" in one.output and "second" not in one.output
+    wrong = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), run.name, "--job", "6"])
+    assert wrong.exit_code == 2 and "its jobs: 5, 7" in wrong.output
