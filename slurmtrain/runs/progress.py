@@ -103,7 +103,8 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-NO_METRICS = "no metrics: the built-in trainer writes them; `slurmtrain logs -f` follows any program's output"
+NO_METRICS = ("no metrics: a program reports them with slurmtrain.stop.metrics(step, total, loss=...) (docs/tracking.md); "
+              "`slurmtrain logs -f` follows any program's output")
 
 
 def progress_line(snap: Snapshot, note: bool = True) -> str:

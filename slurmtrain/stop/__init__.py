@@ -218,6 +218,26 @@ def heartbeat(step: int | None = None) -> None:
     _heartbeat.beat(step)
 
 
+def metrics(step: int, total_steps: int | None = None, **values: float) -> None:
+    """Report a step's numbers (rank 0; elsewhere nothing): a line of the run's
+    ``metrics.jsonl``, which ``slurmtrain watch`` (step of total, loss, ETA), ``status``
+    (a sweep's points) and ``plot`` read as they read the built-in trainer's. Known keys:
+    ``loss``, ``eval_loss`` (an evaluation's own line), ``lr``, ``tokens_per_s`` and
+    ``step_time`` (seconds a step takes: the ETA); any other number is kept. A value that
+    is not a number is left out (a tensor: pass ``.item()``)."""
+    if not in_job() or rank() != 0:
+        return
+    import json
+    from ..runs.progress import METRICS_FILE
+
+    record: dict = {"step": int(step), **({"total_steps": int(total_steps)} if total_steps else {})}
+    record.update({k: float(v) if isinstance(v, float) else v for k, v in values.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    record["time"] = round(time.time(), 3)
+    with open(Path(os.environ["SLURMTRAIN_RUN_DIR"]) / METRICS_FILE, "a") as f:  # a short line: appends stay whole
+        f.write(json.dumps(record) + "\n")
+
+
 def finished(step: int | None = None) -> None:
     """Report that the program did all its work (``finished``): a stop that lands as it
     ends then ends the run instead of requeueing it once more. Call it last."""

@@ -50,7 +50,7 @@ def main() -> None:
     data = [{"input_ids": row, "labels": row} for row in ids]
     training_args = TrainingArguments(
         output_dir=args.output_dir, max_steps=args.max_steps, per_device_train_batch_size=4,
-        save_strategy="steps", save_steps=args.save_steps, logging_steps=1000, report_to="none",
+        save_strategy="steps", save_steps=args.save_steps, logging_steps=2, report_to="none",
         use_cpu=True, seed=0, disable_tqdm=True, dataloader_num_workers=0)
     steps = Steps()
     trainer = Trainer(model=model, args=training_args, train_dataset=data,

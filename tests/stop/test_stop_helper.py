@@ -99,12 +99,27 @@ def test_only_global_rank_0_writes_events(job, monkeypatch):
     assert [e["event"] for e in events.read(job)] == ["checkpoint_saved"]
 
 
+def test_metrics_are_the_runs_metrics_that_watch_and_plot_read(job, monkeypatch):
+    from slurmtrain.runs import progress
+
+    stop.metrics(10, 100, loss=2.5, lr=3e-4, step_time=0.5, note="text is left out", flag=True)
+    stop.metrics(20, 100, eval_loss=2.25)
+    monkeypatch.setenv("RANK", "1")
+    stop.metrics(30, 100, loss=9.0)  # rank 1: nothing
+    train, evals = progress.read_metrics(job)
+    assert [(r["step"], r["total_steps"], r["loss"], r["lr"]) for r in train] == [(10, 100, 2.5, 3e-4)]
+    assert "note" not in train[0] and "flag" not in train[0] and [r["eval_loss"] for r in evals] == [2.25]
+    snap = progress.snapshot(job)
+    assert (snap.step, snap.total, snap.eta_s) == (10, 100, 45.0)
+
+
 def test_no_events_outside_a_job(job, monkeypatch, tmp_path):
     monkeypatch.delenv("SLURMTRAIN_RUN_DIR")
     monkeypatch.chdir(tmp_path)
     assert not stop.in_job()
     stop.saved(1)
     stop.finished()
+    stop.metrics(1, loss=1.0)
     with pytest.raises(SystemExit):
         stop.stopped(1)
     assert list(tmp_path.iterdir()) == []

@@ -14,6 +14,7 @@ import pytest
 import stop_util
 
 from slurmtrain import events
+from slurmtrain.runs import progress
 from slurmtrain.stop.checkpoints import MARKER
 
 pytest.importorskip("transformers")
@@ -66,6 +67,10 @@ def test_hf_resumes_from_the_newest_complete_checkpoint(stopped_run, tmp_path):
     # ... and at the end of training the callback reports that the program finished
     assert got == [("resumed", STOP_AT), ("checkpoint_saved", 4), ("checkpoint_saved", 6), ("checkpoint_saved", 8),
                    ("finished", 8)]
+    # The Trainer's logs (every 2 steps) are the run's metrics: what `watch` and `plot` read.
+    train, _ = progress.read_metrics(tmp_path)
+    assert [r["step"] for r in train] == [2, 4, 6, 8] and {r["total_steps"] for r in train} == {8}
+    assert all(r["loss"] > 0 and "lr" in r for r in train) and "step_time" in train[-1]
 
 
 @pytest.mark.slow
