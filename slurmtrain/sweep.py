@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ class Point:
     """The values as the user wrote them (text): ``--set`` reads them as it reads its own
     (``3e-4`` a float, ``adamw`` a string), a command gets them unchanged."""
     values: tuple[tuple[str, str], ...]   # (key, value), in the sweep's key order
+    origin: str = field(default="", compare=False)  # where a --sweep-file wrote it: "points.toml [[point]] 2"
 
     @property
     def label(self) -> str:
@@ -66,9 +67,11 @@ def from_options(sweeps: tuple[str, ...]) -> list[Point]:
         where = f"--sweep {option}"
         if not sep or not _KEY.fullmatch(key):
             raise ConfigError(where, key or "(empty)", "expected KEY=V1,V2,..., for example --sweep train.lr=1e-4,3e-4")
-        values = [v.strip() for v in raw.split(",") if v.strip()]
-        if not values:
+        values = [v.strip() for v in raw.split(",")]
+        if not any(values):
             raise ConfigError(where, key, "no values: give one or more, separated by commas")
+        if not all(values):  # "1e-3,,2e-3": a value lost to a typo, or a trailing comma
+            raise ConfigError(where, key, "an empty value between commas: remove the extra comma")
         if key in (k for k, _ in axes):
             raise ConfigError(where, key, "given twice: list all its values in one --sweep")
         axes.append((key, values))
@@ -83,9 +86,13 @@ def from_file(path: Path) -> list[Point]:
         raise UsageError(f"--sweep-file {path}: {err.strerror or err}") from None
     if path.suffix == ".toml":
         try:
-            rows = tomllib.loads(text).get("point", [])
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(str(path), "", f"not TOML: {err}") from None
+        rows = data.get("point", [])
+        if not rows and data:
+            raise ConfigError(str(path), "", f"no [[point]] tables (the file has: {', '.join(data)}); each point "
+                              "is a [[point]] table of KEY = value")
         where = [f"{path} [[point]] {i + 1}" for i in range(len(rows))]
     else:
         rows, where = [], []
@@ -94,7 +101,11 @@ def from_file(path: Path) -> list[Point]:
                 try:
                     rows.append(json.loads(line))
                 except ValueError as err:
-                    raise ConfigError(f"{path}:{n}", "", f"not a JSON object: {err}") from None
+                    raise ConfigError(f"{path}:{n}", "", f"not a JSON object: {err} (a file not named .toml is read "
+                                      "as JSON Lines: one object a line)") from None
+                if isinstance(rows[-1], list):
+                    raise ConfigError(f"{path}:{n}", "", "a JSON array: the file is JSON Lines, one point object "
+                                      "a line (or a .toml file of [[point]] tables)")
                 where.append(f"{path}:{n}")
     points = []
     for row, at in zip(rows, where):
@@ -104,7 +115,7 @@ def from_file(path: Path) -> list[Point]:
         for key in row:
             if not _KEY.fullmatch(key):
                 raise ConfigError(at, key, "not a key: letters, digits, '_', '-', dotted")
-        points.append(Point(tuple((k, _text(v)) for k, v in row.items())))
+        points.append(Point(tuple((k, _text(v)) for k, v in row.items()), at))
     return points
 
 

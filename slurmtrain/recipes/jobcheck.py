@@ -74,7 +74,8 @@ def _point_sets(point) -> list[tuple[str, object, str]]:
     from ..schema import parse_set
     if point is None:
         return []
-    return [(*parse_set(f"{key}={value}"), f"--sweep {key}={value}") for key, value in point.values]
+    return [(*parse_set(f"{key}={value}"), f"{point.origin}: {key} = {value}" if point.origin else
+             f"--sweep {key}={value}") for key, value in point.values]
 
 
 def trainer_args(job: JobSpec) -> argparse.Namespace | None:

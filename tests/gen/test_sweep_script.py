@@ -31,7 +31,7 @@ def test_sweep_options_multiply_in_the_order_given():
 
 @pytest.mark.parametrize("options, words", [
     (("train.lr=",), "no values"), (("lr",), "expected KEY=V1,V2"), (("lr=1,2", "lr=3"), "given twice"),
-    (("9lr=1",), "expected KEY=V1,V2")])
+    (("9lr=1",), "expected KEY=V1,V2"), (("lr=1e-3,,2e-3",), "an empty value between commas")])
 def test_bad_sweep_options_name_the_option(options, words):
     with pytest.raises(ConfigError, match=words):
         sweep.points_of(options, None)
@@ -55,8 +55,15 @@ def test_a_sweep_file_in_toml_or_json_lines(tmp_path):
     with pytest.raises(ConfigError, match="the same point twice: lr=1"):
         sweep.points_of((), jsonl)
     jsonl.write_text('{"lr": 1}\n[1, 2]\n')
-    with pytest.raises(ConfigError, match="a point is a table"):
+    with pytest.raises(ConfigError, match="points.jsonl:2: a JSON array: the file is JSON Lines"):
         sweep.points_of((), jsonl)
+    toml.write_text('[[points]]\nlr = 1\n')
+    with pytest.raises(ConfigError, match=r"no \[\[point\]\] tables \(the file has: points\)"):
+        sweep.points_of((), toml)
+    named = tmp_path / "points.txt"
+    named.write_text('[[point]]\nlr = 1\n')
+    with pytest.raises(ConfigError, match="a file not named .toml is read as JSON Lines"):
+        sweep.points_of((), named)
     with pytest.raises(UsageError, match="either --sweep options or --sweep-file"):
         sweep.points_of(("lr=1",), jsonl)
 
@@ -111,3 +118,14 @@ def test_gen_sweep_prints_the_array_script_and_max_parallel_needs_a_sweep():
     assert "#SBATCH --array=0-2%2" in out.output and "points/lr=3" in out.output
     out = runner.invoke(main, ["gen", "--profile", "local", "--max-parallel", "2", "--", "python3", "t.py"])
     assert out.exit_code == 2 and "--max-parallel is for a sweep" in out.output
+
+
+def test_a_sweep_files_key_is_named_by_its_file_and_point_in_the_trainers_checks(tmp_path):
+    from slurmtrain.recipes.jobcheck import _point_sets
+
+    toml = tmp_path / "points.toml"
+    toml.write_text('[[point]]\ntrain.lr = 1e-3\n\n[[point]]\ntrain.lrr = 3e-3\n')
+    second = sweep.points_of((), toml)[1]
+    assert [where for _, _, where in _point_sets(second)] == [f"{toml} [[point]] 2: train.lrr = 0.003"]
+    (first,) = sweep.points_of(("train.lr=1e-3",), None)
+    assert [where for _, _, where in _point_sets(first)] == ["--sweep train.lr=1e-3"]
