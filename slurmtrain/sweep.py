@@ -154,6 +154,21 @@ def check_placeholders(command: tuple[str, ...], points: list[Point]) -> None:
                                   + ", ".join(sorted({k for p in points for k in p.as_dict()})))
 
 
+def warnings(command: tuple[str, ...], points: list[Point], sets: tuple[str, ...]) -> list[str]:
+    """What the sweep does not do that it looks like it does: a key a command of one's own
+    never names (every point runs the same command; the program may read the variable),
+    a key a ``--set`` gives too (the point's value wins)."""
+    keys = list(dict.fromkeys(k for p in points for k in p.as_dict()))
+    out = []
+    if command:
+        named = {key for word in command for key in PLACEHOLDER.findall(word)}
+        out += [f"sweep key {key} is not in the command as {{{key}}}: every point runs the same command, with "
+                f"${env_name(key)} its only difference" for key in keys if key not in named]
+    given = {kv.split("=", 1)[0].strip(): kv for kv in sets if isinstance(kv, str)}
+    out += [f"--set {given[key]}: the sweep's {key} replaces it in every point" for key in keys if key in given]
+    return out
+
+
 def shell_word(word: str) -> str:
     """A command word with ``{key}`` placeholders as one double-quoted shell word that
     expands the point's variables on the node."""

@@ -245,6 +245,10 @@ def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit,
                   regen_command=shlex.join(["slurmtrain", argv_name] + (regen_args or [])),
                   sweep=tuple(points), array=len(points) or None, max_parallel=max_parallel)
     job = JobSpec(**{**job.__dict__, "job_name": job_name or default_job_name(job)})
-    for text in warnings(loaded):
+    said = warnings(loaded)
+    if points:
+        from .. import sweep
+        said += sweep.warnings(tuple(command), points, recipe_sets or tuple(sets))
+    for text in said:
         click.echo(f"slurmtrain: warning: {text}", err=True)
     return loaded, job

@@ -129,3 +129,14 @@ def test_a_sweep_files_key_is_named_by_its_file_and_point_in_the_trainers_checks
     assert [where for _, _, where in _point_sets(second)] == [f"{toml} [[point]] 2: train.lrr = 0.003"]
     (first,) = sweep.points_of(("train.lr=1e-3",), None)
     assert [where for _, _, where in _point_sets(first)] == ["--sweep train.lr=1e-3"]
+
+
+def test_a_sweep_warns_of_a_key_the_command_never_names_and_of_a_set_it_replaces():
+    points = sweep.points_of(("lr=1,2", "seed=3,4"), None)
+    said = sweep.warnings(("python", "train.py", "--lr", "{lr}"), points, ())
+    assert said == ["sweep key seed is not in the command as {seed}: every point runs the same command, with "
+                    "$SLURMTRAIN_SWEEP_SEED its only difference"]
+    recipe = sweep.points_of(("train.lr=1e-3,2e-3",), None)
+    assert sweep.warnings((), recipe, ("train.lr=5e-2", "train.steps=9")) == [
+        "--set train.lr=5e-2: the sweep's train.lr replaces it in every point"]
+    assert sweep.warnings(("echo", "{lr}-{seed}"), points, ()) == []
