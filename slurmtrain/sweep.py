@@ -39,7 +39,10 @@ class Point:
     @property
     def label(self) -> str:
         """A folder name that says the values: ``lr=3e-4_global_batch_size=256``."""
-        parts = [f"{key.rsplit('.', 1)[-1]}={value}" for key, value in self.values]
+        short = [key.rsplit(".", 1)[-1] for key, _ in self.values]
+        # two keys of one name in different sections (train.seed, data.seed) keep their sections
+        parts = [f"{name if short.count(name) == 1 else key}={value}"
+                 for name, (key, value) in zip(short, self.values)]
         return re.sub(r"[^A-Za-z0-9_.=+\-]", "-", "_".join(parts))[:200] or "point"
 
     def as_dict(self) -> dict[str, str]:
@@ -136,11 +139,22 @@ def points_of(sweeps: tuple[str, ...], file: Path | None) -> list[Point]:
     points = from_file(file) if file is not None else from_options(sweeps) if sweeps else []
     if (sweeps or file is not None) and not points:
         raise ConfigError(str(file), "", "no points in the file")
-    labels = [p.label for p in points]
-    twice = sorted({label for label in labels if labels.count(label) > 1})
+    where = str(file) if file else "--sweep"
+    values = [p.values for p in points]
+    twice = sorted({p.label for p in points if values.count(p.values) > 1})
     if twice:
-        raise ConfigError(str(file) if file else "--sweep", "", f"the same point twice: {', '.join(twice)}")
+        raise ConfigError(where, "", f"the same point twice: {', '.join(twice)}")
+    by_label: dict[str, Point] = {}
+    for p in points:
+        other = by_label.setdefault(p.label, p)
+        if other is not p:  # values that differ only where a folder name cannot: "a/b", "a-b"
+            raise ConfigError(where, "", f"two points would share the run directory points/{p.label} "
+                              f"({_said(other)} and {_said(p)}): make the values differ in letters, digits or . = + -")
     return points
+
+
+def _said(point: Point) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.values)
 
 
 def check_placeholders(command: tuple[str, ...], points: list[Point]) -> None:

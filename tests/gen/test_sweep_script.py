@@ -140,3 +140,10 @@ def test_a_sweep_warns_of_a_key_the_command_never_names_and_of_a_set_it_replaces
     assert sweep.warnings((), recipe, ("train.lr=5e-2", "train.steps=9")) == [
         "--set train.lr=5e-2: the sweep's train.lr replaces it in every point"]
     assert sweep.warnings(("echo", "{lr}-{seed}"), points, ()) == []
+
+
+def test_labels_keep_sections_that_share_a_key_name_and_a_folder_two_points_share_is_refused():
+    (point,) = sweep.points_of(("train.seed=1", "data.seed=2", "train.lr=3"), None)
+    assert point.label == "train.seed=1_data.seed=2_lr=3"
+    with pytest.raises(ConfigError, match=r"share the run directory points/name=a-b \(name=a/b and name=a-b\)"):
+        sweep.points_of(("name=a/b,a-b",), None)
