@@ -190,7 +190,7 @@ def _jsonl_texts(fh: IO[bytes], unit: Unit, text_field: str, bad: Callable[[int,
         try:
             obj = json.loads(line.decode("utf-8", "replace"))
         except json.JSONDecodeError as err:
-            bad(k, f"not JSON ({err.msg})")
+            bad(k, f"not JSON ({err.msg}, at character {err.pos + 1} of the line)")
             continue
         if not isinstance(obj, dict) or text_field not in obj:
             bad(k, f'no "{text_field}" field' + ("" if text_field != "text" else " (--field names another)"))
@@ -434,10 +434,27 @@ def _same_plan_done(out: Path, plan: dict[str, Any]) -> bool:
     if not plan_file.exists():
         shards.write_json(plan_file, plan)
         return False
-    if json.loads(plan_file.read_text()) != json.loads(json.dumps(plan)):
-        raise UsageError(f"{out} holds a tokenization of other inputs or with another tokenizer "
-                         "or options; remove it or choose another --out")
+    before, now = json.loads(plan_file.read_text()), json.loads(json.dumps(plan))
+    if before != now:
+        done = (out / shards.INDEX).exists()
+        raise UsageError(f"{out} holds {'a' if done else 'an unfinished'} tokenization {_plan_change(before, now)}; "
+                         + ("choose another --out, or remove it to make this one" if done else
+                            "it can be made again only from its own inputs: remove it (`rm -r "
+                            f"{out}`) and run this command again, or choose another --out"))
     return (out / shards.INDEX).exists()
+
+
+def _plan_change(before: dict[str, Any], now: dict[str, Any]) -> str:
+    """What differs between two plans, in words: which input changed, or which setting."""
+    old = {i["path"]: i for i in before.get("inputs", [])}
+    new = {i["path"]: i for i in now.get("inputs", [])}
+    changed = sorted(p for p in old.keys() & new.keys() if old[p] != new[p])
+    if changed:
+        return f"of {changed[0]} as it was before it changed" + (f" (and {len(changed) - 1} more)" if changed[1:] else "")
+    if old.keys() != new.keys():
+        return "of other input files"
+    keys = [k for k in ("tokenizer", "field", "dtype", "unit_bytes", "format", "version") if before.get(k) != now.get(k)]
+    return f"with another {', '.join(keys) or 'plan'}"
 
 
 def _finished(out: Path, units: list[Unit], progress: Progress | None = None) -> dict[str, Result]:

@@ -101,7 +101,7 @@ def test_bad_input_names_file_and_line(corpus, tmp_path):
     bad.write_text('{"text": "fine"}\n\n{"text": "fine"\n{"content": "x"}\n{"text": 3}\n')
     res = run(str(bad), *tok, "--out", str(tmp_path / "o"), ok=False)
     assert res.exit_code == 1
-    assert res.output.strip() == f"slurmtrain: error: {bad}:3: not JSON (Expecting ',' delimiter)"
+    assert res.output.strip() == f"slurmtrain: error: {bad}:3: not JSON (Expecting ',' delimiter, at character 17 of the line)"
     # the same line found in the second byte range (of 17 bytes) of the file
     res = run(str(bad), *tok, "--out", str(tmp_path / "o2"), "--shard-mb", "0.000017", ok=False)
     assert f"{bad}:3: not JSON" in res.output
@@ -173,7 +173,7 @@ def test_interrupted_tokenize_resumes_to_the_same_result(corpus, tmp_path):
     assert (json.loads((out / "index.json").read_text())
             == json.loads((tmp_path / "straight" / "index.json").read_text()))
     res = run(str(corpus / "c.txt"), "--tokenizer", "bytes", "--out", str(out), ok=False)
-    assert "holds a tokenization of other inputs" in res.output
+    assert "holds a tokenization of other input files; choose another --out" in res.output
 
 
 @pytest.mark.torch
@@ -430,3 +430,18 @@ def test_workers_are_not_forked_from_a_process_with_threads():
     finally:
         stop.set()
         other.join()
+
+
+def test_a_changed_input_under_an_unfinished_tokenization_is_named(tmp_path):
+    from slurmtrain.data import pretokenize
+    from slurmtrain.errors import UsageError
+
+    inputs = [{"path": "/d/a.jsonl", "size": 10, "mtime": 1.0}, {"path": "/d/b.jsonl", "size": 5, "mtime": 1.0}]
+    plan = {"tokenizer": "bytes", "field": "text", "inputs": inputs}
+    out = tmp_path / "out"
+    assert not pretokenize._same_plan_done(out, plan)
+    fixed = {**plan, "inputs": [inputs[0], {**inputs[1], "size": 6, "mtime": 2.0}]}  # its bad line fixed
+    with pytest.raises(UsageError, match=r"holds an unfinished tokenization of /d/b.jsonl as it was before it "
+                                         r"changed; it can be made again only from its own inputs: remove it"):
+        pretokenize._same_plan_done(out, fixed)
+    assert pretokenize._plan_change(plan, {**plan, "field": "content"}) == "with another field"
