@@ -78,6 +78,19 @@ def manifest_entry(tracking, job_name: str, run_dir: Path) -> dict[str, Any] | N
     return out
 
 
+def point_entry(entry: dict[str, Any] | None, point_dir: Path) -> dict[str, Any] | None:
+    """A sweep's point is a W&B run of its own (its task's start draws the id in its own run
+    directory, as a script from `gen` does: drawn here first), in the sweep's project."""
+    if not entry:
+        return None
+    out = dict(entry)
+    if entry.get("wandb"):
+        out["wandb"] = {**entry["wandb"], "run_id": fix_run_id(point_dir)}
+    if entry.get("tensorboard"):
+        out["tensorboard"] = str(Path(point_dir) / TENSORBOARD_DIR)
+    return out
+
+
 def _has_module(python: str | None, module: str) -> bool:
     if python is None:
         return importlib.util.find_spec(module) is not None
@@ -126,7 +139,9 @@ def short(manifest: dict[str, Any]) -> str | None:
     """One cell for ``runs``: the W&B link (online), ``wandb offline <id>``, ``tensorboard``."""
     entry = manifest.get("tracking") or {}
     wb, parts = entry.get("wandb"), []
-    if wb and wb.get("mode") == "online" and wb.get("entity"):
+    if wb and (manifest.get("sweep") or {}).get("points"):
+        parts.append(f"wandb {wb.get('mode')}, a run per point")
+    elif wb and wb.get("mode") == "online" and wb.get("entity"):
         parts.append(f"https://wandb.ai/{wb['entity']}/{wb['project']}/runs/{wb['run_id']}")
     elif wb:
         parts.append(f"wandb {wb.get('mode')} {wb['run_id']}")
@@ -142,6 +157,16 @@ def describe(run_dir: Path, manifest: dict[str, Any]) -> list[tuple[str, str]]:
         return []
     rows = []
     wb = entry.get("wandb")
+    points = (manifest.get("sweep") or {}).get("points")
+    if points:  # each point its own run: `status SWEEP/points/LABEL` names it
+        if wb:
+            rows.append(("wandb", f"one {wb.get('mode')} W&B run per point ({len(points)}), project {wb['project']}: "
+                                  f"`slurmtrain status {run_dir}/points/LABEL` names each"))
+        if wb and wb.get("mode") == "offline":
+            rows.append(("sync", f"slurmtrain sync {run_dir}   (every point's)"))
+        if entry.get("tensorboard"):
+            rows.append(("tb", f"tensorboard --logdir {run_dir}/points   (a log per point)"))
+        return rows
     if wb and wb.get("mode") == "online":
         base = f"https://wandb.ai/{wb['entity']}" if wb.get("entity") else "https://wandb.ai/<your entity>"
         rows.append(("wandb", f"{base}/{wb['project']}/runs/{wb['run_id']}"))

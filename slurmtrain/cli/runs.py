@@ -341,7 +341,8 @@ def _tracking_json(st) -> dict | None:
 @runs_dir_option
 @click.option("--dry-run", is_flag=True, help="Print the wandb sync command instead of running it.")
 def sync(ref: str, runs_dir: str, dry_run: bool) -> None:
-    """Upload RUN's offline W&B folders (one per start, all the same W&B run) with `wandb sync`.
+    """Upload RUN's offline W&B folders (one per start, all the same W&B run) with `wandb sync`;
+    a sweep's: every point's (each point is a W&B run of its own).
 
     Run it where the network is (a login node). RUN is a run directory, a run name under
     --runs-dir or a unique prefix of one, a job id, or a job name (its latest run).
@@ -352,22 +353,32 @@ def sync(ref: str, runs_dir: str, dry_run: bool) -> None:
     from ..errors import UsageError
     from ..tracking import offline_dirs, sync_command
 
+    from ..runs.rundir import POINTS, RunDir
+
     run = resolve_run(ref, runs_dir)
-    entry = run.manifest().get("tracking") or {}
-    argv = sync_command(run.path, entry)
-    if argv is None:
-        raise UsageError(f"run {run.name} has no offline W&B run ([tracking] wandb = true, mode = \"offline\")")
-    if not offline_dirs(run.path, entry["wandb"]["run_id"]):
-        raise UsageError(f"run {run.name}: no offline W&B folder under {run.path / 'wandb'} yet (has it started?)")
-    click.echo(shlex.join(argv))
-    if dry_run:
-        return
-    try:
-        code = subprocess.run(argv).returncode
-    except FileNotFoundError:
-        raise UsageError("wandb is not installed here: pip install wandb, then run the command above") from None
-    if code:
-        raise SystemExit(code)
+    points = [RunDir(run.path / POINTS / p["label"]) for p in (run.manifest().get("sweep") or {}).get("points", [])]
+    commands = []
+    for one in points or [run]:  # a sweep: each point is a W&B run of its own
+        entry = one.manifest().get("tracking") or {}
+        argv = sync_command(one.path, entry)
+        if argv is None:
+            raise UsageError(f"run {one.name} has no offline W&B run ([tracking] wandb = true, mode = \"offline\")")
+        if offline_dirs(one.path, entry["wandb"]["run_id"]):
+            commands.append(argv)
+        elif not points:
+            raise UsageError(f"run {one.name}: no offline W&B folder under {one.path / 'wandb'} yet (has it started?)")
+    if not commands:
+        raise UsageError(f"sweep {run.name}: no point has an offline W&B folder yet (has it started?)")
+    for argv in commands:
+        click.echo(shlex.join(argv))
+        if dry_run:
+            continue
+        try:
+            code = subprocess.run(argv).returncode
+        except FileNotFoundError:
+            raise UsageError("wandb is not installed here: pip install wandb, then run the command above") from None
+        if code:
+            raise SystemExit(code)
 
 
 @main.command()

@@ -11,7 +11,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from .. import events, slurmversion
+from .. import events, slurmversion, tracking
 from ..errors import SlurmError, UsageError
 from ..profile import LoadedProfile
 from ..render import JobSpec, check_job_name, render
@@ -92,12 +92,14 @@ def _sweep_dirs(run: RunDir, job: JobSpec) -> None:
     points = [{"task": i, "label": p.label, "values": p.as_dict()} for i, p in enumerate(job.sweep)]
     run.update_manifest(sweep={"keys": list(job.sweep[0].as_dict()), "points": points,
                                "max_parallel": job.max_parallel})
+    entry = run.manifest().get("tracking")
     for point in points:
         sub = RunDir(run.path / POINTS / point["label"])
         (sub.path / "logs").mkdir(parents=True, exist_ok=True)
         sub.update_manifest(name=point["label"], job_name=f"{job.job_name}[{point['label']}]", run_dir=str(sub.path),
                             in_sweep=run.name, sweep_dir=str(run.path), array_task=point["task"],
-                            values=point["values"], state="created", job_ids=[])
+                            values=point["values"], state="created", job_ids=[],
+                            tracking=tracking.point_entry(entry, sub.path))
 
 
 def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | None = None,

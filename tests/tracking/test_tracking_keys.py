@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -160,3 +161,29 @@ def test_status_rows_and_sync_line(tmp_path):
     online = {"wandb": {**entry["wandb"], "mode": "online", "entity": "team"}}
     assert dict(tracking.describe(run, {"tracking": online}))["wandb"] == "https://wandb.ai/team/p/runs/abc12345"
     assert tracking.describe(run, {}) == []
+
+
+def test_each_point_of_a_sweep_is_a_wandb_run_of_its_own_and_sync_takes_them_all(tmp_path):
+    """Each point's start draws its W&B id in its own run directory: the sweep's manifest now
+    records each point's, status of the sweep points to them, and `sync SWEEP` uploads every
+    point's offline folders (it said the sweep had none)."""
+    from slurmtrain import sweep
+    from slurmtrain.runs.submit import prepare
+
+    loaded = load_profile("local", ["tracking.wandb=true"])
+    job = JobSpec(command=("python3", "x.py", "--lr", "{lr}"), job_name="sw",
+                  sweep=tuple(sweep.points_of(("lr=1,2",), None)), array=2)
+    run = prepare(loaded, job, tmp_path / "runs", cwd=tmp_path)
+    ids = []
+    for label in ("lr=1", "lr=2"):
+        point = run.path / "points" / label
+        run_id = (point / tracking.RUN_ID_FILE).read_text().strip()
+        assert json.loads((point / "manifest.json").read_text())["tracking"]["wandb"]["run_id"] == run_id
+        (point / "wandb" / f"offline-run-20260101_000001-{run_id}").mkdir(parents=True)
+        ids.append(run_id)
+    assert len(set(ids)) == 2
+    rows = dict(tracking.describe(run.path, run.manifest()))
+    assert rows["wandb"].startswith("one offline W&B run per point (2), project sw") and "sync" in rows
+    out = cli("sync", "--dry-run", str(run.path), cwd=tmp_path, env={"SLURM_CONF": "/nonexistent"})
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[3] for line in out.stdout.splitlines()] == ids  # wandb sync --id ID, a point a line
