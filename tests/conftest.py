@@ -57,7 +57,7 @@ import pytest
 
 from lanes import FIRST_LANE_DIR, SECOND_LANE_DIR, lane
 
-# The runs a user submitted, remembered for lookups from any directory (runs/recent.py): the
+# The runs a user submitted, remembered for lookups from any directory (slurmtrain/recent.py): the
 # tests' own, apart from the machine user's, and each test's apart from the others' (below).
 os.environ["SLURMTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="slurmtrain-state-")
 

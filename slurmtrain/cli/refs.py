@@ -29,7 +29,7 @@ def resolve_run(ref: str | None, runs_dir: str):
     if ref is None:
         found = rundir.list_runs(runs_dir)
         if not found and _runs_dir_defaulted():  # from another directory: the latest submitted anywhere
-            from ..runs import recent
+            from .. import recent
             elsewhere = [rundir.RunDir(p) for p in recent.known()]
             if elsewhere:
                 chosen = _latest_training(elsewhere)

@@ -29,7 +29,7 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
 
     found = rundir.list_runs(runs_dir)
     if not found:
-        from ..runs import recent
+        from .. import recent
         newest_first = dict.fromkeys(str(p.parent) for p in reversed(recent.known()))
         elsewhere = [d for d in newest_first if d != os.path.abspath(runs_dir)][:3]
         hint = f"; you submitted runs under {', '.join(elsewhere)} (--runs-dir DIR)" if elsewhere else ""

@@ -4,7 +4,7 @@ and node logs, but no ``slurmtrain submit`` wrote its manifest, so ``runs``, ``s
 ``logs``, ``cancel`` and ``resubmit`` would not know it. Its first start writes what they
 need: a manifest from Slurm's view of the job (``submitted_by: sbatch``), the script as Slurm
 keeps it (``scontrol write batch_script``: ``resubmit`` submits it again), and the run's line
-in the user's list of runs (runs/recent.py), so it is found from any directory.
+in the user's list of runs (slurmtrain/recent.py), so it is found from any directory.
 
 A job array's tasks each write a run directory of their own; they are left as they are.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from .. import __version__, events
 from ..eventlog import Ev
-from ..runs import recent
-from ..runs.rundir import MANIFEST, SCRIPT
+from .. import recent
+from ..runfiles import MANIFEST, SCRIPT
 from .config import Job
 from .slurm import Slurm
 

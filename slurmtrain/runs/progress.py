@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import eventlog
+from ..runfiles import METRICS_FILE
 from .rundir import MANIFEST, RunDir, events_of
-
-METRICS_FILE = "metrics.jsonl"
 
 
 def read_metrics(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

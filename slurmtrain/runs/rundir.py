@@ -29,13 +29,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, tracking
+from .. import __version__, recent, tracking
 from ..errors import UsageError
-from . import environ, recent
+from ..runfiles import MANIFEST, SCRIPT  # noqa: F401  (the names' home: both sides use them)
+from . import environ
 
-MANIFEST = "manifest.json"
 RECIPE = "recipe.toml"       # the built-in trainer's recipe as submitted (runs/submit.py)
-SCRIPT = "job.sbatch"
 PROFILE = "profile.toml"
 LOGS = "logs"
 POINTS = "points"  # a sweep's points, each a run directory of its own (slurmtrain/sweep.py)

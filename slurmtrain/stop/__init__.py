@@ -228,7 +228,7 @@ def metrics(step: int, total_steps: int | None = None, **values: float) -> None:
     if not in_job() or rank() != 0:
         return
     import json
-    from ..runs.progress import METRICS_FILE
+    from ..runfiles import METRICS_FILE
 
     record: dict = {"step": int(step), **({"total_steps": int(total_steps)} if total_steps else {})}
     record.update({k: float(v) if isinstance(v, float) else v for k, v in values.items()

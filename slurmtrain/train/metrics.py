@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..runs.progress import METRICS_FILE  # noqa: F401  (torch-free home of the name)
+from ..runfiles import METRICS_FILE  # noqa: F401  (torch-free home of the name)
 
 # Dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from the vendors' data sheets.
 _PEAK_BF16 = (

@@ -1,5 +1,5 @@
 """A run is found from any directory: every run command looks under --runs-dir (./runs)
-first, then among the runs this user submitted elsewhere (runs/recent.py)."""
+first, then among the runs this user submitted elsewhere (slurmtrain/recent.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from slurmtrain.cli import main
 from slurmtrain.errors import UsageError
-from slurmtrain.runs import recent, rundir
+from slurmtrain import recent
+from slurmtrain.runs import rundir
 
 
 def _run(root, name, job_id, job_name=None):
