@@ -100,7 +100,11 @@ def plot(ref: str | None, runs_dir: str, out: Path) -> None:
         except ModuleNotFoundError as err:
             raise UsageError(f"plot needs matplotlib ({err.name} is missing): "
                              "pip install 'slurmtrain[train]'") from None
-        click.echo(f"wrote {out}: " + ("; ".join(labels) if labels else "no point has metrics yet"))
+        if not labels:  # an empty picture says nothing: say why instead
+            out.unlink(missing_ok=True)
+            raise UsageError(f"{found.name}: no point has metrics yet (a program of your own reports them with "
+                             "slurmtrain.stop.metrics, docs/tracking.md); nothing written")
+        click.echo(f"wrote {out}: " + "; ".join(labels))
         return
     evs = events.read(run)
     if not read_metrics(run)[0] and not any(e.get("event") == Ev.STARTED for e in evs):

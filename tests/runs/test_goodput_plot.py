@@ -72,6 +72,18 @@ def test_plot_of_a_refused_or_waiting_run_says_why_there_is_nothing(tmp_path):
     assert not (tmp_path / "x.png").exists() and not (tmp_path / "y.png").exists()
 
 
+def test_plot_of_a_sweep_whose_points_have_no_metrics_says_so_and_writes_nothing(tmp_path):
+    from slurmtrain.runs import rundir
+    sweep = rundir.create(tmp_path, "sw")
+    sweep.update_manifest(array=2, sweep={"keys": ["lr"], "points": [{"task": 0, "label": "lr=1", "values": {}},
+                                                                      {"task": 1, "label": "lr=2", "values": {}}]})
+    for label in ("lr=1", "lr=2"):
+        (sweep.path / "points" / label).mkdir(parents=True)
+    result = CliRunner().invoke(main, ["plot", str(sweep.path), "-o", str(tmp_path / "s.png")])
+    assert result.exit_code == 2 and "no point has metrics yet" in result.output and "stop.metrics" in result.output
+    assert not (tmp_path / "s.png").exists()
+
+
 def test_plot_without_a_run_draws_the_latest_as_status_logs_and_watch_do(tmp_path):
     pytest.importorskip("matplotlib")
     recorded_run(tmp_path, "crash_hang_preempted")
