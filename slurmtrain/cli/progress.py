@@ -43,14 +43,18 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
     run = found.path
     if once:
         snap = snapshot(run)
+        snap = _ended_in_queue(found, snap) if snap.waiting else snap
         click.echo(progress_line(snap))
         if snap.ended and not snap.finished:
             sys.exit(1)
         return
-    tty, shown = sys.stdout.isatty(), None
+    tty, shown, asked = sys.stdout.isatty(), None, 0.0
     try:
         while True:
             snap = snapshot(run)
+            if snap.waiting and time.monotonic() - asked > ASK_SLURM_S:  # a cancel while queued: Slurm's word
+                asked = time.monotonic()
+                snap = _ended_in_queue(found, snap)
             line = progress_line(snap, note=False)
             said = progress_line(snap, note=shown is None)  # why there are no metrics: said once
             if tty:
@@ -67,6 +71,26 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
         click.echo()
     if snap is not None and snap.ended and not snap.finished:
         sys.exit(1)
+
+
+ASK_SLURM_S = 15  # how often watch asks Slurm about a run its events say waits in the queue
+
+
+def _ended_in_queue(found, snap):
+    """A run waiting to start again (or at all) that Slurm ended meanwhile (a plain scancel
+    writes no event): the snapshot as ended, with Slurm's outcome."""
+    import dataclasses
+
+    from ..errors import SlurmError
+    from ..runs import track
+    try:
+        st = track.statuses([found], with_events=False)[0]
+    except SlurmError:
+        return snap
+    if not st.ended:
+        return snap
+    return dataclasses.replace(snap, ended=st.outcome or st.state.value, finished=st.outcome == "completed",
+                               waiting=None, news=f"{st.outcome or st.state.value}: {st.outcome_detail or ''}".rstrip(": "))
 
 
 _PICTURES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")

@@ -41,6 +41,11 @@ def classify(run_dir: str | Path, slurm_state: str | None = None, exit_code: int
     # Slurm's word is more precise than a stop the events could not explain, and a node
     # failure, time-out or out-of-memory kill may leave no end event at all.
     overrides = outcome.kind in (RUNNING, UNKNOWN) or word in ("NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY")
+    if word == "CANCELLED" and not outcome.final and outcome.kind not in (RUNNING, UNKNOWN):
+        # Cancelled (a plain scancel) while it waited to start again after a stop: the run
+        # ends here, saved at its last checkpoint; it does not come back by itself.
+        return Outcome(CANCELLED, f"{said} while it waited to start again ({outcome.kind}: {outcome.detail})",
+                       True, outcome.step)
     if word in _SLURM_KIND and overrides and outcome.kind not in (COMPLETED, STOPPED_UNSAVED):
         detail = said if outcome.kind == RUNNING else f"{said}; {outcome.detail}"
         return Outcome(_SLURM_KIND[word], detail, True, outcome.step)

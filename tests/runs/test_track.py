@@ -236,3 +236,20 @@ def test_logs_of_a_resubmitted_run_shows_the_latest_job_and_the_earlier_on_askin
     assert one.exit_code == 0 and "first job's error" in one.output and "second" not in one.output
     wrong = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path), run.name, "--job", "6"])
     assert wrong.exit_code == 2 and "its jobs: 5, 7" in wrong.output
+
+
+def test_watch_of_a_run_cancelled_while_it_waited_to_start_again_ends(tmp_path, fake_slurm):
+    """A plain scancel writes no event: watch asks Slurm about a run its events say waits in
+    the queue, and ends (it never did)."""
+    from slurmtrain.runs import jobs
+
+    jobs.TrackedJob.watcher = jobs.Watcher()
+    fake_slurm(scontrol="JobId=88 JobName=x JobState=CANCELLED Reason=None Requeue=1 Restarts=1 ExitCode=0:15 "
+                        "RunTime=00:00:07 NodeList=stnode1 NumNodes=1", sacct=None)
+    run = _run(tmp_path, "pre", "88", [("started", {"job_id": "88", "restart": 0, "nodes": "stnode1"}),
+                                       ("checkpoint_saved", {"step": 120}), ("stopped", {"step": 124}),
+                                       ("preempted", {"job_id": "88", "exit_code": 1}),
+                                       ("requeue", {"job_id": "88", "exit_code": 1, "saved": True})])
+    for once in (["--once"], ["--interval", "0.1"]):
+        result = CliRunner().invoke(main, ["watch", "--runs-dir", str(tmp_path), run.name, *once])
+        assert result.exit_code == 1 and "ended: cancelled" in result.output, result.output

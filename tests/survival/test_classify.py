@@ -171,3 +171,14 @@ def test_an_in_job_restart_says_the_programs_own_error_where_its_log_held_one(tm
                              "first observed failure: out of memory, or a kill)) after a new checkpoint: started "
                              "again in the job from it (in-job restart 1)") for line in classify.history(run)), \
         classify.history(run)
+
+
+def test_a_plain_scancel_while_waiting_to_start_again_ends_the_run_cancelled(tmp_path):
+    """Preempted and requeued, then `scancel` while Slurm held it for its restart: the run
+    ended (watch and resubmit --watch read it as still preempted, and started it again)."""
+    run = write(tmp_path, "submitted", START, ("checkpoint_saved", {"step": 120}), ("stopped", {"step": 124}),
+                ("preempted", {"exit_code": 1}), ("requeue", {"exit_code": 1, "saved": True}))
+    assert not classify.classify(run, "PENDING").final
+    out = classify.classify(run, "CANCELLED by 0", 0)
+    assert (out.kind, out.final, out.step) == (classify.CANCELLED, True, 124)
+    assert out.detail.startswith("Slurm says CANCELLED (exit code 0) while it waited to start again (preempted")
