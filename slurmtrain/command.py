@@ -160,7 +160,7 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
     if kind == "script" and not program[0].endswith(".py") and interp is None and name == "deepspeed":
         kind = "exec"
     return Program(kind, program, interp, _count(found.get("procs"), name, "processes per node"),
-                   _count(found.get("nnodes"), name, "nodes"), name, local_rank and kind == "script",
+                   _count(found.get("nnodes"), name, "nodes"), name, local_rank and kind in ("script", "module"),
                    tuple(dropped))
 
 

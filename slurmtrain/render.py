@@ -277,7 +277,7 @@ def _task_exec(p: Profile, job: JobSpec) -> str:
     python, prog = _program(p, job)
     spec = launchers.get(p.launch.launcher)
     words = spec.words(launchers.Words(python, prog.kind, p.resilience.rendezvous_timeout, bool(job.command),
-                                       prog.launcher_in_command))
+                                       prog.launcher_in_command, prog.local_rank_option))
     argv = list(prog.argv)
     if not spec.agent:  # no launcher: its words are the program's own interpreter, on the program's line
         words, argv = [], words + argv

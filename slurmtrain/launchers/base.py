@@ -17,6 +17,7 @@ class Words:
     rendezvous_timeout: int            # resilience.rendezvous_timeout
     own_argv: bool                     # a user's script (not the built-in trainer), whose
     launcher_in_command: str | None    # ... command named this launcher (command.py)
+    local_rank_option: bool = True     # ... which would have appended --local_rank=N (not told --no_local_rank)
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,13 @@ def words(w: Words) -> list[str]:
            Raw('--world_info="$WORLD_INFO"'), Raw('--node_rank="$node_rank"'),
            Raw('--master_addr="$MASTER_ADDR"'), Raw('--master_port="$MASTER_PORT"')]
     out += {"module": ["--module"], "exec": ["--no_python"], "script": []}[w.kind]
-    if not (w.own_argv and w.kind == "script" and w.launcher_in_command in (None, "deepspeed")):
-        # DeepSpeed appends --local_rank=N to the program's arguments unless told not to:
-        # the built-in trainer, plain executables and scripts written for torchrun read
-        # LOCAL_RANK from the environment (and may refuse an unknown argument).
+    # DeepSpeed appends --local_rank=N to the program's arguments unless told not to: a
+    # script of one's own gets it as `deepspeed` in its command would have given it (not
+    # after --no_local_rank; a module too); the built-in trainer, plain executables and
+    # scripts written for torchrun read LOCAL_RANK from the environment (and may refuse an
+    # unknown argument).
+    as_in_command = w.launcher_in_command == "deepspeed" and w.local_rank_option and w.kind in ("script", "module")
+    if not (w.own_argv and (as_in_command or (w.launcher_in_command is None and w.kind == "script"))):
         out.append("--no_local_rank")
     return out
 

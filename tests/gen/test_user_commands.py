@@ -176,6 +176,8 @@ def test_a_newline_in_the_command_stays_inside_the_header_comment(tmp_path):
 @pytest.mark.parametrize("command,appended", [
     (["python", "train.py"], True), (["deepspeed", "train.py"], True),
     (["torchrun", "--nproc_per_node=2", "train.py"], False), (["python", "-m", "pkg.train"], False),
+    # as `deepspeed` in the command would have: not after --no_local_rank, to a module too
+    (["deepspeed", "--no_local_rank", "train.py"], False), (["deepspeed", "--module", "pkg.train"], True),
 ])
 def test_deepspeed_passes_local_rank_only_to_scripts_that_expect_it(tmp_path, command, appended):
     _, argv = launched(tmp_path, command, "deepspeed")
