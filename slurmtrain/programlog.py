@@ -27,6 +27,8 @@ _MID_LINE = re.compile(r"(?<=\S)(\[[A-Za-z]*\d+\]:|Traceback \(most recent call 
 _LAUNCHER_EXCEPTIONS = tuple(e for spec in launchers.LAUNCHERS.values() for e in spec.own_exceptions)
 # Python itself, before any program ran: `python nosuch.py`, `python -m nosuch`.
 _NOT_STARTED = re.compile(r"^\S*python[\d.]*: (can't open file |No module named |Error while finding module spec)")
+# argparse's refusal of the command line: "usage: train.py ..." then "train.py: error: ..."
+_USAGE_ERROR = re.compile(r"^\S+: error: ")
 # A collective that failed because a peer went away (gloo, NCCL, c10d's store).
 _FOLLOW_ON = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote worker crash|remote process exited"
                         r"|communicator was aborted|for (recv|send) operation to complete")
@@ -76,6 +78,7 @@ def program_error(lines: Iterable[str]) -> Error | None:
     its peers raised after it."""
     root = follow_on = None
     in_traceback: dict[str, bool] = {}  # by the launcher's prefix: ranks print their tracebacks at once
+    usage: dict[str, bool] = {}         # ... and their argparse usage, before its error line
     seen = []
     for raw in lines:
         cut = _MID_LINE.search(raw)  # after a progress bar's last frame, which ends in no newline
@@ -84,8 +87,11 @@ def program_error(lines: Iterable[str]) -> Error | None:
         key = prefix[1] if prefix else ""
         line = raw[prefix.end():].rstrip() if prefix else raw.rstrip()
         seen.append(line)
-        if line.startswith("slurmtrain: error:") or _NOT_STARTED.match(line):
-            root, in_traceback[key] = line, False
+        if line.startswith("usage: "):
+            usage[key] = True
+        if line.startswith("slurmtrain: error:") or _NOT_STARTED.match(line) or \
+                (usage.get(key) and _USAGE_ERROR.match(line)):
+            root, in_traceback[key], usage[key] = line, False, False
         elif line.startswith("Traceback (most recent call last):"):
             in_traceback[key] = True
         elif in_traceback.get(key) and line and not line[0].isspace():

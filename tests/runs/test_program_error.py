@@ -26,6 +26,17 @@ def test_python_exception_before_torchruns_report():
     assert said(lines) == "ValueError: learning rate must be positive, got -1"
 
 
+def test_an_argparse_refusal_of_the_command_line_is_the_programs_error():
+    """The most common mistake: a misspelt option. Every rank prints its usage and refuses."""
+    refusal = "train2.py: error: unrecognized arguments: --deepspeed_confg ds.json"
+    lines = ["[rank0]: usage: train2.py [-h] [--local_rank LOCAL_RANK] [--deepspeed]",
+             "[rank1]: usage: train2.py [-h] [--local_rank LOCAL_RANK] [--deepspeed]",
+             "[rank0]:                  [--deepspeed_config DEEPSPEED_CONFIG]", f"[rank0]: {refusal}",
+             f"[rank1]: {refusal}", *LAUNCHER_REPORT]
+    assert said(lines) == refusal
+    assert said(["data: error: none here, and no usage before it"]) is None
+
+
 def test_launcher_report_alone_is_not_the_programs_error():
     """torchrun's own traceback ends in ChildFailedError: that only says a worker failed."""
     assert said(LAUNCHER_REPORT) is None
