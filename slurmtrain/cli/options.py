@@ -91,12 +91,26 @@ def refuse_missing_program(loaded: LoadedProfile, job: JobSpec) -> None:
     Not judged in a container (the image may hold it), nor where this machine lacks the
     folder it would be in (a file system only the nodes mount)."""
     script = _program_file(job)
-    if script is None or loaded.profile.container.runtime != "none":
+    if loaded.profile.container.runtime != "none":
         return
-    path = Path(script).expanduser()
-    if not path.exists() and path.absolute().parent.is_dir():
-        raise UsageError(f"{script}: no such file in {path.absolute().parent}, where the job runs the command; "
-                         "nothing was submitted")
+    for name in [*([script] if script else []), *_deepspeed_configs(job.command)]:
+        path = Path(name).expanduser()  # a relative one is the job's folder's, which is this one
+        if not path.exists() and (not path.is_absolute() or path.parent.is_dir()):
+            raise UsageError(f"{name}: no such file in {path.absolute().parent}, where the job runs the command; "
+                             "nothing was submitted")
+
+
+def _deepspeed_configs(command: tuple[str, ...]) -> list[str]:
+    """--deepspeed_config FILE: read by every rank at its start (another config-like argument
+    may name a file the program writes: only warned of)."""
+    out = []
+    for i, word in enumerate(command):
+        key, eq, value = word.partition("=")
+        if key in ("--deepspeed_config", "--deepspeed-config"):
+            value = value if eq else (command[i + 1] if i + 1 < len(command) else "")
+            if value and "{" not in value and "$" not in value:
+                out.append(value)
+    return out
 
 
 def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:

@@ -157,6 +157,14 @@ def test_a_program_file_the_job_would_not_find_is_refused_before_the_queue(fake_
     assert not (tmp_path / "runs").exists() and not (fake_bin / "sbatch.calls").exists()
     elsewhere = CliRunner().invoke(main, ["submit", "--name", "nodes", "--", "python", "/nodes-only/train.py"])
     assert elsewhere.exit_code == 0, elsewhere.output
+    # DeepSpeed's config is read by every rank at its start: refused too; a file the program
+    # may write (--out res.json) is only warned of
+    (tmp_path / "train.py").write_text("")
+    config = CliRunner().invoke(main, ["submit", "--name", "ds", "--", "deepspeed", "train.py", "--deepspeed",
+                                       "--deepspeed_config", "configs/ds.json"])
+    assert config.exit_code == 2 and "configs/ds.json: no such file in" in config.output, config.output
+    out = CliRunner().invoke(main, ["submit", "--name", "out", "--", "python", "train.py", "--out", "res.json"])
+    assert out.exit_code == 0 and "warning: res.json: no such file" in out.output, out.output
 
 
 def test_a_time_limit_the_stop_signal_would_come_at_the_start_of_is_refused(fake_bin, tmp_path):
