@@ -239,8 +239,10 @@ def parse_sacct(text: str) -> dict[str, JobInfo]:
             nodes=_int(row["NNodes"]), nodelist=None if nodelist in ("", "None assigned") else nodelist,
             elapsed_s=parse_duration(row["Elapsed"]), exit_code=code, signal=sig,
             restarts=len(rows) - 1, submit_time=row["Submit"],
-            # The database keeps an ended job's last reason to wait ("Dependency"): stale then.
-            reason=None if row["Reason"] in ("", "None") or parse_state(row["State"]).is_final else row["Reason"],
+            # The database keeps a job's last reason to wait ("Dependency", "BeginTime") once it
+            # runs or has ended: stale then.
+            reason=None if row["Reason"] in ("", "None") or parse_state(row["State"]) is not JobState.PENDING
+            else row["Reason"],
             array_task=task["task"].strip("[]") if task else None)
         if task:
             arrays.setdefault(task["array"], []).append(info)

@@ -51,10 +51,11 @@ def test_parse_sacct_recorded_counts_requeues():
 def test_parse_sacct_an_ended_jobs_last_reason_to_wait_is_not_shown():
     jobs = slurmquery.parse_sacct("5|COMPLETED|0:0|1|stnode1|00:00:03|2026-11-27T21:00:00|Dependency|5\n"
                                   "6|PENDING|0:0|1|None assigned|00:00:00|2026-11-27T21:00:00|Dependency|6\n"
+                                  "9|RUNNING|0:0|1|stnode1|00:00:03|2026-11-27T21:00:00|BeginTime|9\n"
                                   "7|RUNNING|0:0|1|stnode1|00:00:03|2026-11-27T21:00:00|None|7_0\n"
                                   "8|COMPLETED|0:0|1|stnode2|00:00:03|2026-11-27T21:00:00|JobArrayTaskLimit|7_1\n"
                                   "7|PENDING|0:0|1|None assigned|00:00:00|2026-11-27T21:00:00|JobArrayTaskLimit|7_2\n")
-    assert (jobs["5"].reason, jobs["6"].reason) == (None, "Dependency")
+    assert (jobs["5"].reason, jobs["6"].reason, jobs["9"].reason) == (None, "Dependency", None)
     assert jobs["7"].reason == "task 2: JobArrayTaskLimit"
 
 
