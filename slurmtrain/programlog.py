@@ -12,6 +12,7 @@ wins wherever a log holds one.
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
@@ -37,6 +38,9 @@ _FOLLOW_ON = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote w
 # One block: it ends with a line of "=".
 _KILLED = re.compile(r"Root Cause \(first observed failure\):[^=]*?rank\s*:\s*(\d+)[^=]*?exitcode\s*:\s*-(\d+)"
                      r"[^=]*?traceback\s*:\s*Signal \d+ \((SIG\w+)\)")
+# DeepSpeed's launcher's line for a worker that ended: "... ['python', '-u', 'train.py',
+# '--local_rank=1'] exits with return code = -9"; a negative code is the signal that killed it.
+_DS_KILLED = re.compile(r"(?:--local_rank=(\d+).*)?exits with return code = -(\d+)")
 _WHY_KILLED = {"SIGKILL": "out of memory, or a kill", "SIGSEGV": "a crash in native code",
                "SIGBUS": "a crash in native code", "SIGABRT": "an abort in native code",
                "SIGILL": "a crash in native code", "SIGFPE": "a crash in native code"}
@@ -107,9 +111,21 @@ def program_error(lines: Iterable[str]) -> Error | None:
     if killed and killed[3] in _WHY_KILLED:  # not SIGTERM: the launch's own end (a stop, srun's teardown)
         return Error(f"rank {killed[1]} was killed by {killed[3]} (torchrun's first observed failure: "
                      f"{_WHY_KILLED[killed[3]]})", True)
+    ds = next((m for line in seen if (m := _DS_KILLED.search(line)) and _signal_name(m[2]) in _WHY_KILLED), None)
+    if ds is not None and root is None:
+        who = f"local rank {ds[1]}" if ds[1] else "a worker"
+        return Error(f"{who} was killed by {_signal_name(ds[2])} (DeepSpeed's launcher: "
+                     f"{_WHY_KILLED[_signal_name(ds[2])]})", True)
     if root is not None:
         return Error(root, True)
     return Error(follow_on, False) if follow_on is not None else None
+
+
+def _signal_name(number: str) -> str:
+    try:
+        return signal.Signals(int(number)).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def tail_lines(path: Path, since: int = 0, size: int = TAIL_BYTES) -> list[str]:

@@ -37,6 +37,14 @@ def test_an_argparse_refusal_of_the_command_line_is_the_programs_error():
     assert said(["data: error: none here, and no usage before it"]) is None
 
 
+def test_a_deepspeed_worker_killed_by_a_signal_is_named():
+    lines = ["step 12 loss 2.1",
+             "[2026-11-27 21:22:01,123] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python3', '-u', "
+             "'train.py', '--local_rank=1', '--deepspeed'] exits with return code = -9"]
+    assert said(lines) == ("local rank 1 was killed by SIGKILL (DeepSpeed's launcher: out of memory, or a kill)")
+    assert said(["[launch.py:325:sigkill_handler] ['python3', 'train.py'] exits with return code = 1"]) is None
+
+
 def test_launcher_report_alone_is_not_the_programs_error():
     """torchrun's own traceback ends in ChildFailedError: that only says a worker failed."""
     assert said(LAUNCHER_REPORT) is None
