@@ -100,6 +100,21 @@ def refuse_missing_program(loaded: LoadedProfile, job: JobSpec) -> None:
                              "nothing was submitted")
 
 
+def _warn_of_no_heartbeat(loaded: LoadedProfile, script: Path) -> None:
+    """A hang timeout set for a program that sends no heartbeat (it names nothing of
+    slurmtrain): hangs after its start-up would go unseen, whatever the timeout."""
+    if not loaded.profile.resilience.hang_timeout:
+        return
+    try:
+        beats = b"slurmtrain" in script.read_bytes()
+    except OSError:
+        return
+    if not beats:
+        click.echo(f"slurmtrain: warning: resilience.hang_timeout = {loaded.profile.resilience.hang_timeout}: "
+                   f"{script} sends no heartbeat (slurmtrain.stop.heartbeat(step) each step, or the Hugging Face "
+                   "or Lightning callback), so a hang after its start-up is not seen (docs/survival.md)", err=True)
+
+
 def _deepspeed_configs(command: tuple[str, ...]) -> list[str]:
     """--deepspeed_config FILE: read by every rank at its start (another config-like argument
     may name a file the program writes: only warned of)."""
@@ -125,6 +140,7 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
                            "command", err=True)
     if script and Path(script).expanduser().exists():
         _warn_of_lost_local_rank(loaded, job, Path(script).expanduser())
+        _warn_of_no_heartbeat(loaded, Path(script).expanduser())
     _note_launcher_options(job)
     shell = next((w for w in job.command[1:] if _SHELL_WORD.search(w)), None)
     if shell is not None:

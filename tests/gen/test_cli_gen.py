@@ -95,6 +95,17 @@ def test_a_shell_variable_in_the_command_is_warned_of_as_unexpanded(tmp_path, mo
         assert "without a shell" not in quiet.stderr, (fine, quiet.stderr)
 
 
+def test_a_hang_timeout_for_a_program_that_sends_no_heartbeat_is_warned_of(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain.py").write_text("print(1)\n")
+    (tmp_path / "beats.py").write_text("from slurmtrain import stop\n")
+    said = [CliRunner().invoke(main, ["gen", "--set", "resilience.hang_timeout=45", "--", "python", name]).stderr
+            for name in ("plain.py", "beats.py")]
+    assert "resilience.hang_timeout = 45: plain.py sends no heartbeat" in said[0], said[0]
+    assert "heartbeat" not in said[1], said[1]
+    assert "heartbeat" not in CliRunner().invoke(main, ["gen", "--", "python", "plain.py"]).stderr  # derived: quiet
+
+
 def test_a_script_that_needs_the_local_rank_option_its_launcher_would_not_pass_is_warned_of(tmp_path, monkeypatch):
     """`deepspeed train.py` appends --local_rank=N; taken over by torchrun or the srun loop
     the script gets LOCAL_RANK only, and a parser that requires the option stops at once."""
