@@ -11,7 +11,7 @@ from ..errors import SlurmtrainError
 from ..profile import available, load_profile
 from ..render import render
 from .base import main
-from .options import build_job, job_options, warn_about_command
+from .options import build_job, check_deepspeed_config, job_options, warn_about_command
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -32,6 +32,7 @@ def gen(plain: bool, **opts) -> None:
     loaded, job = build_job("gen", regen_args=sys.argv[2:], **opts)
     job = dataclasses.replace(job, plain=plain)
     check_job(loaded, job)
+    check_deepspeed_config(loaded, job)
     script = render(loaded, job)
     warn_about_command(loaded, job)
     click.echo(script, nl=False)

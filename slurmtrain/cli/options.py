@@ -115,6 +115,21 @@ def _warn_of_no_heartbeat(loaded: LoadedProfile, script: Path) -> None:
                    "or Lightning callback), so a hang after its start-up is not seen (docs/survival.md)", err=True)
 
 
+def check_deepspeed_config(loaded: LoadedProfile, job: JobSpec) -> None:
+    """gen and submit: the command's DeepSpeed config, as DeepSpeed would read it on every
+    rank (slurmtrain/dsconfig.py); refused or warned of before the queue."""
+    configs = _deepspeed_configs(job.command)
+    if not configs:
+        return
+    from .. import dsconfig
+    from ..render import procs_per_node
+
+    world = loaded.profile.slurm.nodes * procs_per_node(loaded.profile)
+    for path in configs:
+        for text in dsconfig.check(path, world):
+            click.echo(f"slurmtrain: warning: {text}", err=True)
+
+
 def _deepspeed_configs(command: tuple[str, ...]) -> list[str]:
     """--deepspeed_config FILE: read by every rank at its start (another config-like argument
     may name a file the program writes: only warned of)."""

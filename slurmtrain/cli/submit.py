@@ -12,7 +12,7 @@ import click
 
 from ..errors import UsageError
 from .base import main
-from .options import build_job, job_options, refuse_missing_program, warn_about_command
+from .options import build_job, check_deepspeed_config, job_options, refuse_missing_program, warn_about_command
 from .refs import after_options, chain_of, follow_up, resolve_run, runs_dir_option
 
 
@@ -62,6 +62,7 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     # Before the run directory exists and anything is queued. In a chain the runs waited
     # for may write the corpus or checkpoint the job reads: those are checked at its start.
     check_job(loaded, job, files_later=bool(afters))
+    check_deepspeed_config(loaded, job)
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
     from ..render import short_time_limit
     short = short_time_limit(loaded, starts=True)
