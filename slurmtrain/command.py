@@ -102,8 +102,8 @@ _TORCHRUN_OPTS = {
 _TORCHRUN_FLAGS = {"standalone": None, "module": "module", "m": "module", "no-python": "exec",
                    "no_python": "exec", "use-env": None, "use_env": None}
 _DEEPSPEED_OPTS = {"num_gpus": "procs", "num-gpus": "procs", "num_nodes": "nnodes", "num-nodes": "nnodes",
-                   "hostfile": None, "H": None, "master_port": None, "master_addr": None, "include": None,
-                   "i": None, "exclude": None, "e": None, "launcher": None, "launcher_args": None,
+                   "hostfile": None, "H": None, "master_port": None, "master_addr": None, "include": "include",
+                   "i": "include", "exclude": "exclude", "e": "exclude", "launcher": None, "launcher_args": None,
                    "node_rank": None, "min_elastic_nodes": None, "max_elastic_nodes": None}
 _DEEPSPEED_FLAGS = {"module": "module", "no_python": "exec", "no_local_rank": None, "force_multi": None,
                     "save_pid": None, "autotuning": None, "enable_each_rank_log": None,
@@ -159,9 +159,28 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
         raise UsageError(f"`{name}` in the command names no program to run")
     if kind == "script" and not program[0].endswith(".py") and interp is None and name == "deepspeed":
         kind = "exec"
+    if "exclude" in found:
+        raise UsageError(f"`deepspeed --exclude {found['exclude']}` in the command: the job runs on the nodes Slurm "
+                         "gives it; leave nodes out with sbatch's --exclude, GPUs with launch.procs_per_node (and "
+                         "CUDA_VISIBLE_DEVICES in the profile's [env] vars)")
+    if "include" in found:
+        found["procs"] = _included_slots(found["include"], found.get("procs"))
     return Program(kind, program, interp, _count(found.get("procs"), name, "processes per node"),
                    _count(found.get("nnodes"), name, "nodes"), name, local_rank and kind in ("script", "module"),
                    tuple(dropped))
+
+
+def _included_slots(spec: str, procs: str | None) -> str | None:
+    """``deepspeed --include localhost:0,1`` (or ``n1:0,1@n2:0,1``): the processes it starts
+    per node, checked against the profile's as --num_gpus is. All of a host (no ``:``): none."""
+    counts = {len(part.split(":", 1)[1].split(",")) for part in spec.split("@") if ":" in part}
+    if len(counts) > 1:
+        raise UsageError(f"`deepspeed --include {spec}` in the command starts different numbers of processes on "
+                         "different nodes; slurmtrain starts the same number on every node (launch.procs_per_node)")
+    if counts and procs is not None and str(counts.pop()) != procs:
+        raise UsageError(f"`deepspeed --include {spec} --num_gpus {procs}` in the command disagree on the "
+                         "processes per node")
+    return procs if not counts else str(next(iter(counts)))
 
 
 def _count(value: str | None, launcher: str, what: str) -> int | None:

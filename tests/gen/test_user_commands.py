@@ -94,6 +94,10 @@ def test_a_launcher_in_the_command_is_taken_over_not_nested(tmp_path, command, f
     (["torchrun", "--nnodes", "1:4", "train.py"], ["'1:4' nodes", "fixed count"]),
     (["torchrun", "--foo", "train.py"], ["option '--foo'", "write `-- python train.py`"]),
     (["deepspeed", "--num_gpus"], ["has no value"]),
+    # --include picks the processes of each node: held to the profile's, as --num_gpus is
+    (["deepspeed", "--include", "localhost:0,1,2,3", "train.py"], ["asks for 4 processes per node, the profile runs 2"]),
+    (["deepspeed", "--include", "n1:0,1@n2:0", "train.py"], ["different numbers of processes on different nodes"]),
+    (["deepspeed", "--exclude", "n1", "train.py"], ["`deepspeed --exclude n1` in the command", "sbatch's --exclude"]),
     (["torchrun", "--nproc_per_node=2"], ["names no program"]),
 ])
 def test_launchers_that_cannot_be_taken_over_are_refused_with_the_command_to_write(command, words):
