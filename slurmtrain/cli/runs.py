@@ -85,7 +85,9 @@ def _requeues(st) -> str:
     text = "-" if st.restarts is None else str(st.restarts)
     jobs = _jobs(st)
     if len(jobs) > 1:
-        text += f" (job {st.job_id}); the run's job {len(jobs)}, after {len(jobs) - 1} resubmission(s)"
+        again = len(jobs) - 1
+        text += (f" in job {st.job_id}, the run's latest of {len(jobs)} jobs ({again} resubmission"
+                 f"{'s' if again > 1 else ''})")
     return text
 
 

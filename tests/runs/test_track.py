@@ -176,7 +176,7 @@ def test_status_of_a_resubmitted_run_says_its_first_submission_and_how_many_jobs
                                       ("started", {"job_id": "9", "restart": 0, "nodes": "stnode1"})])
     out = CliRunner().invoke(main, ["status", str(run.path)]).output
     rows = {line[:10].strip(): line[10:].strip() for line in out.splitlines() if line[:10].strip()}
-    assert rows["requeues"] == "0 (job 9); the run's job 2, after 1 resubmission(s)", out
+    assert rows["requeues"] == "0 in job 9, the run's latest of 2 jobs (1 resubmission)", out
     assert rows["submitted"].endswith("(job 7); job 9 at 2025-01-01 00:00:09"), out
     single = _run(tmp_path, "one", "9", [("submitted", {"job_id": "9"})])
     rows = {line[:10].strip(): line[10:].strip() for line in CliRunner().invoke(main, ["status", str(single.path)])
