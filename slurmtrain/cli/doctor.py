@@ -9,7 +9,7 @@ import time
 import click
 
 from .base import main
-from .options import overrides
+from .options import _LauncherChoice, overrides
 from .refs import runs_dir_option
 
 
@@ -22,6 +22,7 @@ def _check_help() -> str:
 @click.option("--profile", "-p", default="local", show_default=True, help="Cluster profile: a name or a .toml path.")
 @click.option("--nodes", "-N", type=click.IntRange(min=1), help="Number of nodes to check (slurm.nodes).")
 @click.option("--partition", help="Partition (slurm.partition).")
+@click.option("--launcher", type=_LauncherChoice(), help="Launcher whose needs the nodes must meet (launch.launcher).")
 @click.option("--time", "-t", "time_limit", help="Time limit of the doctor job (default 00:10:00).")
 @click.option("--checks", "checks", metavar="a,b", help=_check_help())
 @click.option("--check-timeout", type=click.FloatRange(min=1), default=60, show_default=True,
@@ -30,7 +31,7 @@ def _check_help() -> str:
               help="Length of each measurement (matmul, all-reduce).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any profile key (repeatable).")
 @runs_dir_option
-def doctor(profile, nodes, partition, time_limit, checks, check_timeout, seconds, sets, runs_dir) -> None:
+def doctor(profile, nodes, partition, launcher, time_limit, checks, check_timeout, seconds, sets, runs_dir) -> None:
     """Check every node before a run: environment, devices, network, Slurm.
 
     Submits a short job rendered like a training job from the profile (container,
@@ -49,7 +50,7 @@ def doctor(profile, nodes, partition, time_limit, checks, check_timeout, seconds
 
     chosen = checks_mod.parse(checks)
     sets = list(run.OVERRIDES) + ([] if time_limit else [f'slurm.time="{run.DEFAULT_TIME}"']) + list(sets)
-    loaded = load_profile(profile, overrides(nodes, None, time_limit, partition, None, None, sets))
+    loaded = load_profile(profile, overrides(nodes, None, time_limit, partition, launcher, None, sets))
     run.require(loaded, chosen, explicit=checks is not None)
     out = run.doctor(loaded, chosen, runs_dir, check_timeout=check_timeout, seconds=seconds,
                      say=lambda s: click.echo(s, err=True))

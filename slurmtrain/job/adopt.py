@@ -26,8 +26,9 @@ from .slurm import Slurm
 
 def adopt(run_dir: Path, job: Job, slurm: Slurm, batch_log: Path | None, env: dict[str, str]) -> bool:
     """Write the manifest of a run submitted by hand; False where there is one already (a
-    submitted run, or a later start), for an array task, or where it cannot be written."""
-    if job.array_task is not None or (run_dir / MANIFEST).exists():
+    submitted run, or a later start), for an array task, for a run directory the script
+    did not name itself (``<job name>-<job id>``), or where it cannot be written."""
+    if job.array_task is not None or (run_dir / MANIFEST).exists() or not run_dir.name.endswith(f"-{job.job_id}"):
         return False
     shown = slurm.show_job() or {}
     manifest = {

@@ -29,6 +29,8 @@ def _slurm(calls: list[list[str]], script_ok: bool = True) -> Slurm:
 
 
 def test_the_first_start_writes_the_manifest_the_script_and_the_submission(tmp_path):
+    tmp_path = tmp_path / "byhand-42"  # the run directory gen's script names: <job name>-<job id>
+    tmp_path.mkdir()
     calls: list[list[str]] = []
     env = {"SLURM_JOB_NAME": "byhand", "SLURM_SUBMIT_DIR": "/home/u/proj", "SLURM_JOB_NUM_NODES": "2"}
     job = Job("42", "42", "42", 0, "n[1-2]")
@@ -48,8 +50,11 @@ def test_the_first_start_writes_the_manifest_the_script_and_the_submission(tmp_p
 
 def test_no_script_from_slurm_leaves_none_and_an_array_task_is_left_alone(tmp_path):
     calls: list[list[str]] = []
-    assert adopt(tmp_path, Job("42", "42", "42", 0, "n1"), _slurm(calls, script_ok=False), None, {})
-    assert not (tmp_path / "job.sbatch").exists()
+    run = tmp_path / "x-42"
+    run.mkdir()
+    assert adopt(run, Job("42", "42", "42", 0, "n1"), _slurm(calls, script_ok=False), None, {})
+    assert not (run / "job.sbatch").exists()
+    assert not adopt(tmp_path, Job("42", "42", "42", 0, "n1"), _slurm(calls), None, {})  # not its own name
     task = tmp_path / "task"
     task.mkdir()
     assert not adopt(task, Job("43", "40_3", "40_3", 0, "n1", "40", 3, 4), _slurm(calls), None, {})
