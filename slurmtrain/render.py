@@ -397,6 +397,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "srun_options": _srun_options(p, job),
         "task_log_redirect": p.container.runtime != "pyxis",
         "stop_timeout": p.resilience.stop_timeout,
+        "agent_preamble": launchers.get(p.launch.launcher).agent_preamble.format(stop_timeout=p.resilience.stop_timeout),
         "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,

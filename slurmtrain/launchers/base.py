@@ -35,6 +35,9 @@ class Launcher:
     script_fragment: str | None = None  # a template of the plain script's own lines (templates/)
     gate_args: tuple[str, ...] = ()    # doctor's node checks (the gate, `slurmtrain doctor`) for it
     term_window: int | None = None     # seconds it gives its workers after SIGTERM, whatever stop_timeout says
+    # Python lines the job script's agent runs before the launcher's module ({stop_timeout}
+    # filled in); inside a single-quoted shell word: no ' in them.
+    agent_preamble: str = ""
     # Its report of a failed worker in a node log: group 1 the program's own exit status (the
     # launcher's is 1 whatever the program's was), and its own exceptions, which are not the program's.
     exit_status_in_log: re.Pattern | None = None

@@ -12,9 +12,9 @@ from pathlib import Path
 from ..shellwords import Raw
 from .base import Launcher, Words
 
-# DeepSpeed's launcher kills its workers this long after it gets SIGTERM (hard-coded in
-# deepspeed.launcher.launch.terminate_process_tree).
-TERM_WINDOW = 30
+# DeepSpeed's launcher kills its workers 30 s after it gets SIGTERM (hard-coded in
+# deepspeed.launcher.launch.terminate_process_tree, through psutil.wait_procs): the job
+# script's agent stretches that wait to resilience.stop_timeout (templates/task.j2).
 # A failed worker: its launcher logs "... exits with return code = N".
 RETURN_CODE = re.compile(r"exits with return code = (-?\d+)")
 
@@ -44,6 +44,11 @@ def world(nodes: list[str], procs: int, run_dir: Path, job_id: str) -> dict[str,
     return {"WORLD_INFO": base64.b64encode(layout.encode()).decode(), "SLURMTRAIN_HOSTFILE": str(hostfile)}
 
 
-LAUNCHER = Launcher("deepspeed", "DeepSpeed's launcher on every node via srun", words, env=world,
+# Its wait for the workers after a SIGTERM, made the stop window (resilience.stop_timeout).
+STRETCH = ("import psutil  # the DeepSpeed launcher gives its workers 30 s after a SIGTERM: the stop window instead\n"
+           "wait = psutil.wait_procs; psutil.wait_procs = lambda ps, timeout=None, callback=None: "
+           "wait(ps, timeout and max(timeout, {stop_timeout}), callback)")
+
+LAUNCHER = Launcher("deepspeed", "DeepSpeed's launcher on every node via srun", words, env=world, agent_preamble=STRETCH,
                     script_fragment="launcher-deepspeed.j2", gate_args=("--deepspeed",),
-                    term_window=TERM_WINDOW, exit_status_in_log=RETURN_CODE, local_rank_option=True)
+                    exit_status_in_log=RETURN_CODE, local_rank_option=True)

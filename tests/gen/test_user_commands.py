@@ -137,7 +137,13 @@ def test_gen_warns_of_a_time_limit_that_leaves_no_time_before_the_stop_signal(li
         assert "time limit" not in result.stderr, result.stderr
 
 
-def test_gen_warns_of_a_launcher_that_cuts_the_stop_window_short_without_blaming_the_profile_file():
+def test_gen_warns_of_a_launcher_that_cuts_the_stop_window_short_without_blaming_the_profile_file(monkeypatch):
+    import dataclasses
+
+    from slurmtrain import launchers
+    # a launcher with a window of its own below stop_timeout (DeepSpeed's 30 s, before the agent stretched it)
+    monkeypatch.setitem(launchers.LAUNCHERS, "deepspeed",
+                        dataclasses.replace(launchers.get("deepspeed"), term_window=30))
     result = CliRunner().invoke(main, ["gen", "-p", "local", "--launcher", "deepspeed", "--", "python", "x.py"])
     assert result.exit_code == 0, result.output
     (said,) = [line for line in result.stderr.splitlines() if "at preemption" in line]

@@ -1,0 +1,50 @@
+"""DeepSpeed's launcher kills its workers 30 s after a SIGTERM (psutil.wait_procs with
+timeout=30 in deepspeed.launcher.launch.terminate_process_tree): the job script's agent
+stretches the wait to resilience.stop_timeout, so a checkpoint at a preemption is not cut
+short there. Checked with the rendered agent itself around a module that waits."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain.cli import main
+
+pytest.importorskip("psutil")
+
+PROBE = """\
+import subprocess, time, psutil
+child = subprocess.Popen(["sleep", "60"])
+began = time.monotonic()
+psutil.wait_procs([psutil.Process(child.pid)], timeout=0.2)  # DeepSpeed's call, its 30 made short
+print(f"waited {time.monotonic() - began:.1f}")
+child.kill()
+"""
+
+
+def agent(launcher: str, stop_timeout: int) -> str:
+    result = CliRunner().invoke(main, ["gen", "--profile", "local", "--launcher", launcher, "--set",
+                                       f"resilience.stop_timeout={stop_timeout}", "--", "python3", "x.py"])
+    assert result.exit_code == 0, result.output
+    assert "kills its workers after" not in result.stderr  # the launcher honours stop_timeout now
+    return re.search(r"SLURMTRAIN_AGENT='(.*?)'\n", result.stdout, re.S)[1]
+
+
+def test_the_deepspeed_agent_waits_the_stop_window_for_its_workers(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    code = agent("deepspeed", 3)
+    proc = subprocess.run([sys.executable, "-c", code, "probe"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[-1]) >= 2.5, proc.stdout  # 0.2 as DeepSpeed asked, 3 as the profile says
+    assert "psutil" not in agent("torchrun", 3)  # torchrun's own window: TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+
+
+def test_no_agent_preamble_ends_the_shell_word_it_is_written_in():
+    from slurmtrain import launchers
+    assert all("'" not in launchers.get(name).agent_preamble for name in launchers.names())
