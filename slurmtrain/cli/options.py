@@ -156,7 +156,7 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
     if script and Path(script).expanduser().exists():
         _warn_of_lost_local_rank(loaded, job, Path(script).expanduser())
         _warn_of_no_heartbeat(loaded, Path(script).expanduser())
-    _note_launcher_options(job)
+    _note_launcher_options(loaded, job)
     shell = next((w for w in job.command[1:] if _SHELL_WORD.search(w)), None)
     if shell is not None:
         click.echo(f"slurmtrain: warning: {shell!r} in the command reaches the program as it is: the job runs the "
@@ -167,14 +167,20 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
 _SHELL_WORD = re.compile(r"\$(\{?[A-Za-z_][A-Za-z0-9_]*\}?)")  # $NAME, ${NAME}: a shell's, which the job has not
 
 
-def _note_launcher_options(job: JobSpec) -> None:
+def _note_launcher_options(loaded: LoadedProfile, job: JobSpec) -> None:
     """A launcher written in the command is taken over: the options the job script sets
-    itself are left out, and said so (not silently)."""
+    itself are left out, and said so (not silently); and which launcher runs it, where
+    the command named another."""
     from .. import command
     try:
         prog = command.parse(job.command)
     except UsageError:
         return
+    chosen = loaded.profile.launch.launcher
+    if prog.launcher_in_command == "deepspeed" and chosen != "deepspeed":
+        click.echo(f"slurmtrain: note: `deepspeed` in the command runs under the launcher {chosen} "
+                   "(launch.launcher): the same ranks, each told its LOCAL_RANK in the environment; "
+                   "--launcher deepspeed runs DeepSpeed's own launcher on every node", err=True)
     if prog.dropped:
         click.echo(f"slurmtrain: note: {prog.launcher_in_command}'s {', '.join(prog.dropped)} in the command "
                    "left out: the job script starts the launcher on every node with its own rendezvous and "

@@ -95,6 +95,15 @@ def test_a_shell_variable_in_the_command_is_warned_of_as_unexpanded(tmp_path, mo
         assert "without a shell" not in quiet.stderr, (fine, quiet.stderr)
 
 
+def test_deepspeed_in_the_command_under_another_launcher_says_which_runs_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("print(1)\n")
+    said = CliRunner().invoke(main, ["gen", "--", "deepspeed", "--num_gpus", "2", "t.py"]).stderr
+    assert "note: `deepspeed` in the command runs under the launcher torchrun (launch.launcher)" in said, said
+    quiet = CliRunner().invoke(main, ["gen", "--launcher", "deepspeed", "--", "deepspeed", "t.py"]).stderr
+    assert "runs under the launcher" not in quiet, quiet
+
+
 def test_a_hang_timeout_for_a_program_that_sends_no_heartbeat_is_warned_of(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "plain.py").write_text("print(1)\n")
