@@ -177,6 +177,12 @@ def _note_launcher_options(loaded: LoadedProfile, job: JobSpec) -> None:
     except UsageError:
         return
     chosen = loaded.profile.launch.launcher
+    if "deepspeed" in (prog.launcher_in_command, chosen):
+        for folder in (Path.cwd(), Path.home()):
+            if (folder / ".deepspeed_env").is_file():
+                click.echo(f"slurmtrain: warning: {folder / '.deepspeed_env'}: read by DeepSpeed's multi-node runner "
+                           "only, which the job does not use: put its variables in the profile's [env] vars", err=True)
+                break
     if prog.launcher_in_command == "deepspeed" and chosen != "deepspeed":
         click.echo(f"slurmtrain: note: `deepspeed` in the command runs under the launcher {chosen} "
                    "(launch.launcher): the same ranks, each told its LOCAL_RANK in the environment; "
