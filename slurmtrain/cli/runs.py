@@ -422,6 +422,17 @@ def logs(ref: str | None, runs_dir: str, follow: bool, node: str | None, job: st
     track.follow(lambda: track.log_files(run, node, jobs[-1]), finished, sys.stdout, prefix=node is None)
 
 
+def _say_dependents(run) -> None:
+    """The chain's runs waiting for this one: Slurm cancels them too (they would never start)."""
+    from .. import dependents, events
+
+    waiting = [d["run"] for d in dependents.waiting(run.path) if d.get("kind") != "afterany"
+               and not any(e.get("event") == Ev.STARTED for e in events.read(d.get("path", "")))]
+    if waiting:
+        click.echo(f"  runs waiting for it to complete ({', '.join(dict.fromkeys(waiting))}) are cancelled by Slurm "
+                   "too: resubmit them after this one", err=True)
+
+
 def _log_jobs(run, job: str | None) -> list[str | None]:
     """The jobs whose logs `logs --job` shows: the latest (None), one, or all."""
     from ..errors import UsageError
@@ -471,4 +482,5 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
         events.append(run.path, Ev.CANCEL_REQUESTED, job_id=run.job_id)
         tasks = f", every one of its {run.array_size} tasks" if run.array_size else ""
         click.echo(f"cancelled job {run.job_id} ({run.name}{tasks})")
+        _say_dependents(run)
 

@@ -134,6 +134,19 @@ def test_logs_and_cancel(tmp_path, fake_slurm):
     assert events.read(run.path)[-1]["event"] == "cancel_requested"
 
 
+def test_cancel_of_a_run_a_chain_waits_for_says_slurm_cancels_the_waiting_runs(tmp_path, fake_slurm):
+    from slurmtrain import dependents
+
+    fake_slurm(scontrol="JobId=41 JobState=RUNNING Requeue=1 Restarts=0", sacct=None)
+    up = _run(tmp_path, "up", "41")
+    waiting, ran = _run(tmp_path, "down", "42"), _run(tmp_path, "done", "40", [("started", {"job_id": "40"})])
+    dependents.add(up.path, waiting.name, str(waiting.path), "afterok")
+    dependents.add(up.path, ran.name, str(ran.path), "afterok")  # an older link that has run: not said
+    result = CliRunner().invoke(main, ["cancel", "--runs-dir", str(tmp_path), up.name])
+    assert result.exit_code == 0, result.output
+    assert f"runs waiting for it to complete ({waiting.name}) are cancelled by Slurm too" in result.output
+
+
 def test_follow_stops_when_finished(tmp_path):
     import io
 
