@@ -11,6 +11,7 @@ events record no end. Pure: reads files only, never asks Slurm.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from signal import Signals
@@ -19,7 +20,7 @@ from typing import Any
 from .. import eventlog
 from ..eventlog import (CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, REQUEUED, RUNNING,  # noqa: F401,E501
                         STOPPED_UNSAVED, TIME_LIMIT, UNKNOWN, USER_ERROR, WATCHDOG, Ev, Outcome)
-from .rundir import events_of
+from .rundir import MANIFEST, events_of
 
 # Slurm's word for how a job ended -> our kind, where it says more than the events can.
 _SLURM_KIND = {"NODE_FAIL": NODE_FAILURE, "BOOT_FAIL": NODE_FAILURE, "TIMEOUT": TIME_LIMIT,
@@ -217,6 +218,7 @@ def history(run_dir: str | Path) -> list[str]:
     lines = []
     requeued: dict[int | None, bool] = {}  # by task: Slurm requeued it in its latest start
     evs = events_of(run_dir)
+    point = _point_task(run_dir)  # a sweep's point: its own task, as squeue and its status name it
     # A resubmission writes `submitted` (sbatch took it), then `resubmitted`: one line says it.
     resubmitted = {e.get("job_id"): i for i, e in enumerate(evs) if e.get("event") == Ev.RESUBMITTED}
     for i, e in enumerate(evs):
@@ -225,13 +227,22 @@ def history(run_dir: str | Path) -> list[str]:
         task = eventlog.task_of(e)
         if e.get("event") == Ev.STARTED:
             requeued[task] = False
-        if task is not None and "array_job_id" in e:
-            e = {**e, "job_id": f"{e['array_job_id']}_{task}"}
+        if (task if task is not None else point) is not None and "array_job_id" in e:
+            e = {**e, "job_id": f"{e['array_job_id']}_{task if task is not None else point}"}
         text = _describe(e, requeued.get(task, False))
         requeued[task] = requeued.get(task, False) or e.get("event") == Ev.REQUEUED_BY_SLURM
         if text is not None:
             lines.append((e, task, text))
     return [f"{_clock(e)}  " + ("" if task is None else f"task {task}: ") + text for e, task, text in _fold(lines)]
+
+
+def _point_task(run_dir: str | Path) -> int | None:
+    try:
+        made = json.loads((Path(run_dir) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    task = made.get("array_task") if made.get("in_sweep") else None
+    return task if isinstance(task, int) else None
 
 
 _FOLD_FROM = 3  # periodic checkpoints in a row: one line from this many on

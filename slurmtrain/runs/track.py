@@ -28,6 +28,8 @@ class TaskStatus:
     job_id: str | None = None        # the task's own job id
     nodelist: str | None = None
     exit_code: int | None = None
+    elapsed_s: int | None = None     # Slurm's, where it answered
+    restarts: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "state": self.state.value}
@@ -198,6 +200,7 @@ def _point_status(point: RunDir, with_events: bool) -> RunStatus:
     st = RunStatus(str(point.path), point.name, point.job_id, task.state if task else JobState.UNKNOWN,
                    task.source if task else "events.jsonl", nodes=sweep.nodes,
                    nodelist=task.nodelist if task else None, exit_code=task.exit_code if task else None,
+                   elapsed_s=task.elapsed_s if task else None, restarts=task.restarts if task else None,
                    submitted=manifest.get("submitted_at"), events=evs if with_events else [])
     _from_run_events(st, evs)
     return st
@@ -318,7 +321,7 @@ def _slurm_task(task: int, info: slurmquery.JobInfo) -> TaskStatus:
     # A pending range's record carries the array's id, which is no task's own yet.
     own = info.job_id if info.array_task == str(task) else None
     return TaskStatus(task, info.state, info.source, own, info.nodelist,
-                      info.exit_code if info.state.is_final else None)
+                      info.exit_code if info.state.is_final else None, info.elapsed_s, info.restarts)
 
 
 def _events_task(st: RunStatus, evs: list[dict[str, Any]], task: int) -> tuple[TaskStatus, RunStatus]:

@@ -304,6 +304,8 @@ def test_watch_of_a_sweeps_point_ends_when_the_point_does(tmp_path):
         events.append(point.path, name, **tag, **fields)
     snap = progress.snapshot(point.path)
     assert (snap.ended, snap.finished, snap.trainer) == ("completed", True, True)
+    # its history names its task's job as its status and squeue do (it said "job 12")
+    assert classify.history(point.path)[0].endswith("job 12_1 started on stnode1"), classify.history(point.path)
 
 
 def test_a_point_is_resubmitted_while_the_sweeps_other_points_are_still_queued(tmp_path, fake_slurm, monkeypatch):
