@@ -87,9 +87,10 @@ def _program_file(job: JobSpec) -> str | None:
 
 
 def refuse_missing_program(loaded: LoadedProfile, job: JobSpec) -> None:
-    """submit: a program file the job would not find, refused before its wait in the queue.
-    Not judged in a container (the image may hold it), nor where this machine lacks the
-    folder it would be in (a file system only the nodes mount)."""
+    """submit: a program file (or --deepspeed_config file) the job would not find, refused
+    before its wait in the queue. Not judged in a container (the image may hold it), nor
+    where this machine lacks the folder of an absolute path (a file system only the nodes
+    mount)."""
     script = _program_file(job)
     if loaded.profile.container.runtime != "none":
         return

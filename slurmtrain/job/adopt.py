@@ -16,9 +16,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .. import __version__, events
+from .. import __version__, events, recent
 from ..eventlog import Ev
-from .. import recent
 from ..runfiles import MANIFEST, SCRIPT
 from .config import Job
 from .slurm import Slurm
