@@ -327,8 +327,24 @@ def _check_container_without_runtime(p: Profile, sources: Sources) -> None:
                               "to run on the host")
 
 
+# InfiniBand verbs fields NCCL hands its values to: the QP timeout is 5 bits (4.096 us x 2^N),
+# the retry count 3; a value outside them is not what it says (NCCL's defaults: 20 and 7).
+_IB_RANGES = {"NCCL_IB_TIMEOUT": (1, 31), "NCCL_IB_RETRY_CNT": (0, 7)}
+
+
+def _check_ib_values(p: Profile, sources: Sources) -> None:
+    for key, mapping in (("fabric.env", p.fabric.env), ("env.vars", p.env.vars), ("container.env", p.container.env)):
+        for var, (low, high) in _IB_RANGES.items():
+            value = mapping.get(var)
+            if value is not None and not (str(value).isdigit() and low <= int(value) <= high):
+                raise ConfigError(sources.of(f"{key}.{var}"), f"{key}.{var}",
+                                  f"{value!r} is outside {low}-{high}, the InfiniBand field NCCL gives it to "
+                                  "(NCCL's defaults: NCCL_IB_TIMEOUT 20, NCCL_IB_RETRY_CNT 7)")
+
+
 def _check_fabric(p: Profile, sources: Sources) -> None:
     """Settings the chosen fabric would ignore or contradict, named rather than dropped."""
+    _check_ib_values(p, sources)
     f = p.fabric
     if f.gpu_rdma and f.kind != "efa":
         raise ConfigError(sources.of("fabric.gpu_rdma"), "fabric.gpu_rdma",

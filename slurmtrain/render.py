@@ -85,7 +85,9 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
         out.append("--exclude=" + ",".join(job.exclude))
     out.append("--open-mode=append")
     out.append("--requeue" if r.requeue else "--no-requeue")
-    out.append(f"--signal=B:{_signal_name(r.signal)}@{r.signal_seconds}")
+    # To the batch script, where the supervisor takes it; a plain script has none (a shell dies
+    # of an untrapped USR2): there Slurm signals the job's steps, the program's processes.
+    out.append(f"--signal={'' if job.plain else 'B:'}{_signal_name(r.signal)}@{r.signal_seconds}")
     out.extend(s.extra)
     for d in out:
         if not _SBATCH_SAFE.fullmatch(d.split("=", 1)[-1]) or "\n" in d:
@@ -187,6 +189,16 @@ def _binds_run_dir(binds: tuple[str, ...], job: JobSpec) -> bool:
         if src == dst and (job.run_dir == src or job.run_dir.startswith(src.rstrip("/") + "/")):
             return False
     return True
+
+
+def _image_file(p: Profile) -> str:
+    """An apptainer image the nodes open as a file (not a URI, no variable): each node checks
+    it is there after its setup lines, so a missing one is that node's setup failure, named,
+    not a launch that dies in the container runtime."""
+    c = p.container
+    if c.runtime not in ("apptainer", "singularity") or "://" in c.image or "$" in c.image:
+        return ""
+    return c.image
 
 
 def _container_prefix(p: Profile, job: JobSpec) -> list[str]:
@@ -398,6 +410,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "task_log_redirect": p.container.runtime != "pyxis",
         "stop_timeout": p.resilience.stop_timeout,
         "agent_preamble": launchers.get(p.launch.launcher).agent_preamble.format(stop_timeout=p.resilience.stop_timeout),
+        "image_file": _image_file(p),
         "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,

@@ -177,17 +177,17 @@ def _note_launcher_options(loaded: LoadedProfile, job: JobSpec) -> None:
         prog = command.parse(job.command)
     except UsageError:
         return
-    chosen = loaded.profile.launch.launcher
-    if "deepspeed" in (prog.launcher_in_command, chosen):
-        for folder in (Path.cwd(), Path.home()):
-            if (folder / ".deepspeed_env").is_file():
-                click.echo(f"slurmtrain: warning: {folder / '.deepspeed_env'}: read by DeepSpeed's multi-node runner "
-                           "only, which the job does not use: put its variables in the profile's [env] vars", err=True)
-                break
-    if prog.launcher_in_command == "deepspeed" and chosen != "deepspeed":
-        click.echo(f"slurmtrain: note: `deepspeed` in the command runs under the launcher {chosen} "
-                   "(launch.launcher): the same ranks, each told its LOCAL_RANK in the environment; "
-                   "--launcher deepspeed runs DeepSpeed's own launcher on every node", err=True)
+    chosen, named = loaded.profile.launch.launcher, prog.launcher_in_command
+    for name in dict.fromkeys(n for n in (named, chosen) if n in launchers.names()):
+        found = [folder / f for f in launchers.get(name).runner_files for folder in (Path.cwd(), Path.home())
+                 if (folder / f).is_file()]
+        if found:
+            click.echo(f"slurmtrain: warning: {found[0]}: read by {name}'s own multi-node runner only, which the "
+                       "job does not use: put its variables in the profile's [env] vars", err=True)
+    if named in launchers.names() and named != chosen:
+        click.echo(f"slurmtrain: note: `{named}` in the command runs under the launcher {chosen} "
+                   f"(launch.launcher): the same ranks, each told its LOCAL_RANK in the environment; "
+                   f"--launcher {named} runs {named}'s own launcher on every node", err=True)
     if prog.dropped:
         click.echo(f"slurmtrain: note: {prog.launcher_in_command}'s {', '.join(prog.dropped)} in the command "
                    "left out: the job script starts the launcher on every node with its own rendezvous and "

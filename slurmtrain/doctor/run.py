@@ -95,12 +95,28 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
     (run.path / "doctor.json").write_text(report.to_json(rows, job_id=job_id, profile=loaded.name,
                                                          checks=list(chosen), run_dir=str(run.path),
                                                          slurm_version=version))
-    for r in report.failures(rows):
-        if r.node not in (SLURM_NODE, "(job)"):
-            ledger.add(runs_dir, r.node, f"doctor: {r.check}: {r.detail or r.figure}", run=run.name,
-                       job_id=job_id, source="doctor")
+    blamed = _nodes_to_blame(rows)
+    for r in blamed:
+        ledger.add(runs_dir, r.node, f"doctor: {r.check}: {r.detail or r.figure}", run=run.name,
+                   job_id=job_id, source="doctor")
+    spared = sorted({r.check for r in report.failures(rows) if r.node not in (SLURM_NODE, "(job)")} -
+                    {r.check for r in blamed})
+    if spared:
+        say(f"doctor: {', '.join(spared)} failed on every node: the profile's or the environment's doing, not a "
+            "node's; no node put in the bad-node ledger for it")
     events.append(run.path, Ev.DOCTOR, passed=not out.failed)
     return out
+
+
+def _nodes_to_blame(rows: list[Row]) -> list[Row]:
+    """The failed checks that go in the bad-node ledger: a node's own. A check that failed on
+    every node checked (two or more) is the profile's or the program's doing (a setup line, a
+    missing module or image), as the job's start-up reads it: no node is to blame."""
+    failed = [r for r in report.failures(rows) if r.node not in (SLURM_NODE, "(job)")]
+    nodes = {r.node for r in rows if r.node not in (SLURM_NODE, "(job)")}
+    everywhere = {check for check in {r.check for r in failed}
+                  if len(nodes) > 1 and {r.node for r in failed if r.check == check} == nodes}
+    return [r for r in failed if r.check not in everywhere]
 
 
 def _wait(job_id: str, since: float | None, say: Callable[[str], None], poll_s: float) -> None:

@@ -38,6 +38,8 @@ class Launcher:
     # Python lines the job script's agent runs before the launcher's module ({stop_timeout}
     # filled in); inside a single-quoted shell word: no ' in them.
     agent_preamble: str = ""
+    # Files its own multi-node runner reads (here or in the home folder), which the job does not use.
+    runner_files: tuple[str, ...] = ()
     # Its report of a failed worker in a node log: group 1 the program's own exit status (the
     # launcher's is 1 whatever the program's was), and its own exceptions, which are not the program's.
     exit_status_in_log: re.Pattern | None = None

@@ -50,5 +50,6 @@ STRETCH = ("import psutil  # the DeepSpeed launcher gives its workers 30 s after
            "wait(ps, timeout and max(timeout, {stop_timeout}), callback)")
 
 LAUNCHER = Launcher("deepspeed", "DeepSpeed's launcher on every node via srun", words, env=world, agent_preamble=STRETCH,
+                    runner_files=(".deepspeed_env",),
                     script_fragment="launcher-deepspeed.j2", gate_args=("--deepspeed",),
                     exit_status_in_log=RETURN_CODE, local_rank_option=True)

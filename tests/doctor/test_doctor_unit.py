@@ -498,3 +498,16 @@ def test_submit_with_spares_says_how_to_cover_the_batch_host(fake_sbatch, tmp_pa
     name = next(runs.glob("b-*")).name
     assert spares.output.rstrip().endswith(f"to requeue it if that one dies: slurmtrain resubmit --runs-dir {runs} "
                                            f"--watch --detach {name}"), spares.output
+
+
+def test_a_check_failed_on_every_node_puts_no_node_in_the_ledger():
+    """A typo in a module name fails setup on every node: the profile's doing, as the job's
+    start-up reads it; one run of doctor took every node out of later jobs for 24 hours."""
+    from slurmtrain.doctor.run import _nodes_to_blame
+    from slurmtrain.doctor.report import FAIL, PASS, Row
+
+    every = [Row("n1", "setup", "-", FAIL, "exit 127"), Row("n2", "setup", "-", FAIL, "exit 127"),
+             Row("n1", "matmul", "1", PASS, ""), Row("n2", "matmul", "0.2", FAIL, "slow")]
+    assert [(r.node, r.check) for r in _nodes_to_blame(every)] == [("n2", "matmul")]
+    alone = [Row("n1", "setup", "-", FAIL, "exit 127")]  # one node checked: its own failure
+    assert [(r.node, r.check) for r in _nodes_to_blame(alone)] == [("n1", "setup")]

@@ -60,3 +60,24 @@ def test_a_failing_setup_line_ends_the_plain_job_with_its_status(tmp_path):
     [run] = (tmp_path / "runs").iterdir()
     node_log = next((run / "logs").glob("*-stnode2.out")).read_text()
     assert 'setup line failed on stnode2 with exit status 1: test "$SLURMD_NODENAME" != stnode2' in node_log
+
+
+def test_the_stop_signal_reaches_the_plain_scripts_program_not_its_shell(tmp_path):
+    """#SBATCH --signal=B: signals the batch shell, which a plain script leaves untrapped: it
+    died of the USR2 at the warning (the job FAILED two minutes early and the program never
+    heard). The plain script has Slurm signal the program's processes instead."""
+    code = ("import signal, time, sys\n"
+            "signal.signal(signal.SIGUSR2, lambda *_: (print('got the stop signal', flush=True), sys.exit(0)))\n"
+            "time.sleep(170)\n")
+    gen = cli(tmp_path, "gen", "--plain", "--profile", "local", "--launcher", "srun", "--nodes", "1",
+              # the warning due 75 s in, well after the handler is installed (Slurm may send one
+              # due within its 30-second tick at once)
+              "--set", "launch.procs_per_node=1", "--time", "2", "--set", "resilience.signal_seconds=45",
+              "--name", "plainsig", "--", sys.executable, "-c", code)
+    assert gen.returncode == 0, gen.stderr
+    assert "#SBATCH --signal=USR2@45" in gen.stdout
+    script = tmp_path / "plainsig.sbatch"
+    script.write_text(gen.stdout)
+    assert run_script(script, tmp_path, "the plain script told to stop") == "COMPLETED"
+    [run] = (tmp_path / "runs").iterdir()
+    assert "got the stop signal" in "".join(p.read_text() for p in (run / "logs").glob("*.out"))

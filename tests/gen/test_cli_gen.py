@@ -104,7 +104,7 @@ def test_deepspeed_in_the_command_under_another_launcher_says_which_runs_it(tmp_
     assert "runs under the launcher" not in quiet and ".deepspeed_env" not in quiet, quiet
     (tmp_path / ".deepspeed_env").write_text("NCCL_IB_DISABLE=1\n")
     said = CliRunner().invoke(main, ["gen", "--launcher", "deepspeed", "--", "deepspeed", "t.py"]).stderr
-    assert "/.deepspeed_env: read by DeepSpeed's multi-node runner only" in said, said
+    assert "/.deepspeed_env: read by deepspeed's own multi-node runner only" in said, said
 
 
 def test_a_hang_timeout_for_a_program_that_sends_no_heartbeat_is_warned_of(tmp_path, monkeypatch):

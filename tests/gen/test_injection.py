@@ -86,6 +86,7 @@ def test_profile_values_arrive_unchanged_in_container_and_env(tmp_path):
         f"env.vars.GREETING={json.dumps(hostile)}",
         f"container.options=[{json.dumps('--fakeroot=' + hostile)}]",
     ])
+    (tmp_path / "img with space.sif").touch()  # each node checks its image is there
     records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))),
                          env_keys="GREETING")
     argv = records["apptainer-nodeA"]["argv"]
@@ -106,6 +107,7 @@ def test_a_profiles_dollar_names_are_the_jobs_variables_and_nothing_else_runs(tm
         'container.env.CACHE="/scratch/$USER/$(touch PWNED)`touch PWNED`*"',
         'env.vars.HF_HOME="/scratch/${USER}/hf $HOME"',
     ])
+    (tmp_path / "img.sif").touch()
     records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))),
                          env_keys="HF_HOME", USER="alice", HOME="/home/alice")
     argv = records["apptainer-nodeA"]["argv"]
@@ -148,16 +150,33 @@ def test_no_line_of_a_container_script_ends_in_a_space(runtime, plain):
 def test_apptainer_binds_the_run_directory_unless_a_bind_covers_it(tmp_path, binds, bound):
     binds = [b.format(tmp=tmp_path) for b in binds]
     profile = load_profile("hpc-apptainer", [f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]',
-                                             f"container.binds={json.dumps(binds)}"])
+                                             f"container.binds={json.dumps(binds)}", _image(tmp_path)])
     run_dir = str(tmp_path / "run")
     records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=run_dir)))
     pairs = list(zip(records["apptainer-nodeA"]["argv"], records["apptainer-nodeA"]["argv"][1:]))
     assert (("--bind", run_dir) in pairs) == bound, pairs
 
 
+def _image(tmp_path) -> str:
+    """An image file the nodes find (each checks after its setup lines), as a --set."""
+    (tmp_path / "train.sif").touch()
+    return f'container.image="{tmp_path / "train.sif"}"'
+
+
+def test_a_missing_apptainer_image_is_each_nodes_setup_failure_named(tmp_path):
+    """docs/doctor.md: a missing image shows as the node's setup failure (it passed setup and
+    died in apptainer, the cause in the node's log alone)."""
+    profile = load_profile("hpc-apptainer", [f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]',
+                                             f'container.image="{tmp_path}/gone.sif"'])
+    with pytest.raises(AssertionError, match=rf"error: .*: container.image {tmp_path}/gone.sif: no such file on node"):
+        run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))))
+    assert not (tmp_path / "out" / "apptainer-nodeA.json").exists()  # apptainer never ran
+
+
 def test_apptainer_binds_the_run_directory_gen_picks_at_run_time(tmp_path):
     """`gen` without a run directory: the script's own run directory is bound."""
-    profile = load_profile("hpc-apptainer", [f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]'])
+    profile = load_profile("hpc-apptainer", [f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]',
+                                             _image(tmp_path)])
     records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"))))
     argv = records["apptainer-nodeB"]["argv"]
     assert ("--bind", str(tmp_path / "run")) in list(zip(argv, argv[1:]))
@@ -194,9 +213,9 @@ def test_random_arguments_round_trip_through_bash(tmp_path_factory, args):
 
 @pytest.mark.parametrize("runtime", ["apptainer", "pyxis"])
 def test_srun_launcher_wraps_every_process_in_the_container(tmp_path, runtime):
-    profile = load_profile("local", ['launch.launcher="srun"', f'container.runtime="{runtime}"',
-                                     'container.image="/img/train.sif"', 'container.binds=["/data:/data"]',
-                                     f'launch.python="{FAKEBIN}/launcher-python"'])
+    image = _image(tmp_path) if runtime == "apptainer" else 'container.image="/img/train.sif"'
+    profile = load_profile("local", ['launch.launcher="srun"', f'container.runtime="{runtime}"', image,
+                                     'container.binds=["/data:/data"]', f'launch.python="{FAKEBIN}/launcher-python"'])
     run_dir = str(tmp_path / "run")
     records = run_script(tmp_path, render(profile, JobSpec(command=("python3", "t.py", "a b"), run_dir=run_dir)))
     (call,) = srun_calls(tmp_path)

@@ -262,3 +262,14 @@ def test_profiles_keys_lists_every_key_with_its_default_and_meaning():
                                        if not line.startswith(" "))), one.output
     bad = CliRunner().invoke(main, ["profiles", "keys", "fabirc"])
     assert bad.exit_code == 2 and "no profile section or key 'fabirc'; sections: container, env, fabric" in bad.output
+
+
+
+@pytest.mark.parametrize("key, value", [("fabric.env.NCCL_IB_TIMEOUT", "50"), ("env.vars.NCCL_IB_RETRY_CNT", "10"),
+                                        ("fabric.env.NCCL_IB_TIMEOUT", "0")])
+def test_infiniband_values_outside_their_verbs_fields_are_refused(key, value):
+    """The QP timeout is 5 bits (1-31), the retry count 3 (0-7): a value outside is not what
+    it says (hpc-apptainer had 50 and 10, copied from a guide)."""
+    with pytest.raises(ConfigError, match=rf"{key}: '{value}' is outside"):
+        load_profile("hpc-apptainer", [f'{key}="{value}"'])
+    assert load_profile("hpc-apptainer").profile.fabric.env["NCCL_IB_TIMEOUT"] == "22"
