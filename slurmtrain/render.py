@@ -18,7 +18,7 @@ from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
 from . import launchers
-from .shellwords import Raw, expanding, shell_words
+from .shellwords import Raw, expanding, inside_double_quotes, shell_words
 from .profile import LoadedProfile, Profile, limit_seconds
 from .schema import Frozen
 
@@ -232,10 +232,10 @@ def _srun_options(p: Profile, job: JobSpec) -> str:
     tag = "%A_%a" if job.array is not None else "%j"  # the names of _job_tag
     opts: list[str] = [Raw(f'--output="$RUN_DIR/logs/{tag}-%N.out"'), Raw("--open-mode=append"),
                        expanding(f"--container-image={c.image}")]
-    mounts = [shell_words([expanding(b)]) for b in c.binds]
+    mounts = [inside_double_quotes(b) for b in c.binds]
     if _binds_run_dir(c.binds, job):
-        mounts.append('"$RUN_DIR:$RUN_DIR"')
-    opts.append(Raw("--container-mounts=" + ",".join(mounts)))
+        mounts.append("$RUN_DIR:$RUN_DIR")
+    opts.append(Raw('"--container-mounts=' + ",".join(mounts) + '"'))  # one word: shellcheck-clean
     if c.workdir:
         opts.append(expanding(f"--container-workdir={c.workdir}"))
     opts += [expanding(o) for o in c.options]

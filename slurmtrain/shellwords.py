@@ -33,5 +33,21 @@ def expanding(text: str) -> str:
     return Raw("".join(out))
 
 
+def inside_double_quotes(text: str) -> str:
+    """``text`` for the inside of a double-quoted word, its ``$NAME`` references expanding and
+    nothing else (one word where several would read as "A"B"C" to shellcheck, SC2140)."""
+    out, last = [], 0
+    for m in _REFERENCE.finditer(text):
+        out.append(escape_in_double_quotes(text[last:m.start()]))
+        out.append("${%s}" % m.group(0).strip("${}"))
+        last = m.end()
+    return "".join(out) + escape_in_double_quotes(text[last:])
+
+
+def escape_in_double_quotes(text: str) -> str:
+    """``text`` inside a double-quoted word, as it is (no expansion)."""
+    return re.sub(r'([\\"$`])', r"\\\1", text)
+
+
 def shell_words(words) -> str:
     return " ".join(w if isinstance(w, Raw) else shlex.quote(str(w)) for w in words)

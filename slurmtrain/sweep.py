@@ -24,6 +24,7 @@ from typing import Any
 
 from ._toml import tomllib
 from .errors import ConfigError, UsageError
+from .shellwords import escape_in_double_quotes
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.\-]*)\}")
@@ -188,14 +189,10 @@ def shell_word(word: str) -> str:
     expands the point's variables on the node."""
     out, last = ['"'], 0
     for m in PLACEHOLDER.finditer(word):
-        out.append(_dq(word[last:m.start()]) + "${" + env_name(m[1]) + "}")
+        out.append(escape_in_double_quotes(word[last:m.start()]) + "${" + env_name(m[1]) + "}")
         last = m.end()
-    out.append(_dq(word[last:]) + '"')
+    out.append(escape_in_double_quotes(word[last:]) + '"')
     return "".join(out)
-
-
-def _dq(text: str) -> str:
-    return re.sub(r'([\\"$`])', r"\\\1", text)
 
 
 def sets_text(point: Point) -> str:

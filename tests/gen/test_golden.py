@@ -51,3 +51,20 @@ def test_every_exclusion_is_justified():
             if "shellcheck disable=" in line:
                 reason = line.split("#", 2)[-1] if line.count("#") > 1 else lines[i - 1]
                 assert reason.strip().lstrip("#").strip(), f"{t.name}:{i + 1}: exclusion without a reason"
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_pyxis_mounts_with_a_variable_are_one_shellcheck_clean_word(tmp_path, plain):
+    """A bind of "$SLURM_SUBMIT_DIR:/workspace" made the mount list read as "A"B"C" (SC2140)."""
+    import dataclasses
+
+    from slurmtrain.profile import load_profile
+    from slurmtrain.render import JobSpec, render
+    loaded = load_profile("aws-p5", ['container.runtime="pyxis"', 'container.image="/fsx/img.sqsh"',
+                                     'container.binds=["/fsx:/fsx", "$SLURM_SUBMIT_DIR:/workspace"]'])
+    job = dataclasses.replace(JobSpec(command=("python", "t.py")), plain=plain)
+    script = tmp_path / "pyxis.sbatch"
+    script.write_text(render(loaded, job))
+    assert '"--container-mounts=/fsx:/fsx,${SLURM_SUBMIT_DIR}:/workspace,$RUN_DIR:$RUN_DIR"' in script.read_text()
+    result = subprocess.run([_shellcheck(), "--severity=style", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
