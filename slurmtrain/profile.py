@@ -24,7 +24,7 @@ from .schema import (ENV_NAME, Frozen, Sources, apply_set, build, field, matches
 
 _SLURM_NAME = matches(r"[A-Za-z0-9_.,:+\-\[\]]+", "a Slurm name (letters, digits, _ . , : + - [ ])")
 _TIME = matches(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE",
-                "a Slurm time such as 90, 1:30:00 or 2-00:00:00")
+                'a Slurm time such as "90" (minutes), "1:30:00" or "2-00:00:00"')
 _MEM = matches(r"\d+[KMGT]?", "a Slurm memory size such as 64G or 0")
 _SIGNAL = matches(r"(SIG)?(USR1|USR2|TERM|INT|HUP|QUIT|ALRM|URG|CONT|[0-9]{1,2})",
                   "a signal name such as USR2 or TERM")
@@ -82,8 +82,10 @@ class FabricSection(Frozen):
                                       check=matches(r"[\w.\-^,=]+", "an interface name such as eth0 or ^lo,docker"))
     nccl_debug: Literal["", "WARN", "INFO", "TRACE"] = field("NCCL_DEBUG level; empty: unset", "WARN")
     env: dict[str, str] = field("extra environment for this fabric", {}, factory=dict)
-    expected_busbw_gbps: float | None = field("all-reduce bus bandwidth (GB/s, as nccl-tests reports it) that "
-                                              "`slurmtrain doctor` expects; below 90% fails (none: not compared)",
+    expected_busbw_gbps: float | None = field("all-reduce bus bandwidth (GB/s) that `slurmtrain doctor` expects; "
+                                              "below 90% fails (none: not compared). Doctor's own figure (one "
+                                              "process a node, a 4 MiB all-reduce), not nccl-tests' large-message, "
+                                              "all-GPU one: take it from a doctor run on healthy nodes",
                                               None, check=positive)
 
 
