@@ -189,9 +189,12 @@ def _note_launcher_options(loaded: LoadedProfile, job: JobSpec) -> None:
                    f"(launch.launcher): the same ranks, each told its LOCAL_RANK in the environment; "
                    f"--launcher {named} runs {named}'s own launcher on every node", err=True)
     if prog.dropped:
+        port = next((w.replace("=", " ").split()[-1] for w in prog.dropped
+                     if w.lstrip("-").replace("-", "_").startswith("master_port")), None)
+        keep = f"; to keep port {port}: --set launch.rdzv_port={port}" if port and port.isdigit() else ""
         click.echo(f"slurmtrain: note: {prog.launcher_in_command}'s {', '.join(prog.dropped)} in the command "
                    "left out: the job script starts the launcher on every node with its own rendezvous and "
-                   "restarts (the profile's [launch] and [resilience])", err=True)
+                   f"restarts (the profile's [launch] and [resilience]){keep}", err=True)
 
 
 def _config_files(command: tuple[str, ...]) -> list[str]:

@@ -79,6 +79,7 @@ def test_a_launchers_options_the_script_sets_itself_are_said_to_be_left_out(tmp_
     assert result.exit_code == 0, result.output
     assert ("slurmtrain: note: torchrun's --master_port 1234, --standalone, --max_restarts=3 in the command left "
             "out: the job script starts the launcher") in result.stderr, result.stderr
+    assert "to keep port 1234: --set launch.rdzv_port=1234" in result.stderr  # a firewall's port, say
     plain = CliRunner().invoke(main, ["gen", "--", "torchrun", "--nproc_per_node", "2", "train.py"])
     assert "note:" not in plain.stderr, plain.stderr  # taken over whole: nothing to say
 
