@@ -46,9 +46,13 @@ def profiles() -> None:
 @profiles.command("list")
 def profiles_list() -> None:
     """Profiles found, in look-up order (./.slurmtrain/clusters, ~/.config/slurmtrain/clusters, built-ins)."""
-    found = available()
-    width = max((len(n) for n in found), default=4)
-    for name, path in found.items():
+    from ..profile import search_dirs
+
+    dirs = [d.resolve() for d in search_dirs()]
+    found = sorted(available().items(), key=lambda item: (
+        dirs.index(item[1].parent.resolve()) if item[1].parent.resolve() in dirs else len(dirs), item[0]))
+    width = max((len(n) for n, _ in found), default=4)
+    for name, path in found:
         try:
             desc = load_profile(str(path)).profile.description
         except SlurmtrainError as err:  # a broken user profile must not hide the others

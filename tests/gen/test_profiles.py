@@ -248,6 +248,15 @@ def test_profiles_list_shows_a_broken_profile_without_hiding_others(user_dir):
     assert "aws-p4d" in result.output
 
 
+def test_profiles_list_shows_them_in_look_up_order(user_dir):
+    """Its help says so: this directory's first, then the user's, then the built-ins; one that
+    shadows a built-in is listed where it is found."""
+    write(user_dir, "zz", 'extends = "local"\n')
+    write(user_dir, "local", 'extends = "local"\ndescription = "mine"\n')
+    names = [line.split()[0] for line in CliRunner().invoke(main, ["profiles", "list"]).output.splitlines()]
+    assert names[:2] == ["local", "zz"] and names.index("aws-p4d") > 1, names
+
+
 def test_profiles_keys_lists_every_key_with_its_default_and_meaning():
     out = CliRunner().invoke(main, ["profiles", "keys"])
     assert out.exit_code == 0, out.output
