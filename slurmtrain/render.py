@@ -18,7 +18,7 @@ from . import __version__, command, resources, tracking
 from .command import Program
 from .errors import UsageError
 from . import launchers
-from .shellwords import Raw, expanding, inside_double_quotes, shell_words
+from .shellwords import Raw, expanding, inside_double_quotes, shell_form, shell_words
 from .profile import LoadedProfile, Profile, limit_seconds
 from .schema import Frozen
 
@@ -446,12 +446,27 @@ def warnings(loaded: LoadedProfile) -> list[str]:
     short = short_time_limit(loaded)
     if short:
         out.append(short)
+    for key, value in _expanded_values(p):
+        form = shell_form(value)
+        if form:
+            out.append(f"{key} = {value!r} (profile {loaded.name}, or --set): {form} stays text on the nodes (only $NAME and "
+                       "${NAME} expand there): write the value, or set it in a setup line (launch.setup)")
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "
                    f"kills its workers after {window} s, less than resilience.stop_timeout "
                    f"({r.stop_timeout} s); a longer checkpoint is cut short there (the torchrun and srun "
                    "launchers honour stop_timeout)")
+    return out
+
+
+def _expanded_values(p: Profile) -> list[tuple[str, str]]:
+    """The profile's values whose $NAME references expand on the nodes (shellwords.expanding)."""
+    c = p.container
+    out = [(f"env.vars.{k}", v) for k, v in p.env.vars.items()] + [(f"container.env.{k}", v) for k, v in c.env.items()]
+    out += [("container.binds", b) for b in c.binds] + [("container.options", o) for o in c.options]
+    out += [(key, v) for key, v in (("container.image", c.image), ("container.home", c.home),
+                                    ("container.workdir", c.workdir)) if v]
     return out
 
 

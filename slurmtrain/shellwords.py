@@ -33,6 +33,16 @@ def expanding(text: str) -> str:
     return Raw("".join(out))
 
 
+# ${NAME:-default}, ${NAME%x}, $(...): a shell's, which a profile's value does not get (it stays text).
+_SHELL_FORM = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*[^A-Za-z0-9_}]|\$\(")
+
+
+def shell_form(text: str) -> str | None:
+    """The part of a profile's value that only a shell would expand, where there is one."""
+    m = _SHELL_FORM.search(text)
+    return text[m.start():text.find("}", m.start()) + 1 or len(text)] if m else None
+
+
 def inside_double_quotes(text: str) -> str:
     """``text`` for the inside of a double-quoted word, its ``$NAME`` references expanding and
     nothing else (one word where several would read as "A"B"C" to shellcheck, SC2140)."""

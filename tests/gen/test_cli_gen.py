@@ -108,6 +108,18 @@ def test_deepspeed_in_the_command_under_another_launcher_says_which_runs_it(tmp_
     assert "/.deepspeed_env: read by deepspeed's own multi-node runner only" in said, said
 
 
+def test_a_shells_own_forms_in_a_profile_value_are_warned_of_as_text():
+    """Only $NAME and ${NAME} expand on the nodes: ${SLURM_TMPDIR:-/tmp}, common in sbatch
+    scripts, made a folder of that literal name."""
+    said = CliRunner().invoke(main, ["gen", "--set", 'env.vars.TMPDIR="${SLURM_TMPDIR:-/tmp}"',
+                                     "--set", 'container.env.X="$(hostname)"', "--", "python", "t.py"]).stderr
+    assert "env.vars.TMPDIR = '${SLURM_TMPDIR:-/tmp}' (profile local, or --set): ${SLURM_TMPDIR:-/tmp} stays text" \
+        in said, said
+    assert "container.env.X = '$(hostname)'" in said
+    quiet = CliRunner().invoke(main, ["gen", "--set", 'env.vars.A="$HOME/x ${USER}"', "--", "python", "t.py"]).stderr
+    assert "stays text" not in quiet, quiet
+
+
 def test_a_hang_timeout_for_a_program_that_sends_no_heartbeat_is_warned_of(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "plain.py").write_text("print(1)\n")
