@@ -206,10 +206,17 @@ def _config_files(command: tuple[str, ...]) -> list[str]:
 
 
 def _warn_of_missing_image(loaded: LoadedProfile) -> None:
-    """An apptainer image given as a file that is not here: the nodes usually see the same
-    shared file system as the login node. A URI (docker://, oras://...) or $NAME: not judged."""
+    """An apptainer image (or a pyxis squashfs file) given as a file that is not here: the
+    nodes usually see the same shared file system as the login node. A URI (docker://,
+    oras://...), a registry name or $NAME: not judged. A key the runtime ignores: said."""
     c = loaded.profile.container
-    if c.runtime not in ("apptainer", "singularity") or not c.image or "://" in c.image or "$" in c.image:
+    if c.runtime == "pyxis" and c.home:
+        click.echo(f"slurmtrain: warning: container.home {c.home}: an apptainer/singularity key; pyxis runs with "
+                   "the job's own home (left out of the script)", err=True)
+    # pyxis takes a registry name (nvcr.io#nvidia/pytorch:24.05-py3) or a squashfs file
+    as_file = c.image.endswith(".sqsh") or c.image.startswith(("/", "./", "~")) if c.runtime == "pyxis" else True
+    if c.runtime not in ("apptainer", "singularity", "pyxis") or not c.image or "://" in c.image or "$" in c.image \
+            or not as_file:
         return
     if not Path(c.image).expanduser().exists():
         where = "" if Path(c.image).is_absolute() else f" (a relative path: from {Path.cwd()}, where the job starts)"

@@ -179,6 +179,18 @@ def test_an_apptainer_image_that_is_not_on_this_machine_is_warned_of(tmp_path, m
                       f"path: from {tmp_path}, where the job starts)"]}
 
 
+def test_a_pyxis_squashfs_file_not_here_and_an_apptainer_key_are_warned_of(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pyxis = ["gen", "-p", "aws-p5", "--set", 'container.runtime="pyxis"']
+    said = CliRunner().invoke(main, [*pyxis, "--set", 'container.image="/fsx/images/missing.sqsh"', "--set",
+                                     'container.home="/fsx/home/me"', "--", "python", "x.py"]).stderr
+    assert "container.image /fsx/images/missing.sqsh: no such file on this machine" in said, said
+    assert "container.home /fsx/home/me: an apptainer/singularity key" in said, said
+    named = CliRunner().invoke(main, [*pyxis, "--set", 'container.image="nvcr.io#nvidia/pytorch:24.05-py3"', "--",
+                                      "python", "x.py"]).stderr
+    assert "container.image" not in named, named  # a registry's name: not a file
+
+
 def test_a_bad_value_of_an_option_is_named_as_typed_not_as_a_set_never_typed():
     result = CliRunner().invoke(main, ["gen", "-t", "1h", "--", "python", "x.py"])
     assert result.exit_code == 2 and result.output.startswith("slurmtrain: error: --time 1h: slurm.time: "), \
