@@ -268,7 +268,21 @@ def _state_text(st) -> str:
     text = f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else "")
     if st.state.value == "PENDING" and st.reason == "BeginTime" and st.restarts:
         text += " (Slurm holds a requeued job for about two minutes before it may start again)"
+    elif st.state.value == "PENDING" and st.reason in _NEVER_STARTS:
+        text += f" ({_NEVER_STARTS[st.reason]}: it will not start as it is; cancel it and submit it with that changed)"
     return text
+
+
+# Pending reasons a job does not get past by waiting (Slurm's squeue reasons).
+_NEVER_STARTS = {
+    "PartitionTimeLimit": "its time limit is above the partition's MaxTime (--time)",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows (--nodes)",
+    "AssocMaxWallDurationPerJobLimit": "its time limit is above what the account allows (--time)",
+    "InvalidAccount": "the account is not valid here (slurm.account)",
+    "InvalidQOS": "the QOS is not valid here (slurm.qos)",
+    "QOSMaxWallDurationPerJobLimit": "its time limit is above what the QOS allows (--time)",
+    "QOSMaxNodePerJobLimit": "it asks for more nodes than the QOS allows (--nodes)",
+}
 
 
 def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, str]]:

@@ -266,3 +266,12 @@ def test_watch_of_a_run_cancelled_while_it_waited_to_start_again_ends(tmp_path, 
     for once in (["--once"], ["--interval", "0.1"]):
         result = CliRunner().invoke(main, ["watch", "--runs-dir", str(tmp_path), run.name, *once])
         assert result.exit_code == 1 and "ended: cancelled" in result.output, result.output
+
+
+def test_a_pending_reason_waiting_does_not_get_past_says_what_to_change(tmp_path, fake_slurm):
+    fake_slurm(scontrol="JobId=51 JobState=PENDING Reason=PartitionTimeLimit Requeue=1 Restarts=0 NumNodes=2",
+               sacct=None)
+    run = _run(tmp_path, "long", "51")
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert ("reason: PartitionTimeLimit (its time limit is above the partition's MaxTime (--time): it will not "
+            "start as it is") in out, out
