@@ -24,7 +24,7 @@ from .schema import (ENV_NAME, Frozen, Sources, apply_set, build, field, matches
 
 _SLURM_NAME = matches(r"[A-Za-z0-9_.,:+\-\[\]]+", "a Slurm name (letters, digits, _ . , : + - [ ])")
 _TIME = matches(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE",
-                'a Slurm time such as "90" (minutes), "1:30:00" or "2-00:00:00"')
+                "a Slurm time such as 90 (minutes), 1:30:00 or 2-00:00:00")
 _MEM = matches(r"\d+[KMGT]?", "a Slurm memory size such as 64G or 0")
 _SIGNAL = matches(r"(SIG)?(USR1|USR2|TERM|INT|HUP|QUIT|ALRM|URG|CONT|[0-9]{1,2})",
                   "a signal name such as USR2 or TERM")
@@ -51,7 +51,7 @@ class SlurmSection(Frozen):
     gpu_type: str | None = field("GPU type in --gres (e.g. a100); none: any", None, check=_SLURM_NAME)
     cpus_per_task: int | None = field("CPUs for the one task per node (the srun launcher divides them among its tasks)", None, check=positive)
     mem: str | None = field("memory per node, e.g. 0 (all) or 500G", None, check=_MEM)
-    time: str | None = field("time limit, e.g. 2-00:00:00", None, check=_TIME)
+    time: str | None = field("time limit, e.g. 2-00:00:00, or minutes", None, check=_TIME, int_as_text=True)
     constraint: str | None = field("node features (--constraint)", None)
     exclusive: bool = field("ask for whole nodes", False)
     extra: tuple[str, ...] = field("extra #SBATCH directives, e.g. '--reservation=r1'", (),

@@ -50,9 +50,10 @@ class Frozen:
 
 
 def field(doc: str, default: Any = dataclasses.MISSING, *, check: Check | None = None,
-          factory: Callable[[], Any] | None = None) -> Any:
-    """A dataclass field with a one-line doc (feeds ``--help`` and ``profiles show``)."""
-    meta = {"doc": doc, "check": check}
+          factory: Callable[[], Any] | None = None, int_as_text: bool = False) -> Any:
+    """A dataclass field with a one-line doc (feeds ``--help`` and ``profiles show``);
+    ``int_as_text``: a text field that takes a whole number as its text."""
+    meta = {"doc": doc, "check": check, "int_as_text": int_as_text}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -238,7 +239,10 @@ def build(cls: type, data: Mapping[str, Any], sources: Sources, prefix: str = ""
                 raise ConfigError(sources.of(key), key,
                                   f"required value is missing; expected {_describe(hints[name])}")
             continue
-        value = _convert(hints[name], data[name], key, sources)
+        raw = data[name]
+        if f.metadata.get("int_as_text") and isinstance(raw, int) and not isinstance(raw, bool):
+            raw = str(raw)  # slurm.time = 48: Slurm's minutes, as "48"
+        value = _convert(hints[name], raw, key, sources)
         check = f.metadata.get("check")
         if check is not None and value is not None:
             items = value if isinstance(value, tuple) else (value,)

@@ -282,3 +282,11 @@ def test_infiniband_values_outside_their_verbs_fields_are_refused(key, value):
     with pytest.raises(ConfigError, match=rf"{key}: '{value}' is outside"):
         load_profile("hpc-apptainer", [f'{key}="{value}"'])
     assert load_profile("hpc-apptainer").profile.fabric.env["NCCL_IB_TIMEOUT"] == "22"
+
+
+
+def test_a_time_limit_in_minutes_may_be_a_number():
+    """Slurm takes plain minutes; `slurm.time = 48` was refused as not a string."""
+    assert load_profile("local", ["slurm.time=48"]).profile.slurm.time == "48"
+    with pytest.raises(ConfigError, match="slurm.time: expected a string, got boolean true"):
+        load_profile("local", ["slurm.time=true"])
