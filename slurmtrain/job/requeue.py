@@ -138,11 +138,12 @@ class Requeue:
         if room is None:  # Slurm did not say: leave them out, as asked
             return nodes, []
         parts, pool, shown = room
-        # A job with spares (--no-kill) that lost a node shows fewer nodes; its requeue asks
-        # for all it was given again. (Without spares Slurm may show fewer while it ends the
-        # job on a failed node: that job is not resized, its requeue can be held.)
+        # The requeued job asks for all it was given again, whatever Slurm shows now: a job
+        # with spares (--no-kill) that lost a node shows fewer; one without may too while
+        # Slurm ends it on a failed node (it read as a job of 1, and the requeue left out a
+        # node it could not start without: held for ever, BadConstraints).
         shrunk = bool(self.cfg.spare_nodes) and shown < self.allocated()
-        need = self.allocated() if shrunk else shown
+        need = max(shown, self.allocated())
         already = set(self.slurm.excluded() or [])
         others = [n for n in pool if n not in already]
         spare = max(len(others) - need, 0)

@@ -1660,6 +1660,19 @@ def test_without_spares_a_job_slurm_shows_smaller_still_leaves_the_dead_node_out
     assert rig.slurm.excluded == "n2" and "requeuehold" in rig.slurm.names()
 
 
+def test_a_job_slurm_shows_smaller_as_it_ends_it_is_not_left_too_few_nodes(rig):
+    """A walk-through's race: n2 was excluded already (the ledger), the job of 2 ran on n1 n3
+    of a partition of three, n3's link went down and Slurm, ending the job for the node
+    failure, showed it with 1 node. Read as a job of 1, n3 was left out too: the requeue
+    could never start (BadConstraints, for ever). It needs 2, so it waits for n3."""
+    rig.slurm.partition = ["n1", "n2", "n3"]
+    rig.slurm.nodes, rig.slurm.excluded, rig.slurm.num_nodes = ["n1", "n3"], "n2", 1
+    rig.task = [Plan([(1, arrive("n1", "n3")), (10, dies("n3")), (10, exits(1))])]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.slurm.excluded == "n2" and rig.event("requeue")["waits_for"] == "n3"
+    assert "not leaving out n3: partition debug has 2 node(s) for a job of 2" in rig.said()
+
+
 def test_a_partition_with_room_leaves_the_dead_node_out(rig):
     rig.slurm.partition = ["n1", "n2", "n7"]
     rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(1))])]
