@@ -45,6 +45,7 @@ _requested = False  # set by the signal handler; never cleared (a stop is a stop
 _reason = ""
 _installed = False
 _stop_file_checked = float("-inf")  # time.monotonic() of the last look at the stop file
+_last_metrics: tuple[float, int] | None = None  # (time.monotonic(), step) of the last metrics()
 
 
 def in_job() -> bool:
@@ -223,16 +224,23 @@ def metrics(step: int, total_steps: int | None = None, **values: float) -> None:
     ``metrics.jsonl``, which ``slurmtrain watch`` (step of total, loss, ETA), ``status``
     (a sweep's points) and ``plot`` read as they read the built-in trainer's. Known keys:
     ``loss``, ``eval_loss`` (an evaluation's own line), ``lr``, ``tokens_per_s`` and
-    ``step_time`` (seconds a step takes: the ETA); any other number is kept. A value that
+    ``step_time`` (seconds a step takes: the ETA, and status's slow stretches; from the time
+    since the last call where not given); any other number is kept. A value that
     is not a number is left out (a tensor: pass ``.item()``)."""
     if not in_job() or rank() != 0:
         return
     import json
     from ..runfiles import METRICS_FILE
 
+    global _last_metrics
     record: dict = {"step": int(step), **({"total_steps": int(total_steps)} if total_steps else {})}
     record.update({k: float(v) if isinstance(v, float) else v for k, v in values.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    now = time.monotonic()
+    if "step_time" not in record and _last_metrics is not None and int(step) > _last_metrics[1]:
+        # the time a step takes since the last call: the ETA, and status's slow stretches
+        record["step_time"] = round((now - _last_metrics[0]) / (int(step) - _last_metrics[1]), 4)
+    _last_metrics = (now, int(step))
     record["time"] = round(time.time(), 3)
     with open(Path(os.environ["SLURMTRAIN_RUN_DIR"]) / METRICS_FILE, "a") as f:  # a short line: appends stay whole
         f.write(json.dumps(record) + "\n")
@@ -269,5 +277,6 @@ def leave(code: int = STOP_EXIT_CODE) -> None:
 
 
 def _reset_for_tests() -> None:
-    global _requested, _reason, _installed, _stop_file_checked
+    global _requested, _reason, _installed, _stop_file_checked, _last_metrics
     _requested, _reason, _installed, _stop_file_checked = False, "", False, float("-inf")
+    _last_metrics = None

@@ -113,6 +113,20 @@ def test_metrics_are_the_runs_metrics_that_watch_and_plot_read(job, monkeypatch)
     assert (snap.step, snap.total, snap.eta_s) == (10, 100, 45.0)
 
 
+def test_metrics_without_a_step_time_take_it_from_the_calls_themselves(job, monkeypatch):
+    """A step's time is what the ETA and status's slow stretches read (runs/pace.py): a
+    program that passes none gets the time since its last call, per step."""
+    from slurmtrain.runs import progress
+
+    clock = iter([100.0, 102.0, 112.0])
+    monkeypatch.setattr(stop.time, "monotonic", lambda: next(clock))
+    stop.metrics(10, 100, loss=3.0)
+    stop.metrics(12, 100, loss=2.9)   # 2 steps in 2 s
+    stop.metrics(13, 100, loss=2.8)   # 1 step in 10 s: a slow one
+    train, _ = progress.read_metrics(job)
+    assert [r.get("step_time") for r in train] == [None, 1.0, 10.0]
+
+
 def test_no_events_outside_a_job(job, monkeypatch, tmp_path):
     monkeypatch.delenv("SLURMTRAIN_RUN_DIR")
     monkeypatch.chdir(tmp_path)
