@@ -5,6 +5,7 @@ Light to import: the sandbox library is loaded inside each command.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import click
@@ -98,6 +99,9 @@ def env() -> None:
     click.echo(f"export SLURM_CONF={shlex.quote(str(lib.state_dir() / 'slurm.conf'))}")
 
 
+_TC_RATE = re.compile(r"\d+(\.\d+)?([kmgt]?(bit|bps))", re.I)  # tc's rates: 10mbit, 500kbit, 1gbit, 2mbps
+
+
 @sandbox.command()
 @click.argument("node")
 @click.argument("what", type=click.Choice(["link-down", "link-up", "slow-link", "heal", "power-off", "power-on"]))
@@ -118,20 +122,23 @@ def fault(node: str, what: str, seconds: float | None, rate: str) -> None:
     """
     from .. import sandbox as lib
     from ..errors import UsageError
-    from ..sandbox import netns
+    from ..sandbox import daemons, netns
     from ..sandbox.layout import Layout
 
     info = lib.status()
     if info is None:
         raise UsageError(f"sandbox fault: no sandbox runs in {lib.state_dir()}")
+    if node not in info.nodes:
+        raise UsageError(f"sandbox fault: no node {node!r} (the nodes: {' '.join(info.nodes)})")
     if not info.settings.network:
         raise UsageError("sandbox fault: the sandbox's nodes share this machine's loopback; faults through the "
                          "network need networked nodes: `slurmtrain sandbox down`, then `slurmtrain sandbox up "
                          "--network`")
-    if node not in info.nodes:
-        raise UsageError(f"sandbox fault: no node {node!r} (the nodes: {' '.join(info.nodes)})")
     if seconds is not None and what != "link-down":
         raise UsageError("sandbox fault: --for goes with link-down")
+    if what == "slow-link" and not _TC_RATE.fullmatch(rate):
+        raise UsageError(f"sandbox fault: --rate {rate!r}: expected a rate as tc takes it, such as 10mbit, 500kbit "
+                         "or 1gbit")
     layout = Layout(info.state_dir)
     if what == "power-on":
         netns.fault(layout, list(info.nodes), node, "heal")
@@ -139,3 +146,11 @@ def fault(node: str, what: str, seconds: float | None, rate: str) -> None:
         click.echo(f"sandbox: {node} is on: its link up, its slurmd started")
         return
     click.echo("sandbox: " + netns.fault(layout, list(info.nodes), node, what, rate, seconds))
+    if what == "heal" and daemons.slurmd_name(node) not in info.pids:
+        click.echo(f"sandbox: {node}'s slurmd is not running (powered off): `slurmtrain sandbox fault {node} "
+                   "power-on` starts it")
+    elif what == "heal" and info.node_states.get(node) not in daemons.READY_STATES:
+        # Slurm marked it down while its link was: a node mended is taken back in service, as
+        # power-on's is (its slurmd's next registration alone did not always, for minutes).
+        daemons.resume_nodes(layout, [node])
+        click.echo(f"sandbox: {node} was {info.node_states.get(node, 'not responding')} to Slurm: resumed")

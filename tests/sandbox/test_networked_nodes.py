@@ -185,6 +185,8 @@ def test_sandbox_faults_cut_slow_and_heal_a_nodes_link(sandbox_networked, tmp_pa
         cli(tmp_path, "sandbox", "fault", "stnode2", "heal")
     bad = cli(tmp_path, "sandbox", "fault", "stnode9", "link-down")
     assert bad.returncode == 2 and "no node 'stnode9' (the nodes: stnode1 stnode2 stnode3)" in bad.stderr, bad.stderr
+    rate = cli(tmp_path, "sandbox", "fault", "stnode2", "slow-link", "--rate", "fast")
+    assert rate.returncode == 2 and "--rate 'fast': expected a rate as tc takes it" in rate.stderr, rate.stderr
 
 
 def test_doctor_names_the_node_on_a_slow_link(sandbox_networked, tmp_path):

@@ -195,3 +195,6 @@ def test_a_fault_through_the_network_needs_networked_nodes(sandbox):
                           capture_output=True, text=True, timeout=60, env=os.environ)
     assert proc.returncode == 2 and "need networked nodes: `slurmtrain sandbox down`" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+    unknown = subprocess.run([sys.executable, "-m", "slurmtrain", "sandbox", "fault", "stnode9", "link-down"],
+                             capture_output=True, text=True, timeout=60, env=os.environ)
+    assert unknown.returncode == 2 and "no node 'stnode9'" in unknown.stderr, unknown.stderr  # named first

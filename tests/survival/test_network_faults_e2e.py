@@ -168,6 +168,9 @@ def test_the_batch_host_powered_off_mid_run_is_a_node_failure_and_the_run_resume
     saved = named(run, "checkpoint_saved")[-1]["step"]
     off = run_cli(["sandbox", "fault", host, "power-off"], cwd=workdir)
     assert f"{host} is off" in off.stdout, off.stdout + off.stderr
+    healed = run_cli(["sandbox", "fault", host, "heal"], cwd=workdir)  # a link mended is no machine started
+    assert f"{host}'s slurmd is not running (powered off): `slurmtrain sandbox fault {host} power-on`" \
+        in healed.stdout, healed.stdout
     try:
         assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
     finally:
