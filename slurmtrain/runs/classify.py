@@ -162,6 +162,10 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
     if name == Ev.RELAUNCHED:
         return _relaunched(e)
+    if name == Ev.NODES_LOST and e.get("spares") == "none":
+        # no spare took their place: the requeue's line says whether they are left out or waited for
+        idle = f" ({e['left']} idle)" if e.get("left") else ""
+        return f"node(s) {e.get('nodes')} lost (dead, down, or failing again and again); no spare took their place{idle}"
     if name == Ev.NODES_LOST and e.get("why") == "straggler":
         return f"{e.get('nodes')} left out of the job (a straggler); spare in its place: {e.get('spares')}"
     if name == Ev.RESUMED:

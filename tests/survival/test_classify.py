@@ -182,3 +182,15 @@ def test_a_plain_scancel_while_waiting_to_start_again_ends_the_run_cancelled(tmp
     out = classify.classify(run, "CANCELLED by 0", 0)
     assert (out.kind, out.final, out.step) == (classify.CANCELLED, True, 124)
     assert out.detail.startswith("Slurm says CANCELLED (exit code 0) while it waited to start again (preempted")
+
+
+
+def test_nodes_lost_with_no_spare_do_not_read_as_left_out_before_a_requeue_that_waits_for_them(tmp_path):
+    """It said "left out of the job ... spare(s) in their place: none" and then "requeueing,
+    to start when stnode3 is back in service": the node was not left out."""
+    run = write(tmp_path, "submitted", START, ("nodes_lost", {"nodes": "stnode3", "spares": "none", "left": 0}),
+                ("requeue", {"exit_code": 1, "waits_for": "stnode3"}))
+    lines = classify.history(run)
+    assert lines[-2].endswith("node(s) stnode3 lost (dead, down, or failing again and again); no spare took their "
+                              "place"), lines
+    assert "left out" not in lines[-2]
