@@ -136,7 +136,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         return f"submitted as job {e.get('job_id')} (with sbatch, not slurmtrain submit)"
     if name == Ev.STARTED:
         again = f" (restart {e['restart']})" if e.get("restart") else ""
-        return f"job {e.get('job_id')} started on {e.get('nodes', '?')}{again}"
+        spares = f"; spare(s), idle until needed: {e['spares']}" if e.get("spares") else ""
+        return f"job {e.get('job_id')} started on {e.get('nodes', '?')}{again}{spares}"
     if eventlog.is_script_finished(e):
         return ("the job finished (exit 0)" if not e.get("launch_exit") else
                 f"the job finished (exit 0): the program had finished, its launch exited {e['launch_exit']} after")

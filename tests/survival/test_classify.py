@@ -194,3 +194,5 @@ def test_nodes_lost_with_no_spare_do_not_read_as_left_out_before_a_requeue_that_
     assert lines[-2].endswith("node(s) stnode3 lost (dead, down, or failing again and again); no spare took their "
                               "place"), lines
     assert "left out" not in lines[-2]
+    spare = write(tmp_path, "submitted", ("started", {"restart": 0, "nodes": "n1 n2 n3", "spares": "n3"}))
+    assert classify.history(spare)[-1].endswith("started on n1 n2 n3; spare(s), idle until needed: n3")
