@@ -21,7 +21,6 @@ callback warns at the start of training when the newest folder is incomplete.
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -51,7 +50,6 @@ class StopCallback(TrainerCallback):
 
     def __init__(self):
         stop.install()
-        self._last_log: tuple[float, int] | None = None  # (time, step) of the last on_log
         self._stopping = False
         self._saved_since_stop = False
 
@@ -79,19 +77,14 @@ class StopCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """The Trainer's logged numbers as the run's metrics (`slurmtrain watch`, `plot`):
-        loss, learning rate, an evaluation's loss; a step's time from the steps since the
-        last log."""
+        loss, learning rate, an evaluation's loss (a step's time: stop.metrics, from the
+        steps since the last log)."""
         logs = logs or {}
-        now, step = time.monotonic(), state.global_step
-        per_step = ((now - self._last_log[0]) / (step - self._last_log[1])
-                    if self._last_log is not None and step > self._last_log[1] else None)
-        self._last_log = (now, step)
-        values = {"loss": logs.get("loss"), "lr": logs.get("learning_rate"), "grad_norm": logs.get("grad_norm"),
-                  "step_time": per_step}
+        values = {"loss": logs.get("loss"), "lr": logs.get("learning_rate"), "grad_norm": logs.get("grad_norm")}
         if "eval_loss" in logs:
             values = {"eval_loss": logs["eval_loss"]}
         if any(v is not None for v in values.values()):
-            stop.metrics(step, state.max_steps or None, **{k: v for k, v in values.items() if v is not None})
+            stop.metrics(state.global_step, state.max_steps or None, **{k: v for k, v in values.items() if v is not None})
         return control
 
     def on_save(self, args, state, control, **kwargs):
