@@ -134,12 +134,15 @@ def test_tokenize_then_train_then_export_with_no_one_between(tmp_path):
 def test_a_resubmitted_link_waits_again_for_the_link_before_it(tmp_path):
     """A chain whose first link failed: fixed and resubmitted, the link after it, resubmitted
     too, waits for that new job (it ran at once, on the first link's half-made output)."""
-    flag, made = tmp_path / "fixed", tmp_path / "made-by-up"
+    flag, made, go = tmp_path / "fixed", tmp_path / "made-by-up", tmp_path / "go"
+    # `up` ends only once `down` waits for it (a run that already failed cannot be waited for)
     up = submit(tmp_path, *ONE, "--name", "up", *py(
-        f"import pathlib, sys, time; pathlib.Path({str(flag)!r}).exists() or sys.exit(3); time.sleep(6); "
+        f"import pathlib, sys, time\nfor _ in range(3000):\n    if pathlib.Path({str(go)!r}).exists(): break\n"
+        f"    time.sleep(0.1)\npathlib.Path({str(flag)!r}).exists() or sys.exit(3)\ntime.sleep(6)\n"
         f"pathlib.Path({str(made)!r}).touch()"))
     down = submit(tmp_path, *ONE, "--name", "down", "--after", up, *py(
         f"import pathlib, sys; sys.exit(0 if pathlib.Path({str(made)!r}).exists() else 5)"))
+    go.touch()
     wait_final(tmp_path, [up, down], timeout=120)
     early = cli(tmp_path, "resubmit", down)
     assert early.returncode == 2 and f"submitted to start after {up}, and run {up} ended" in early.stderr, early.stderr

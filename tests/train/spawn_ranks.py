@@ -126,15 +126,21 @@ def report(failed: dict[int, int]) -> int:
 
 def through_server(path: str, n: int, argv: list[str]) -> int:
     """Have rank_server.py at ``path`` run it; its exit status (negative: a signal)."""
+    # The signals are held from the start: the ranks may be up (and a test signal this process)
+    # before the server's pid line is read; one that came meanwhile is passed on then.
+    run: dict[str, int] = {}
+    held: list[int] = []
+    for sig in FORWARDED:
+        signal.signal(sig, lambda s, _f: os.kill(run["pid"], s) if "pid" in run else held.append(s))
     request = json.dumps({"n": n, "argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     socket.send_fds(conn, [struct.pack("!Q", len(request))], [0, 1, 2])
     conn.sendall(request)
     reader = conn.makefile("r")
-    pid = int(reader.readline().split()[1])
-    for sig in FORWARDED:
-        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    run["pid"] = int(reader.readline().split()[1])
+    for s in held:
+        os.kill(run["pid"], s)
     line = reader.readline()
     if not line.startswith("exit "):
         print(f"spawn_ranks: rank_server.py ended without the run's status ({line!r})", file=sys.stderr)
@@ -152,9 +158,15 @@ def main(argv: list[str]) -> int:
         return 2
     if server:
         return through_server(server, int(argv[0]), argv[2:])
-    procs = start(int(argv[0]), argv[1:])
+    procs: list = []
+    held: list[int] = []  # signals that came before the ranks were all started: passed on then
     for sig in FORWARDED:
-        signal.signal(sig, lambda s, _f: [p.send_signal(s) for p in procs if p.poll() is None])
+        signal.signal(sig, lambda s, _f: [p.send_signal(s) for p in procs if p.poll() is None] if procs
+                      else held.append(s))
+    procs.extend(start(int(argv[0]), argv[1:]))
+    for s in held:
+        for p in procs:
+            p.send_signal(s)
     return report(supervise(procs))
 
 
