@@ -30,12 +30,13 @@ def adopt(run_dir: Path, job: Job, slurm: Slurm, batch_log: Path | None, env: di
     if job.array_task is not None or (run_dir / MANIFEST).exists() or not run_dir.name.endswith(f"-{job.job_id}"):
         return False
     shown = slurm.show_job() or {}
+    submitted = _iso(shown.get("SubmitTime"))  # where the run's wait in the queue began (goodput)
     manifest = {
         "slurmtrain_version": __version__,
         "name": run_dir.name,
         "job_name": env.get("SLURM_JOB_NAME") or shown.get("JobName"),
         "run_dir": str(run_dir),
-        "created_at": _iso(shown.get("SubmitTime")) or _iso_now(),
+        "created_at": submitted or _iso_now(),
         "submitted_by": "sbatch",
         "submit_cwd": env.get("SLURM_SUBMIT_DIR") or shown.get("WorkDir"),
         "nodes": _int(env.get("SLURM_JOB_NUM_NODES") or shown.get("NumNodes", "").split("-")[0]),
@@ -43,7 +44,7 @@ def adopt(run_dir: Path, job: Job, slurm: Slurm, batch_log: Path | None, env: di
         "array": None,
         "state": "submitted",
         "job_ids": [job.job_id],
-        "submitted_at": _iso(shown.get("SubmitTime")) or _iso_now(),
+        "submitted_at": submitted or _iso_now(),
         "batch_logs": {job.job_id: str(batch_log)} if batch_log else {},  # where sbatch's --output put it
     }
     try:
@@ -51,7 +52,6 @@ def adopt(run_dir: Path, job: Job, slurm: Slurm, batch_log: Path | None, env: di
             json.dump(manifest, f, indent=2)
     except OSError:
         return False
-    submitted = _iso(shown.get("SubmitTime"))  # where the run's wait in the queue began (goodput)
     events.append(run_dir, Ev.SUBMITTED, datetime.fromisoformat(submitted).timestamp() if submitted else None,
                   job_id=job.job_id, by="sbatch")
     script = run_dir / SCRIPT

@@ -11,7 +11,6 @@ events record no end. Pure: reads files only, never asks Slurm.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from signal import Signals
@@ -20,7 +19,7 @@ from typing import Any
 from .. import eventlog
 from ..eventlog import (CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, REQUEUED, RUNNING,  # noqa: F401,E501
                         STOPPED_UNSAVED, TIME_LIMIT, UNKNOWN, USER_ERROR, WATCHDOG, Ev, Outcome)
-from .rundir import MANIFEST, events_of
+from .rundir import RunDir, events_of
 
 # Slurm's word for how a job ended -> our kind, where it says more than the events can.
 _SLURM_KIND = {"NODE_FAIL": NODE_FAILURE, "BOOT_FAIL": NODE_FAILURE, "TIMEOUT": TIME_LIMIT,
@@ -242,10 +241,7 @@ def history(run_dir: str | Path) -> list[str]:
 
 
 def _point_task(run_dir: str | Path) -> int | None:
-    try:
-        made = json.loads((Path(run_dir) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
+    made = RunDir(Path(run_dir)).manifest()
     task = made.get("array_task") if made.get("in_sweep") else None
     return task if isinstance(task, int) else None
 

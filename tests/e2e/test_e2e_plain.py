@@ -66,9 +66,9 @@ def test_the_stop_signal_reaches_the_plain_scripts_program_not_its_shell(tmp_pat
     """#SBATCH --signal=B: signals the batch shell, which a plain script leaves untrapped: it
     died of the USR2 at the warning (the job FAILED two minutes early and the program never
     heard). The plain script has Slurm signal the program's processes instead."""
-    code = ("import signal, time, sys\n"
+    code = ("import signal, sys\n"
             "signal.signal(signal.SIGUSR2, lambda *_: (print('got the stop signal', flush=True), sys.exit(0)))\n"
-            "time.sleep(170)\n")
+            "signal.pause()\n")  # until the signal; without it, the time limit ends the job (TIMEOUT)
     gen = cli(tmp_path, "gen", "--plain", "--profile", "local", "--launcher", "srun", "--nodes", "1",
               # the warning due 75 s in, well after the handler is installed (Slurm may send one
               # due within its 30-second tick at once)
