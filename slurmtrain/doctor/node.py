@@ -190,20 +190,61 @@ def _ring_pairs(dist, x, seconds: float, names: list[str]) -> dict[str, float]:
     return out
 
 
+PROBE_BYTES = 64 * 2 ** 10  # the smallest message: its all-reduce sizes the real one
+
+
+def message_bytes(probe_s: float, seconds: float, size_mb: float) -> int:
+    """The all-reduce's message: ``size_mb``, or less where one all-reduce of it would take
+    more than half of ``seconds`` at the probe's pace (a power of two, at least the probe).
+    A 4 MiB message over a 1 Mbit/s link takes half a minute a collective: the warm-up
+    alone would outlast the group's timeout and the verdict would blame a node that only
+    waited. (The probe's time includes the per-message latency, so scaling it up
+    overestimates: a loaded loopback keeps the full size.)"""
+    full = int(size_mb * 2 ** 20) // 4 * 4
+    fits = PROBE_BYTES * seconds / 2 / probe_s if probe_s > 0 else full
+    if fits >= full:
+        return full
+    size = PROBE_BYTES
+    while size * 2 <= fits:
+        size *= 2
+    return min(size, full)
+
+
+def _probe(dist, dev) -> float:
+    """Seconds one all-reduce of :data:`PROBE_BYTES` takes, the slowest rank's (the same
+    figure on every rank, so every rank picks the same message size)."""
+    import torch
+    x = torch.ones(PROBE_BYTES // 4, dtype=torch.float32, device=dev)
+    dist.all_reduce(x)
+    times = []
+    for _ in range(3):  # the fastest of three: a busy machine's hiccup is not the link
+        start = time.perf_counter()
+        dist.all_reduce(x)
+        if x.is_cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    took = torch.tensor([min(times)], dtype=torch.float64)
+    dist.all_reduce(took, op=dist.ReduceOp.MAX)
+    return float(took)
+
+
 def check_allreduce(dist, seconds: float, size_mb: float) -> dict:
     """Bus bandwidth as nccl-tests reports it: algbw = bytes / time, busbw = algbw * 2(n-1)/n;
     over all nodes, then each node with its ring neighbours."""
     import torch
     n = dist.get_world_size()
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
-    x = torch.ones(int(size_mb * 2 ** 20) // 4, dtype=torch.float32, device=dev)
+    nbytes = message_bytes(_probe(dist, dev), seconds, size_mb)
+    x = torch.ones(nbytes // 4, dtype=torch.float32, device=dev)
     busbw, iters = _bus_bw(dist, x, seconds)
     names: list = [None] * n
     dist.all_gather_object(names, os.environ.get("SLURMD_NODENAME") or socket.gethostname())
     pairs = _ring_pairs(dist, x, seconds / 2, names)
-    return {"ok": True, "value": busbw, "figure": f"{busbw:.3f} GB/s busbw ({size_mb:g} MiB x {iters}, {n} nodes)",
+    size = f"{nbytes / 2 ** 20:g} MiB" if nbytes >= 2 ** 20 else f"{nbytes / 2 ** 10:g} KiB"
+    slow = f"; {size_mb:g} MiB too slow here" if nbytes < message_bytes(0, seconds, size_mb) else ""
+    return {"ok": True, "value": busbw, "figure": f"{busbw:.3g} GB/s busbw ({size} x {iters}, {n} nodes{slow})",
             "data": {"busbw_gbps": busbw, "algbw_gbps": busbw * n / (2 * (n - 1)) if n > 1 else 0.0,
-                     "bytes": x.numel() * 4, "iterations": iters, "pairs_busbw_gbps": pairs,
+                     "bytes": nbytes, "iterations": iters, "pairs_busbw_gbps": pairs,
                      "backend": "nccl" if dev.type == "cuda" else "gloo", "world": n}}
 
 

@@ -350,10 +350,10 @@ def test_gate_requeues_without_the_failing_node(tmp_path):
     assert "preflight_failed" in names and "preflight_passed" not in names and "finished" not in names
 
 
-def _ring(bw: dict[tuple[str, str], float]) -> list[report.Row]:
+def _ring(bw: dict[tuple[str, str], float], busbw: float = 1.0) -> list[report.Row]:
     """The report of a ring whose pairs measured ``bw`` (each pair recorded by both its nodes)."""
     nodes = sorted({n for pair in bw for n in pair})
-    results = {n: node_result(n) for n in nodes}
+    results = {n: node_result(n, busbw=busbw) for n in nodes}
     for n in nodes:
         results[n]["results"]["allreduce"]["data"]["pairs_busbw_gbps"] = {
             (b if a == n else a): v for (a, b), v in bw.items() if n in (a, b)}
@@ -364,7 +364,7 @@ def test_pairwise_allreduce_names_the_node_on_the_slow_link():
     # ring n1-n2-n3-n4-n1; n3's links are slow
     rows = _ring({("n1", "n2"): 1.0, ("n2", "n3"): 0.3, ("n3", "n4"): 0.3, ("n4", "n1"): 1.1})
     assert {n: v for (n, _), v in verdicts(rows).items()} == {"n1": PASS, "n2": PASS, "n3": WARN, "n4": PASS}
-    assert "slow link: pairs with n2 0.300, with n4 0.300" in next(r.detail for r in rows if r.node == "n3")
+    assert "slow link: pairs with n2 0.3, with n4 0.3 GB/s" in next(r.detail for r in rows if r.node == "n3")
 
 
 def test_on_three_nodes_the_slow_node_is_named_though_most_pairs_are_its():
@@ -380,6 +380,36 @@ def test_two_slow_neighbours_are_both_named_and_an_evenly_slow_ring_is_not():
     assert {n: v for (n, _), v in verdicts(rows).items()} == {"n1": WARN, "n2": WARN, "n3": PASS, "n4": PASS}
     even = _ring({("n1", "n2"): 0.1, ("n2", "n3"): 0.1, ("n3", "n1"): 0.1})
     assert set(verdicts(even).values()) == {PASS}
+
+
+def test_the_message_shrinks_to_what_a_slow_link_carries_in_time():
+    """The probe's 64 KiB all-reduce sizes the real one: on loopback (0.1 ms) the full
+    4 MiB; at 1 Mbit/s (0.7 s) 64 KiB, where 4 MiB took half a minute a collective and the
+    warm-up outlasted the group's 60 s timeout (walk-through G: doctor never finished)."""
+    from slurmtrain.doctor.node import PROBE_BYTES, message_bytes
+    assert message_bytes(0.0001, 2, 4) == 4 * 2 ** 20
+    assert message_bytes(0.01, 2, 4) == 4 * 2 ** 20        # a loaded loopback: 4 MiB in ~0.6 s at most
+    assert message_bytes(0.7, 1, 4) == PROBE_BYTES
+    assert message_bytes(0.05, 2, 4) == 2 ** 20            # 64 KiB * 2 / 2 / 0.05 = 1.25 MiB, down to a power of 2
+    assert message_bytes(0.0, 2, 4) == 4 * 2 ** 20          # no probe figure: the size asked for
+    assert message_bytes(0.5, 1, 0.01) == 10484             # never more than asked
+
+
+def test_a_network_too_slow_for_training_is_warned_of_without_a_profile_figure():
+    """Two nodes (no ring pairs to compare) over a 1 Mbit/s link, no expected_busbw_gbps:
+    the figure alone says it. The loopback sandbox's figures stay far above the floor."""
+    results = {n: node_result(n, busbw=0.000125) for n in ("n1", "n2")}
+    rows = report.rows(["n1", "n2"], results, ("allreduce",), Expect())
+    assert {r.verdict for r in rows} == {WARN}
+    assert "a slow network: 1.0 Mbit/s busbw" in rows[0].detail
+    fine = report.rows(["n1", "n2"], {n: node_result(n, busbw=0.3) for n in ("n1", "n2")}, ("allreduce",), Expect())
+    assert {r.verdict for r in fine} == {PASS}
+    # Three nodes, one on a 1 Mbit/s link: the ring's figure is the slow node's, and the
+    # others' fast pair clears them; an evenly slow ring is a slow network for every node.
+    one_slow = _ring({("n1", "n2"): 0.0001, ("n2", "n3"): 0.0001, ("n3", "n1"): 0.5}, busbw=0.0001)
+    assert {n: v for (n, _), v in verdicts(one_slow).items()} == {"n1": PASS, "n2": WARN, "n3": PASS}
+    even = _ring({("n1", "n2"): 0.0001, ("n2", "n3"): 0.0001, ("n3", "n1"): 0.0001}, busbw=0.0001)
+    assert {v for v in verdicts(even).values()} == {WARN}
 
 
 @pytest.mark.slow
