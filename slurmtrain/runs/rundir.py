@@ -200,14 +200,18 @@ def _is_path(ref: str) -> bool:
     return os.sep in ref or ref.startswith(("~", "."))
 
 
-def _task_job_ids(run: RunDir) -> set[str]:
+def _task_job_ids(run: RunDir) -> dict[str, RunDir]:
     """The own job ids of a job array's tasks (each task's job script writes its own in
-    `started`); empty for a run that is no array, without reading its events."""
+    `started`), each to the run it names: the run, or a sweep's point (its task wrote its
+    events in the point's directory); empty for a run that is no array, without reading
+    its events."""
     if run.array_size is None:
-        return set()
+        return {}
     from .. import events  # only for arrays: most lookups never get here
 
-    return {str(e["job_id"]) for e in events.read(run.path) if e.get("event") == "started" and "job_id" in e}
+    points = [RunDir(run.path / POINTS / p["label"]) for p in (run.manifest().get("sweep") or {}).get("points", [])]
+    return {str(e["job_id"]): where for where in [run, *points] for e in events.read(where.path)
+            if e.get("event") == "started" and "job_id" in e}
 
 
 def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
@@ -257,10 +261,13 @@ def _match(ref: str, runs: list[RunDir], where: str) -> RunDir | None:
     task = re.fullmatch(r"(\d+)_\d+", ref)  # an array task as squeue shows it: <array id>_<task>
     job_id = task[1] if task else ref
     if job_id.isdigit():
-        by_job = [r for r in runs if job_id in r.job_ids] or [r for r in runs if job_id in _task_job_ids(r)]
+        by_job = [r for r in runs if job_id in r.job_ids]
         if by_job:
             run = RunDir(by_job[-1].path.absolute())
             return (_point_of_task(run, ref) if task else None) or run
+        for r in reversed(runs):  # a task's own id (sacct's JobIDRaw, scontrol's JobId)
+            if (own := _task_job_ids(r).get(job_id)) is not None:
+                return RunDir(own.path.absolute())
     by_name = [r for r in runs if r.name == ref] or [r for r in runs if r.manifest().get("job_name") == ref]
     if by_name:
         return RunDir(by_name[-1].path.absolute())  # the latest run of that name

@@ -334,3 +334,23 @@ def test_a_point_is_resubmitted_while_the_sweeps_other_points_are_still_queued(t
     assert [tasks for _, tasks in sent] == [(0,)] and "--array=0%1" in sent[0][0], sent  # --max-parallel kept
     with pytest.raises(UsageError, match=r"its task 12_1 is still PENDING"):
         resub.resubmit(rundir.RunDir(sweep.path / "points" / labels[1]))
+
+
+def test_a_sweeps_point_is_found_by_its_tasks_own_job_id(tmp_path):
+    """`status 14`, task 1's own id (sacct's JobIDRaw, its batch log's name): the point's
+    task wrote its events in the point's directory, so the sweep's own events have none
+    of it and the id was unknown; it names the point, as `status 12_1` does."""
+    sweep = rundir.create(tmp_path, "sw")
+    sweep.update_manifest(recipe="tiny-demo", array=2, job_ids=["12"], state="submitted",
+                          sweep={"points": [{"label": "lr=1e-3"}, {"label": "lr=3e-3"}]})
+    for task, label, own in ((0, "lr=1e-3", "13"), (1, "lr=3e-3", "14")):
+        point = rundir.RunDir(sweep.path / "points" / label)
+        (point.path / "logs").mkdir(parents=True)
+        point.update_manifest(name=label, in_sweep=sweep.name, sweep_dir=str(sweep.path), array_task=task,
+                              job_ids=[f"12_{task}"], state="submitted")
+        events.append(point.path, "started", array_task=task, array_job_id="12", job_id=own, restart=0,
+                      array_tasks=2, nodes="stnode1")
+    assert rundir.resolve("14", tmp_path).path == (sweep.path / "points" / "lr=3e-3").absolute()
+    assert rundir.resolve("13", tmp_path).path == (sweep.path / "points" / "lr=1e-3").absolute()
+    assert rundir.resolve("12_1", tmp_path).path == (sweep.path / "points" / "lr=3e-3").absolute()
+    assert rundir.resolve("12", tmp_path).path == sweep.path.absolute()
