@@ -31,10 +31,10 @@ def gen(plain: bool, **opts) -> None:
 
     loaded, job = build_job("gen", regen_args=sys.argv[2:], **opts)
     job = dataclasses.replace(job, plain=plain)
-    check_job(loaded, job)
+    recipe_notes = check_job(loaded, job)
     check_deepspeed_config(loaded, job)
     script = render(loaded, job)
-    warn_about_command(loaded, job)
+    warn_about_command(loaded, job, recipe_notes)
     click.echo(script, nl=False)
 
 

@@ -144,9 +144,11 @@ def _deepspeed_configs(command: tuple[str, ...]) -> list[str]:
     return out
 
 
-def warn_about_command(loaded: LoadedProfile, job: JobSpec) -> None:
-    """Once the job passed its checks: what in the command, or the image it runs in, will
-    not run as the user expects."""
+def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: list[str] = ()) -> None:
+    """Once the job passed its checks: what in the command, its recipe (``recipe_notes``,
+    from the job's check), or the image it runs in, will not run as the user expects."""
+    for note in recipe_notes:
+        click.echo(f"slurmtrain: warning: {note}", err=True)
     _warn_of_missing_image(loaded)
     script = _program_file(job)
     if loaded.profile.container.runtime == "none":  # in a container the image may hold them: not judged

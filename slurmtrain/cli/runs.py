@@ -37,9 +37,10 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         return
     rows = track.statuses(found, with_events=False)
     from ..runs import sweeps
-    for run, st in zip(found, rows):  # a sweep is one line: its points counted by state
+    for run, st in zip(found, rows):  # a sweep is one line: its points counted by state (--json: each)
         if sweeps.points(run):
-            st.outcome = sweeps.counts(sweeps.rows(run, st.tasks))
+            st.sweep = sweeps.rows(run, st.tasks)
+            st.outcome = sweeps.counts(st.sweep)
     if as_json:
         for st in rows:
             click.echo(json.dumps({**st.to_json(), "tracking": _tracking_json(st)}))

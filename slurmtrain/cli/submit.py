@@ -61,7 +61,7 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     afters = chain_of(runs_dir, after, after_ok, after_any)
     # Before the run directory exists and anything is queued. In a chain the runs waited
     # for may write the corpus or checkpoint the job reads: those are checked at its start.
-    check_job(loaded, job, files_later=bool(afters))
+    recipe_notes = check_job(loaded, job, files_later=bool(afters))
     check_deepspeed_config(loaded, job)
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
     from ..render import short_time_limit
@@ -71,7 +71,7 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     if not afters:  # a run waited for may write it
         refuse_missing_program(loaded, job)
     done = submit_job(loaded, job, runs_dir, after=afters)
-    warn_about_command(loaded, job)  # once sbatch took it: a refusal says all
+    warn_about_command(loaded, job, recipe_notes)  # once sbatch took it: a refusal says all
     cli, hint = follow_up(runs_dir)
     from ..runs.submit import excluded_nodes
     if excluded_nodes(done.run):

@@ -27,30 +27,33 @@ TRAINER = "slurmtrain.train"
 
 
 def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = None,
-              files_later: bool = False) -> None:
+              files_later: bool = False) -> list[str]:
     """Raise ConfigError/UsageError (exit 2) if ``job`` runs the built-in trainer and would
     fail at its start; do nothing for any other program. ``files_later``: the job waits for
     other runs (a chain), which may write its corpus or checkpoint: their paths are not
-    checked here, the trainer checks them when it starts."""
+    checked here, the trainer checks them when it starts. Returns the recipe's warnings
+    (:func:`.recipe.notes`), each once."""
     args = trainer_args(job)
     if args is None:
-        return
+        return []
     # Here, not at the top: `gen` of any other program imports none of the recipe's checks.
     from .inputs import check_files, check_pipeline, expand, is_relative
-    from .recipe import load_recipe_sources
+    from .recipe import load_recipe_sources, notes
     p = loaded.profile
     start, where = start_dir(loaded, (submit_dir or Path.cwd()).absolute())
     env = {**os.environ, **p.env.vars}
     ref = args.recipe
     if _is_path(ref) and is_relative(ref, env):
         if start is None:
-            return  # a recipe file inside the container: only the job can read it
+            return []  # a recipe file inside the container: only the job can read it
         ref = str(expand(ref, start, env))
     from ..render import procs_per_node  # the one definition of the job's processes per node
     from .trainer_args import recipe_sets
     procs = procs_per_node(p)
+    said: list[str] = []
     for point in job.sweep or (None,):  # every point of a sweep is a recipe of its own
         recipe, sources = load_recipe_sources(ref, recipe_sets(args) + _point_sets(point))
+        said += [n for n in notes(recipe, sources) if n not in said]
         try:
             check_pipeline(recipe, sources, p.slurm.nodes * procs,
                            f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
@@ -60,13 +63,14 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
             values = " ".join(f"{k}={v}" for k, v in point.values)
             raise ConfigError(f"sweep point {values}", "", str(err)) from None
     if start is None or files_later:
-        return
+        return said
     check_files(recipe, sources, start, where, env)
     if args.init_ckpt and _knowable(args.init_ckpt, env):
         ckpt = expand(args.init_ckpt, start, env)
         if not ckpt.is_dir():
             hint = f" ({where})" if is_relative(args.init_ckpt, env) else ""
             raise ConfigError("--init-ckpt", "", f"no such folder: {ckpt}{hint}")
+    return said
 
 
 def _point_sets(point) -> list[tuple[str, object, str]]:

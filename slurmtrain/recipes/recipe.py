@@ -192,6 +192,18 @@ def load_recipe_sources(name_or_path: str, sets: Sequence[tuple[str, Any, str]] 
     return recipe, sources
 
 
+def notes(recipe: Recipe, sources: Sources) -> list[str]:
+    """What in a valid recipe will not train as its author likely meant: warned, never
+    refused (a trial with ``--set train.steps=20`` keeps its recipe's warm-up)."""
+    t = recipe.train
+    if t.warmup_steps >= t.steps:
+        return [f"train.warmup_steps = {t.warmup_steps} ({sources.of('train.warmup_steps')}) is not below "
+                f"train.steps = {t.steps} ({sources.of('train.steps')}): the learning rate rises for the whole "
+                f"run, to {t.steps / t.warmup_steps:.0%} of train.lr = {t.lr:g} at its last step, and never "
+                "decays"]
+    return []
+
+
 def _recipe_data(path: Path, sources: Sources, chain: list[Path]) -> dict[str, Any]:
     """The recipe's data with its ``extends`` chain merged in, parents first: a built-in
     recipe's name, or a file's path from the directory of the file that says it."""

@@ -68,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..recipes.recipe import load_recipe_sources
+    from ..recipes.recipe import load_recipe_sources, notes
+    from .distributed import env_rank
     recipe, sources = load_recipe_sources(args.recipe, recipe_sets(args))
+    if env_rank() == 0:  # said by submit too; here for a trainer started by hand
+        for note in notes(recipe, sources):
+            print(f"slurmtrain: warning: {note}", file=sys.stderr, flush=True)
     run_dir = (Path(args.run_dir) if args.run_dir else default_run_dir(args.recipe)).absolute()
 
     from .. import events

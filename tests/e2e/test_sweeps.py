@@ -133,6 +133,9 @@ def test_two_learning_rates_in_one_array_one_preempted_resumes_bitwise(tmp_path)
     assert re.search(r"sweep\s+2 points: 2 COMPLETED", text), text
     assert re.search(r"1\s+3e-3\s+COMPLETED\s+60/60\s+\d", text), text
     assert "2 points: 2 COMPLETED" in cli(tmp_path, "runs").stdout
+    [listed] = [json.loads(line) for line in cli(tmp_path, "runs", "--json").stdout.splitlines()]
+    assert [(r["label"], r["state"], r["step"]) for r in listed["sweep"]] == [
+        ("lr=1e-3", "COMPLETED", 60), ("lr=3e-3", "COMPLETED", 60)], listed["sweep"]
     plot = cli(tmp_path, "plot", name, "--output", str(tmp_path / "sweep.png"))
     assert plot.returncode == 0 and plot.stdout.strip().endswith("lr=1e-3; lr=3e-3"), plot.stdout
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -92,6 +92,23 @@ def test_unknown_preset_and_unknown_key(work):
     assert "no recipe named 'no-such-recipe'" in line
 
 
+def test_a_warm_up_as_long_as_the_run_is_warned_of_not_refused(work):
+    """A short trial (--set train.steps=20) of a recipe with a long warm-up trains at a
+    fraction of its learning rate: said by gen and submit, with where each value came
+    from; the script is still printed and the job still submitted."""
+    corpus(work / "corpus.jsonl")
+    r = str(recipe(work / "r.toml", extra="warmup_steps = 100\n"))
+    result = CliRunner().invoke(main, ["gen", "-p", "local", "--recipe", r, "--set", "train.steps=20"])
+    assert result.exit_code == 0 and "#!/bin/bash" in result.stdout, result.output
+    assert (f"slurmtrain: warning: train.warmup_steps = 100 ({work / 'r.toml'}) is not below train.steps = 20 "
+            "(--set train.steps=20): the learning rate rises for the whole run, to 20% of train.lr") in result.stderr
+    result = CliRunner().invoke(main, ["submit", "-p", "local", "--recipe", r])
+    assert result.exit_code == 0 and "train.warmup_steps = 100" in result.stderr, result.output
+    assert (work.parent / "bin" / "sbatch-called").exists()
+    quiet = CliRunner().invoke(main, ["gen", "-p", "local", "--recipe", r, "--set", "train.steps=200"])
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr
+
+
 def test_global_batch_must_divide_over_the_profiles_world(work):
     corpus(work / "corpus.jsonl")
     r = str(recipe(work / "r.toml", batch=6))  # local: 2 nodes x 2 processes = world size 4
