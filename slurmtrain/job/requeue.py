@@ -24,8 +24,10 @@ EXCLUDE_S = 12
 
 class Requeue:
     def __init__(self, cfg: Config, job: Job, slurm: Slurm, record: Record, retry: Retry, log_mark: Callable[[], int],
-                 now: Callable[[], float], allocated: Callable[[], int]):
+                 now: Callable[[], float], allocated: Callable[[], int],
+                 last_progress: Callable[[], float | None] = lambda: None):
         self.cfg, self.job, self.slurm, self.record, self.retry, self.now = cfg, job, slurm, record, retry, now
+        self.last_progress = last_progress  # the launch's last heartbeat progress (hangs.py), None before any
         self.allocated = allocated       # how many nodes this start was given: a requeue asks for them again
         self.log_mark = log_mark         # where the launch's part of the batch log begins
         self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
@@ -43,8 +45,12 @@ class Requeue:
             return
         self.said = True
         by = eventlog.BY_NODE_FAILURE if self.down_nodes else eventlog.BY_ADMIN
+        # Slurm noticed the node SlurmdTimeout after it went quiet: goodput counts that wait
+        # as a hang's (nothing trained, nothing noticed), not as steps trained then lost.
+        progress = self.last_progress() if self.down_nodes else None
         self.record.event(Ev.REQUEUED_BY_SLURM, by=by, **({"nodes": " ".join(self.down_nodes)} if self.down_nodes
-                                                           else {}))
+                                                           else {}),
+                          **({"last_progress": round(progress, 3)} if progress else {}))
 
     def note_silent_end(self) -> None:
         """The previous start ended without a word (its batch host died, the supervisor with

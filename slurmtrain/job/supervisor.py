@@ -40,7 +40,7 @@ class Supervisor:
                                                cfg.warning_seconds))
         self.record = Record(cfg.run_dir, job, lambda: self.state.launch, out, batch_log)
         self.requeue = Requeue(cfg, job, slurm, self.record, self.retry, lambda: self.log_mark, clock.now,
-                               lambda: len(self.nodes))
+                               lambda: len(self.nodes), lambda: self.hangs.last)
         self.startup = StartUp(cfg, job, self.record, launch)
         self.clear_marks = self.startup.clear_marks
         self.stop_file = cfg.run_dir / f".stop-{job.job_id}"

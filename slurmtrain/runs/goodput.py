@@ -196,6 +196,9 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
         hang = next((e for e in evs if e.get("event") == Ev.HANG), None)
         if hang is not None:
             claims.append(_Claim("hang", hang["time"] - float(hang.get("seconds", 0)), hang["time"], fault))
+        quiet = next(filter(None, map(_unnoticed, evs)), None)
+        if quiet is not None and hang is None:  # Slurm's detection, not the supervisor's
+            claims.append(_Claim("hang", *quiet, fault))
         prev_progress, prev_fault = progress, fault
     if prev_fault is not None and not out.faults[prev_fault].in_job:
         claims.append(_Claim("other", prev_progress or end, end, prev_fault))  # stopping, requeueing
@@ -259,8 +262,19 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
         return until, None  # still running, or the script was killed with no word
     kind = {Ev.REQUEUED_BY_SLURM: "requeued" if eventlog.requeued_by_admin(ending) else "node failure",
             Ev.FAILED: "failed", Ev.CANCELLED: "cancelled"}.get(ending["event"]) or _stop_kind(evs) or "stopped"
-    return ending["time"], _fault(out, kind, ending["time"], "ended without a checkpoint of its last steps",
-                                  False, requeued=Ev.REQUEUE in names or kind in ("node failure", "requeued"))
+    quiet = _unnoticed(ending)
+    detail = "ended without a checkpoint of its last steps" + (
+        f"; no progress for {quiet[1] - quiet[0]:.0f} s before Slurm noticed" if quiet else "")
+    return (quiet[0] if quiet else ending["time"]), _fault(
+        out, kind, ending["time"], detail, False, requeued=Ev.REQUEUE in names or kind in ("node failure", "requeued"))
+
+
+def _unnoticed(e: Event) -> tuple[float, float] | None:
+    """(last progress, Slurm's requeue) of a launch Slurm ended for a node failure it
+    noticed only after the node went quiet (its SlurmdTimeout); None for any other end."""
+    if e.get("event") != Ev.REQUEUED_BY_SLURM or not isinstance(e.get("last_progress"), (int, float)):
+        return None
+    return (float(e["last_progress"]), e["time"]) if e["last_progress"] < e["time"] else None
 
 
 def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None) -> tuple[float, int]:
@@ -278,8 +292,7 @@ def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None
     # Events written before the supervisor said the cause: a hang, else a node lost, else a crash.
     cause = nxt.get("cause") or (eventlog.HANG if hang is not None else
                                  eventlog.NODE_LOST if lost is not None else eventlog.CRASH)
-    hung = f"no progress for {hang.get('seconds')} s; last to report: rank(s) {hang.get('ranks')} on " \
-        f"{hang.get('nodes')}" if hang is not None else ""
+    hung = _hang_words(hang) if hang is not None else ""
     if cause == eventlog.LAUNCH_FAILED:  # nothing ran: the start-up is what it cost
         return at, _fault(out, eventlog.LAUNCH_FAILED, nxt["time"],
                           f"srun could not start the tasks on {nxt.get('nodes', '?')}; launched again", True)
@@ -295,6 +308,16 @@ def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None
     return at, _fault(out, eventlog.CRASH, nxt["time"],
                       f"the program failed{' on ' + nxt['node'] if nxt.get('node') else ''} "
                       f"(exit status {nxt.get('exit_code')}){left}", True)
+
+
+def _hang_words(hang: Event) -> str:
+    """A hang as the fault row says it: the rank its stacks told apart (stopped, or outside
+    the collective the others wait in) where they did, else the last ranks to report
+    (a stopped rank's peers stop reporting when it does: they are not the cause)."""
+    if hang.get("stuck_ranks"):
+        return (f"no progress for {hang.get('seconds')} s; rank(s) {hang['stuck_ranks']} on "
+                f"{hang.get('stuck_nodes')}: {hang.get('why')}")
+    return f"no progress for {hang.get('seconds')} s; last to report: rank(s) {hang.get('ranks')} on {hang.get('nodes')}"
 
 
 def _requeued_without(out: Goodput, evs: list[Event], e: Event, hang: Event | None) -> tuple[float, int]:

@@ -701,13 +701,16 @@ def test_a_sigterm_that_moved_the_end_is_a_cancel(rig):
 
 
 def test_a_sigterm_with_the_restart_count_up_is_slurms_requeue(rig):
-    rig.task = Plan([JOINS, SAVES, (11, exits(143))])
+    rig.task = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (4, beats(0, 5, "n1", 100)), (11, exits(143))])
     rig.slurm.unhealthy = ["n2"]
     rig.clock.at(10, TERM, cause=lambda: setattr(rig.slurm, "restarts", 1))
     assert rig.run() == 143
-    assert rig.names() == ["started", "requeued_by_slurm"]
+    assert rig.names() == ["started", "first_step", "requeued_by_slurm"]
     assert rig.summary() == "requeued by Slurm after a node failure, exit status 143"
     assert rig.ledger() == [("n2", "node_failure")]
+    # the launch's last progress (the beat at 4 s), for goodput: the wait until Slurm noticed is a hang's
+    said = rig.events()[-1]
+    assert said["last_progress"] == WALL0 + 4 and said["time"] >= WALL0 + 10, said
     assert rig.slurm.argvs("sinfo")[0][-3:] == [NODELIST, "-o", "%N"]
     assert rig.step.sent == [] and "requeue" not in rig.slurm.names()
 

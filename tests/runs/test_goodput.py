@@ -79,6 +79,18 @@ def test_a_hang_costs_its_detection_the_lost_steps_and_the_restart():
     assert g.cost(0) == {"lost": 20, "hang": 40, "restart": 15}
 
 
+def test_a_hangs_fault_names_the_rank_its_stacks_told_apart():
+    """A SIGSTOPped rank 3 on c: its peers 0-2 on a and b reported last (they stop when it
+    does). The fault row named them, the history the stopped rank: both now name rank 3."""
+    evs = [ev(0, "started", nodes="a b c", job_id="7", restart=0), ev(5, "first_step", step=1),
+           ev(80, "hang", seconds=40, ranks="0 1 2", nodes="a b", step=17, stacks="s", stuck_ranks="3",
+              stuck_nodes="c", why="process state T (stopped: SIGSTOP, or a debugger)"),
+           ev(85, "relaunched", attempt=1, exit_code=-15, last_progress=40),
+           ev(95, "first_step", step=11), ev(120, "finished", step=30), ev(121, "finished", exit_code=0)]
+    [hang] = goodput.of_events(evs).faults
+    assert hang.detail == "no progress for 40 s; rank(s) 3 on c: process state T (stopped: SIGSTOP, or a debugger)"
+
+
 def test_a_preemption_costs_its_stop_the_queue_wait_and_the_next_start_up():
     evs = [ev(0, "submitted", job_id="7"), ev(10, "started", nodes="a", job_id="7", restart=0),
            ev(20, "first_step", step=1), ev(40, "checkpoint_saved", step=10, seconds=2),
@@ -103,6 +115,21 @@ def test_a_node_failure_that_slurm_requeued_loses_the_steps_since_the_checkpoint
     assert g.faults[0].kind == "node failure"
     assert g.cost(0) == {"lost": 40, "other": 2, "queue": 119, "startup": 20}
     assert parts(g)["trained"] == 2 * (19 + 20)  # the running start counts up to now
+
+
+def test_the_wait_until_slurm_noticed_a_quiet_node_is_a_hang_not_lost_steps():
+    """A node's link cut at 35 s (the last progress); Slurm marked it down SlurmdTimeout
+    later and requeued the job at 50 s. Those 15 s trained nothing and noticed nothing: a
+    hang's, as when the supervisor sees it first, not steps trained and lost."""
+    evs = [ev(0, "started", nodes="a b", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=10, seconds=1),
+           ev(50, "requeued_by_slurm", by="node failure", nodes="b", last_progress=35),
+           ev(51, "failed", exit_code=1), ev(170, "started", nodes="a c", job_id="7", restart=1),
+           ev(180, "first_step", step=11)]
+    g = goodput.of_events(evs, now=200)
+    [fault] = g.faults
+    assert fault.kind == "node failure" and "no progress for 15 s before Slurm noticed" in fault.detail, fault
+    assert g.cost(0) == {"lost": 10, "hang": 30, "other": 2, "queue": 119, "startup": 20}
 
 
 def test_a_failure_that_ends_the_run_is_charged_its_lost_steps():
