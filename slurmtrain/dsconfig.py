@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 
 from .errors import ConfigError
@@ -28,10 +29,10 @@ mics_hierarchical_params_gather use_data_before_expert_parallelism zenflow datal
 _BATCH = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
-def check(path: str, world: int) -> list[str]:
-    """Warnings for the config at ``path`` (relative: from this folder, the job's) with
-    ``world`` ranks; ConfigError for what DeepSpeed would refuse. A file that is not here is
-    not judged (submit refuses it elsewhere)."""
+def check(path: str, world: int, ranks: str = "ranks") -> list[str]:
+    """Warnings for the config at ``path`` with ``world`` data-parallel ranks (``ranks``:
+    the words for them); ConfigError for what DeepSpeed would refuse. A file that is not
+    here is not judged (submit refuses it elsewhere)."""
     try:
         text = Path(path).expanduser().read_text()
     except OSError:
@@ -44,7 +45,7 @@ def check(path: str, world: int) -> list[str]:
                                     "every rank") from None
     if not isinstance(config, dict):
         raise ConfigError(path, "", "a DeepSpeed config is a JSON object")
-    _check_batch(path, config, world)
+    _check_batch(path, config, world, ranks)
     out = []
     for key in config:
         close = difflib.get_close_matches(key, KNOWN, n=1, cutoff=0.8) if key not in KNOWN else []
@@ -54,7 +55,7 @@ def check(path: str, world: int) -> list[str]:
     return out
 
 
-def _check_batch(path: str, config: dict, world: int) -> None:
+def _check_batch(path: str, config: dict, world: int, ranks: str) -> None:
     """DeepSpeed's rule: train_batch_size = micro batch x accumulation steps x world size;
     two of them give the third, which must be a whole number. ("auto": the Hugging Face
     Trainer fills it in; not judged.)"""
@@ -65,11 +66,37 @@ def _check_batch(path: str, config: dict, world: int) -> None:
     if micro is not None and steps is not None:
         if micro * steps * world != total:
             raise ConfigError(path, "train_batch_size", f"{total} is not train_micro_batch_size_per_gpu {micro} x "
-                              f"gradient_accumulation_steps {steps} x {world} ranks = {micro * steps * world}; "
+                              f"gradient_accumulation_steps {steps} x {world} {ranks} = {micro * steps * world}; "
                               "DeepSpeed would refuse it on every rank")
         return
     known, name = (micro, "train_micro_batch_size_per_gpu") if micro is not None else \
         (steps, "gradient_accumulation_steps")
     if known <= 0 or total % (known * world):
-        raise ConfigError(path, "train_batch_size", f"{total} is not a multiple of {name} {known} x {world} ranks = "
+        raise ConfigError(path, "train_batch_size", f"{total} is not a multiple of {name} {known} x {world} {ranks} = "
                           f"{known * world}; DeepSpeed would refuse it on every rank")
+
+
+# A model split over ranks (pipeline stages, tensor slices) leaves world / (their product)
+# data-parallel ranks, the ones DeepSpeed's batch rule counts. The options as the common
+# DeepSpeed programs spell them (FMEngine, DeepSpeedExamples, Megatron-DeepSpeed).
+_SPLITS = re.compile(r"--(pipe|pipeline|pipeline[-_]model|model|tensor|tensor[-_]model|sequence|context)"
+                     r"[-_]parallel[-_]size")
+
+
+def data_parallel(command: tuple[str, ...] | list[str], world: int) -> tuple[int, str] | None:
+    """(data-parallel ranks, words for them) of ``command`` on ``world`` ranks; None where
+    its split of the model does not divide the world (DeepSpeed refuses that itself, in
+    words of its own)."""
+    split, named = 1, []
+    for i, word in enumerate(command):
+        key, eq, value = word.partition("=")
+        if _SPLITS.fullmatch(key):
+            value = value if eq else (command[i + 1] if i + 1 < len(command) else "")
+            if value.isdigit() and int(value) > 1:
+                split *= int(value)
+                named.append(f"{key} {value}")
+    if split == 1:
+        return world, "ranks"
+    if world % split:
+        return None
+    return world // split, f"data-parallel ranks ({world} ranks / {' x '.join(named)})"

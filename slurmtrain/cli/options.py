@@ -86,22 +86,35 @@ def _program_file(job: JobSpec) -> str | None:
                  and "{" not in w and "$" not in w), None)  # {KEY}: a sweep's word; $NAME: the node's
 
 
+def job_path(loaded: LoadedProfile, name: str) -> tuple[Path | None, str]:
+    """A file the command names, as the job will look for it: a relative one from where the
+    job starts (the submit directory, or the profile's launch.workdir), and words saying
+    where that is; (None, "") where this machine cannot tell (a container: the image may
+    hold it; a workdir naming a variable only the job defines)."""
+    from ..recipes.jobcheck import start_dir  # torch-free
+    start, where = start_dir(loaded, Path.cwd())
+    if start is None:
+        return None, ""
+    path = Path(name).expanduser()
+    return (path if path.is_absolute() else start / path), ("" if path.is_absolute() else where)
+
+
 def refuse_missing_program(loaded: LoadedProfile, job: JobSpec) -> None:
     """submit: a program file (or --deepspeed_config file) the job would not find, refused
-    before its wait in the queue. Not judged in a container (the image may hold it), nor
-    where this machine lacks the folder of an absolute path (a file system only the nodes
-    mount)."""
+    before its wait in the queue. Not judged where :func:`job_path` cannot tell, nor where
+    this machine lacks the folder of an absolute path (a file system only the nodes mount)."""
     script = _program_file(job)
-    if loaded.profile.container.runtime != "none":
-        return
     for name in [*([script] if script else []), *_deepspeed_configs(job.command)]:
-        path = Path(name).expanduser()  # a relative one is the job's folder's, which is this one
-        if not path.exists() and (not path.is_absolute() or path.parent.is_dir()):
-            raise UsageError(f"{name}: no such file in {path.absolute().parent}, where the job runs the command; "
-                             "nothing was submitted")
+        path, where = job_path(loaded, name)
+        if path is not None and not path.exists() and (where or path.parent.is_dir()):
+            raise UsageError(f"{_no_such_file(name, path, where)}; nothing was submitted")
 
 
-def _warn_of_no_heartbeat(loaded: LoadedProfile, script: Path) -> None:
+def _no_such_file(name: str, path: Path, where: str) -> str:
+    return f"{name}: no such file" + (f" in {path.parent} ({where})" if where else "")
+
+
+def _warn_of_no_heartbeat(loaded: LoadedProfile, script: Path, name: str) -> None:
     """A hang timeout set for a program that sends no heartbeat (it names nothing of
     slurmtrain): hangs after its start-up would go unseen, whatever the timeout."""
     if not loaded.profile.resilience.hang_timeout:
@@ -112,7 +125,7 @@ def _warn_of_no_heartbeat(loaded: LoadedProfile, script: Path) -> None:
         return
     if not beats:
         click.echo(f"slurmtrain: warning: resilience.hang_timeout = {loaded.profile.resilience.hang_timeout}: "
-                   f"{script} sends no heartbeat (slurmtrain.stop.heartbeat(step) each step, or the Hugging Face "
+                   f"{name} sends no heartbeat (slurmtrain.stop.heartbeat(step) each step, or the Hugging Face "
                    "or Lightning callback), so a hang after its start-up is not seen (docs/survival.md)", err=True)
 
 
@@ -125,9 +138,12 @@ def check_deepspeed_config(loaded: LoadedProfile, job: JobSpec) -> None:
     from .. import dsconfig
     from ..render import procs_per_node
 
-    world = loaded.profile.slurm.nodes * procs_per_node(loaded.profile)
-    for path in configs:
-        for text in dsconfig.check(path, world):
+    split = dsconfig.data_parallel(job.command, loaded.profile.slurm.nodes * procs_per_node(loaded.profile))
+    if split is None:
+        return
+    for name in configs:
+        path, _ = job_path(loaded, name)
+        for text in dsconfig.check(str(path) if path is not None else name, *split):
             click.echo(f"slurmtrain: warning: {text}", err=True)
 
 
@@ -151,14 +167,15 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: list[s
         click.echo(f"slurmtrain: warning: {note}", err=True)
     _warn_of_missing_image(loaded)
     script = _program_file(job)
-    if loaded.profile.container.runtime == "none":  # in a container the image may hold them: not judged
-        for name in [*([script] if script else []), *_config_files(job.command)]:
-            if not Path(name).expanduser().exists():
-                click.echo(f"slurmtrain: warning: {name}: no such file in {Path.cwd()}, where the job runs the "
-                           "command", err=True)
-    if script and Path(script).expanduser().exists():
-        _warn_of_lost_local_rank(loaded, job, Path(script).expanduser())
-        _warn_of_no_heartbeat(loaded, Path(script).expanduser())
+    for name in [*([script] if script else []), *_config_files(job.command)]:
+        path, where = job_path(loaded, name)
+        if path is not None and not path.exists():
+            click.echo(f"slurmtrain: warning: {_no_such_file(name, path, where)}", err=True)
+    # Read for what it says (in a container too: the image's copy is usually this one).
+    found = (job_path(loaded, script)[0] or Path(script).expanduser()) if script else None
+    if found is not None and found.exists():
+        _warn_of_lost_local_rank(loaded, job, found, script)
+        _warn_of_no_heartbeat(loaded, found, script)
     _note_launcher_options(loaded, job)
     shell = next((w for w in job.command[1:] if _SHELL_WORD.search(w)), None)
     if shell is not None:
@@ -228,7 +245,7 @@ def _warn_of_missing_image(loaded: LoadedProfile) -> None:
 _LOCAL_RANK = re.compile(r"""["']--local[_-]rank["']""")
 
 
-def _warn_of_lost_local_rank(loaded: LoadedProfile, job: JobSpec, path: Path) -> None:
+def _warn_of_lost_local_rank(loaded: LoadedProfile, job: JobSpec, path: Path, name: str) -> None:
     """`deepspeed train.py` (or torch.distributed.launch) appends --local_rank=N; another
     launcher taking the command over passes LOCAL_RANK in the environment only, and a
     script whose parser requires the option stops at once, after its wait in the queue."""
@@ -245,7 +262,7 @@ def _warn_of_lost_local_rank(loaded: LoadedProfile, job: JobSpec, path: Path) ->
     passing = [name for name in loaded.profile.allowed_launchers if launchers.get(name).local_rank_option]
     how = (f"use --launcher {passing[0]}, or {env}" if passing
            else f"{env} (no launcher this profile allows passes the option)")
-    click.echo(f"slurmtrain: warning: {path.name} parses --local_rank, which `{prog.launcher_in_command}` passes "
+    click.echo(f"slurmtrain: warning: {name} parses --local_rank, which `{prog.launcher_in_command}` passes "
                f"and the profile's launcher {launcher} does not (it sets LOCAL_RANK in the environment): {how}",
                err=True)
 

@@ -152,7 +152,7 @@ def test_a_program_file_the_job_would_not_find_is_refused_before_the_queue(fake_
     result = CliRunner().invoke(main, ["submit", "--name", "typo", "--", "torchrun", "--nproc_per_node", "2",
                                        "trian.py"])
     assert result.exit_code == 2, result.output
-    assert f"trian.py: no such file in {tmp_path}, where the job runs the command; nothing was submitted" \
+    assert f"trian.py: no such file in {tmp_path} (relative to {tmp_path}, the submit directory, where the job starts); nothing was submitted" \
         in result.output, result.output
     assert not (tmp_path / "runs").exists() and not (fake_bin / "sbatch.calls").exists()
     elsewhere = CliRunner().invoke(main, ["submit", "--name", "nodes", "--", "python", "/nodes-only/train.py"])
@@ -165,6 +165,50 @@ def test_a_program_file_the_job_would_not_find_is_refused_before_the_queue(fake_
     assert config.exit_code == 2 and "configs/ds.json: no such file in" in config.output, config.output
     out = CliRunner().invoke(main, ["submit", "--name", "out", "--", "python", "train.py", "--out", "res.json"])
     assert out.exit_code == 0 and "warning: res.json: no such file" in out.output, out.output
+
+
+def test_the_program_and_its_config_are_looked_for_in_the_profiles_workdir(fake_bin, tmp_path):
+    """launch.workdir = "mistral" (a guide's `cd mistral`): the job runs the command there.
+    train.py was looked for in the submit directory, and a correct job refused; the
+    DeepSpeed config was never read. Relative and absolute workdirs alike."""
+    work = tmp_path / "mistral"
+    (work / "conf").mkdir(parents=True)
+    (work / "train.py").write_text("")
+    (work / "conf" / "ds.json").write_text('{"train_batch_size": 6, "train_micro_batch_size_per_gpu": 1, '
+                                           '"gradient_accumulation_steps": 1}')
+    for workdir in ("mistral", str(work)):
+        ok = CliRunner().invoke(main, ["submit", "--name", "wd", "--set", f"launch.workdir={workdir}", "--",
+                                       "deepspeed", "train.py", "--deepspeed_config", "conf/ds.json"])
+        # read from the workdir: 6 is no batch of the local profile's 4 ranks
+        assert ok.exit_code == 2 and "train_batch_size: 6 is not train_micro_batch_size_per_gpu 1" in ok.output, \
+            (workdir, ok.output)
+        missing = CliRunner().invoke(main, ["submit", "--name", "wd", "--set", f"launch.workdir={workdir}", "--",
+                                            "python", "trian.py"])
+        assert missing.exit_code == 2 and f"trian.py: no such file in {work} (relative to {work}, where the job " \
+            "starts: launch.workdir of profile local)" in missing.output, (workdir, missing.output)
+    (work / "conf" / "ds.json").write_text('{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, '
+                                           '"gradient_accumulation_steps": 1}')
+    ok = CliRunner().invoke(main, ["submit", "--name", "wd", "--set", "launch.workdir=mistral", "--",
+                                   "deepspeed", "train.py", "--deepspeed_config", "conf/ds.json"])
+    assert ok.exit_code == 0 and "no such file" not in ok.output, ok.output
+
+
+def test_a_pipeline_split_leaves_fewer_data_parallel_ranks_for_the_deepspeed_batch(fake_bin, tmp_path):
+    """FMEngine's --pipe_parallel_size 2 on 4 ranks: DeepSpeed's batch rule counts the 2
+    data-parallel ranks, so 1 x 2 x 2 = 4 is right (it was refused as 1 x 2 x 4 = 8)."""
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "ds.json").write_text('{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 1, '
+                                      '"gradient_accumulation_steps": 2}')
+    piped = CliRunner().invoke(main, ["submit", "--name", "pp", "--", "deepspeed", "train.py", "--deepspeed_config",
+                                      "ds.json", "--pipe_parallel_size", "2"])
+    assert piped.exit_code == 0, piped.output
+    plain = CliRunner().invoke(main, ["submit", "--name", "dp", "--", "deepspeed", "train.py", "--deepspeed_config",
+                                      "ds.json"])
+    assert plain.exit_code == 2 and "x 4 ranks = 8" in plain.output, plain.output
+    wrong = CliRunner().invoke(main, ["submit", "--name", "tp", "--", "deepspeed", "train.py", "--deepspeed_config",
+                                      "ds.json", "--tensor-model-parallel-size=4"])
+    assert wrong.exit_code == 2 and ("x 1 data-parallel ranks (4 ranks / --tensor-model-parallel-size 4) = 2"
+                                     in wrong.output), wrong.output
 
 
 def test_a_time_limit_the_stop_signal_would_come_at_the_start_of_is_refused(fake_bin, tmp_path):
