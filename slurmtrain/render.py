@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import __version__, command, resources, tracking
+from . import __version__, command, resources, sbatchextra, tracking
 from .command import Program
 from .errors import UsageError
 from . import launchers
@@ -53,7 +53,7 @@ def check_job_name(name: str) -> None:
         raise UsageError(f"job name {name!r}: use 1-128 letters, digits, '_', '.' or '-'")
 
 
-def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
+def _sbatch_directives(p: Profile, job: JobSpec, where: str) -> list[str]:
     s, r = p.slurm, p.resilience
     check_job_name(job.job_name)
     # One task per node runs a launcher there; without an agent every process is a task.
@@ -74,6 +74,7 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
             out.append(f"--{flag}={value}")
     if s.exclusive:
         out.append("--exclusive")
+    sbatchextra.check(s.extra, {sbatchextra.name_of(d) for d in out}, where)
     # An array task's log is named by the array and the task (%A_%a), which is how its
     # events and `slurmtrain logs` name it too.
     tag = "%A_%a" if job.array is not None else "%j"
@@ -81,14 +82,15 @@ def _sbatch_directives(p: Profile, job: JobSpec) -> list[str]:
         out.append(f"--output={job.run_dir}/logs/job-{tag}.out")
     else:
         out.append(f"--output=slurm-%x-{tag}.out")
-    if job.exclude:
-        out.append("--exclude=" + ",".join(job.exclude))
+    exclude = list(dict.fromkeys([*job.exclude, *sbatchextra.excluded(s.extra)]))  # sbatch takes one --exclude
+    if exclude:
+        out.append("--exclude=" + ",".join(exclude))
     out.append("--open-mode=append")
     out.append("--requeue" if r.requeue else "--no-requeue")
     # To the batch script, where the supervisor takes it; a plain script has none (a shell dies
     # of an untrapped USR2): there Slurm signals the job's steps, the program's processes.
     out.append(f"--signal={'' if job.plain else 'B:'}{_signal_name(r.signal)}@{r.signal_seconds}")
-    out.extend(s.extra)
+    out.extend(sbatchextra.without_exclude(s.extra))
     for d in out:
         if not _SBATCH_SAFE.fullmatch(d.split("=", 1)[-1]) or "\n" in d:
             raise UsageError(f"#SBATCH {d}: this value cannot be written on an #SBATCH line "
@@ -100,10 +102,6 @@ def _check_array(p: Profile, job: JobSpec) -> None:
     """A job array runs the same script as N tasks that share one run directory: right for
     work split by task (``tokenize --part slurm``), wrong for the built-in trainer, whose
     tasks would all write the same checkpoints."""
-    if any(d.split("=")[0] == "--array" for d in p.slurm.extra):  # the schema allows --key=value only
-        # Tracked as one job, its tasks' events would be read as one job's restarts.
-        raise UsageError("slurm.extra has an --array directive: slurmtrain tracks a job array only when it "
-                         "makes one itself (`slurmtrain tokenize --profile P --nodes N`); drop it from slurm.extra")
     if job.array is None:
         return
     if job.array < 1:
@@ -382,7 +380,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "profile_name": loaded.name,
         # A comment line: a newline inside an argument must not end it (the rest would run).
         "regen_command": (job.regen_command or f"slurmtrain gen --profile {loaded.name}").replace("\n", "\n#   "),
-        "sbatch_directives": _sbatch_directives(p, job),
+        "sbatch_directives": _sbatch_directives(p, job, f"profile {loaded.name}"),
         "run_dir_expr": _run_dir_expr(job),
         "array": job.array is not None,
         "sweep_cases": _sweep_cases(job),
@@ -451,6 +449,7 @@ def warnings(loaded: LoadedProfile) -> list[str]:
         if form:
             out.append(f"{key} = {value!r} (profile {loaded.name}, or --set): {form} stays text on the nodes (only $NAME and "
                        "${NAME} expand there): write the value, or set it in a setup line (launch.setup)")
+    out += [f"{w} (profile {loaded.name})" for w in sbatchextra.unknown(p.slurm.extra)]
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "

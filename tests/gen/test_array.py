@@ -65,7 +65,8 @@ def test_arrays_are_refused_where_they_make_no_sense(job, words):
 def test_an_array_directive_in_slurm_extra_is_refused(directive):
     """For an array job and for a plain one alike: a hand-made array would be tracked as one
     job (its tasks' starts read as one job's restarts)."""
-    with pytest.raises(UsageError, match="slurm.extra has an --array directive"):
+    with pytest.raises(UsageError, match=r"slurm.extra has --array=\S+ \(profile local\): the job script writes "
+                                         r"--array itself"):
         array_script(sets=[f'slurm.extra=["{directive}"]'])
     with pytest.raises(UsageError, match="slurmtrain tokenize --profile P --nodes N"):
         render(load_profile("local", [*SRUN, f'slurm.extra=["{directive}"]']), JobSpec(command=COMMAND))

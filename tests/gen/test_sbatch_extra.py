@@ -1,0 +1,68 @@
+"""slurm.extra against the directives the job script writes itself: sbatch takes the last of
+two, and extra comes last. An --output there hid the batch log from status and logs, a
+--no-requeue turned survival off, silently (a user migrating a guide's script)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from slurmtrain import sbatchextra
+from slurmtrain.cli import main
+from slurmtrain.errors import UsageError
+from slurmtrain.profile import load_profile
+from slurmtrain.render import JobSpec, render, warnings
+
+COMMAND = ("python", "train.py")
+
+
+def script(extra: list[str], *sets: str, exclude: tuple[str, ...] = ()) -> str:
+    quoted = ", ".join(f'"{d}"' for d in extra)
+    return render(load_profile("local", [f"slurm.extra=[{quoted}]", *sets]), JobSpec(command=COMMAND, exclude=exclude))
+
+
+@pytest.mark.parametrize("directive, says", [
+    ("--output=logs/%x_%j.out", "the batch log is <run>/logs/job-%j.out, where status and logs read it"),
+    ("-o=out.txt", "writes --output itself"),
+    ("--error=logs/%j.err", "stdout and stderr together"),
+    ("--no-requeue", "resilience.requeue = false"),
+    ("--signal=B:TERM@60", "resilience.signal and resilience.signal_seconds"),
+    ("--job-name=foo", "--name"),
+    ("--ntasks-per-node=2", "launch.procs_per_node"),
+    ("--nodes=4", "slurm.nodes"),
+    ("--open-mode=truncate", "appended to"),
+])
+def test_a_directive_the_script_writes_itself_is_refused_naming_what_sets_it(directive, says):
+    with pytest.raises(UsageError) as err:
+        script([directive])
+    assert f"slurm.extra has {directive} (profile local): the job script writes" in str(err.value), err.value
+    assert says in str(err.value) and "drop it from slurm.extra" in str(err.value), err.value
+
+
+def test_a_keyed_directive_is_refused_only_where_its_key_is_set_too():
+    assert "#SBATCH --account=ml" in script(["--account=ml"])
+    with pytest.raises(UsageError, match=r"slurm.extra has --account=ml \(profile local\) and slurm.account is set "
+                                         r"too: sbatch would take the last of the two; give it once, as slurm.account"):
+        script(["--account=ml"], "slurm.account=research")
+    with pytest.raises(UsageError, match="slurm.partition is set too"):
+        script(["-p=big"])  # the local profile names its partition
+
+
+def test_an_exclude_in_extra_joins_the_ledgers_in_one_directive():
+    text = script(["--exclude=n7,n8"], exclude=("n2",))
+    assert text.count("#SBATCH --exclude=") == 1 and "#SBATCH --exclude=n2,n7,n8" in text, text
+
+
+def test_an_option_sbatch_does_not_know_is_warned_of_with_the_closest_name():
+    loaded = load_profile("local", ['slurm.extra=["--reservaton=p4d-res", "--mail-type=END"]'])
+    said = [w for w in warnings(loaded) if "slurm.extra" in w]
+    assert said == ["slurm.extra has --reservaton=p4d-res: sbatch knows no --reservaton (did you mean "
+                    "--reservation?); sbatch would refuse the job (profile local)"], said
+    assert sbatchextra.unknown(("--mail-user=a@b", "--segment=2", "-w=n1")) == []
+
+
+def test_gen_says_it_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["gen", "--set", 'slurm.extra=["--output=x.out"]', "--", *COMMAND])
+    assert result.exit_code == 2 and result.output.startswith("slurmtrain: error: slurm.extra has --output=x.out"), \
+        result.output
