@@ -344,9 +344,31 @@ def _check_ib_values(p: Profile, sources: Sources) -> None:
                                   "(NCCL's defaults: NCCL_IB_TIMEOUT 20, NCCL_IB_RETRY_CNT 7)")
 
 
+# Variables the job script or its launcher sets on every node, after the profile's: a
+# profile's value would be replaced without a word (a guide's MASTER_PORT=12802 was).
+_SET_BY_THE_JOB = {
+    "MASTER_PORT": "set launch.rdzv_port instead (the port is it plus the job id modulo launch.rdzv_port_spread)",
+    "MASTER_ADDR": "it is the job's first node, which the supervisor exports",
+    **{name: "the launcher gives each process its own" for name in
+       ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK")},
+    **{name: "slurmtrain's own, from the profile and the run" for name in
+       ("SLURMTRAIN_RUN_DIR", "SLURMTRAIN_STOP_FILE", "SLURMTRAIN_STOP_SIGNAL", "SLURMTRAIN_NNODES",
+        "SLURMTRAIN_PROCS_PER_NODE", "SLURMTRAIN_TRACKERS", "SLURMTRAIN_ARRAY_TASK")},
+}
+
+
+def _check_job_variables(p: Profile, sources: Sources) -> None:
+    for key, mapping in (("fabric.env", p.fabric.env), ("env.vars", p.env.vars), ("container.env", p.container.env)):
+        for var in mapping:
+            if var in _SET_BY_THE_JOB:
+                raise ConfigError(sources.of(f"{key}.{var}"), f"{key}.{var}",
+                                  f"the job sets {var} itself on every node, over this value: {_SET_BY_THE_JOB[var]}")
+
+
 def _check_fabric(p: Profile, sources: Sources) -> None:
     """Settings the chosen fabric would ignore or contradict, named rather than dropped."""
     _check_ib_values(p, sources)
+    _check_job_variables(p, sources)
     f = p.fabric
     if f.gpu_rdma and f.kind != "efa":
         raise ConfigError(sources.of("fabric.gpu_rdma"), "fabric.gpu_rdma",

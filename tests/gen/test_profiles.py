@@ -274,6 +274,18 @@ def test_profiles_keys_lists_every_key_with_its_default_and_meaning():
 
 
 
+@pytest.mark.parametrize("key, says", [("env.vars.MASTER_PORT", "set launch.rdzv_port instead"),
+                                       ("container.env.RANK", "the launcher gives each process its own"),
+                                       ("fabric.env.SLURMTRAIN_RUN_DIR", "slurmtrain's own")])
+def test_a_variable_the_job_sets_itself_is_refused_naming_what_sets_it(key, says):
+    """The job script exports MASTER_PORT after the profile's variables: a guide's
+    MASTER_PORT=12802 in env.vars was replaced without a word."""
+    with pytest.raises(ConfigError, match=rf"{key}: the job sets {key.rsplit('.', 1)[1]} itself on every node, "
+                                          rf"over this value: {says}"):
+        load_profile("local", [f'{key}="12802"'])
+    assert load_profile("local", ['env.vars.SLURM_CPU_BIND="none"']).profile.env.vars["SLURM_CPU_BIND"] == "none"
+
+
 @pytest.mark.parametrize("key, value", [("fabric.env.NCCL_IB_TIMEOUT", "50"), ("env.vars.NCCL_IB_RETRY_CNT", "10"),
                                         ("fabric.env.NCCL_IB_TIMEOUT", "0")])
 def test_infiniband_values_outside_their_verbs_fields_are_refused(key, value):
