@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -111,6 +112,23 @@ def _check_array(p: Profile, job: JobSpec) -> None:
                          "trainer's tasks would overwrite each other's checkpoints; submit one job instead")
     if job.sweep and len(job.sweep) != job.array:
         raise UsageError(f"a sweep of {len(job.sweep)} points in an array of {job.array} tasks")
+
+
+def _check_setup(lines: tuple[str, ...], where: str) -> None:
+    """Each setup line is a shell group of its own in the script (task.j2): one that is no
+    complete command (an unbalanced quote) made the whole script a syntax error, which
+    Slurm ran and failed at once, its cause only in the batch log. ``bash -n`` reads
+    without running; no bash here: not judged."""
+    for number, line in enumerate(lines, 1):
+        try:
+            proc = subprocess.run(["bash", "-n"], input=f"{{ {line}\n}}\n", capture_output=True, text=True,
+                                  timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        if proc.returncode != 0:
+            why = re.sub(r"^bash: (line \d+: )?", "", (proc.stderr.strip().splitlines() or ["?"])[0])
+            raise UsageError(f"launch.setup line {number} ({where}): {line!r} is not a whole shell command "
+                             f"({why}): the job script would fail on it before any node started")
 
 
 def _sweep_cases(job: JobSpec) -> list[tuple[int, str]]:
@@ -371,6 +389,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
     if job.command and job.recipe:
         raise UsageError("give either --recipe or a command after `--`, not both")
     _check_array(p, job)
+    _check_setup(p.launch.setup, f"profile {loaded.name}")
     if job.plain and p.slurm.spare_nodes:
         raise UsageError(f"slurm.spare_nodes = {p.slurm.spare_nodes}: spare nodes need the supervisor, which puts "
                          "a spare in a lost node's place; `gen --plain` has none (drop --plain, or set "

@@ -301,3 +301,17 @@ def test_ctrl_c_ends_a_command_quietly_with_130_as_a_shell_reports_it(monkeypatc
     monkeypatch.setattr(gen_cli, "render", interrupted)
     result = CliRunner().invoke(main, ["gen", "--", "python", "x.py"])
     assert (result.exit_code, result.output) == (130, ""), result.output
+
+
+def test_a_setup_line_that_is_no_whole_shell_command_is_refused(tmp_path, monkeypatch):
+    """An unbalanced quote in a setup line made the rendered script a syntax error: gen and
+    submit said nothing, Slurm failed the job at once, `status` said exit code 2."""
+    monkeypatch.chdir(tmp_path)
+    bad = CliRunner().invoke(main, ["gen", "--set", 'launch.setup=["module load cuda", "source \\"$HOME/venv/bin/activate"]',
+                                    "--", "python", "x.py"])
+    assert bad.exit_code == 2, bad.output
+    assert bad.stderr.startswith("slurmtrain: error: launch.setup line 2 (profile local): 'source \"$HOME/venv/bin/"
+                                 "activate' is not a whole shell command (unexpected EOF"), bad.stderr
+    fine = CliRunner().invoke(main, ["gen", "--set", 'launch.setup=["if true; then :; fi", "module load x  # don\'t"]',
+                                     "--", "python", "x.py"])
+    assert fine.exit_code == 0, fine.output
