@@ -19,6 +19,7 @@ from . import __version__, command, resources, sbatchextra, tracking
 from .command import Program
 from .errors import UsageError
 from . import launchers
+from . import shellwords
 from .shellwords import Raw, expanding, inside_double_quotes, shell_form, shell_words
 from .profile import LoadedProfile, Profile, limit_seconds
 from .schema import Frozen
@@ -469,12 +470,37 @@ def warnings(loaded: LoadedProfile) -> list[str]:
             out.append(f"{key} = {value!r} (profile {loaded.name}, or --set): {form} stays text on the nodes (only $NAME and "
                        "${NAME} expand there): write the value, or set it in a setup line (launch.setup)")
     out += [f"{w} (profile {loaded.name})" for w in sbatchextra.unknown(p.slurm.extra)]
+    out += _unset_references(p, loaded.name)
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "
                    f"kills its workers after {window} s, less than resilience.stop_timeout "
                    f"({r.stop_timeout} s); a longer checkpoint is cut short there (the torchrun and srun "
                    "launchers honour stop_timeout)")
+    return out
+
+
+# Set on every node before the script's exports: Slurm's, bash's own.
+_SET_IN_THE_JOB = re.compile(r"(SLURM|SLURMD|SLURMTRAIN|SRUN|BASH)_\w+|HOSTNAME|RANDOM|PWD|UID|EUID|PPID|SECONDS|SHLVL")
+
+
+def _unset_references(p: Profile, name: str) -> list[str]:
+    """The script exports the profile's variables under ``set -u``, in the environment
+    sbatch gives the job, which is the one here: a ``$NAME`` not set here stops the job
+    script at once (``NAME: unbound variable``), before anything runs."""
+    out = []
+    for key, value in _expanded_values(p):
+        # container.env goes to apptainer's --env (expanded inside, on the node) except where
+        # the script exports it (no container, pyxis): see _env_exports
+        exported = key.startswith("env.vars.") or (key.startswith("container.env.")
+                                                   and p.container.runtime in ("none", "pyxis"))
+        if not exported:
+            continue
+        unset = [n for n in shellwords.referenced(value) if n not in os.environ and not _SET_IN_THE_JOB.fullmatch(n)]
+        if unset:
+            out.append(f"{key} = {value!r} (profile {name}, or --set): ${unset[0]} is not set here, and the job gets "
+                       "this environment: its script would stop at once (unbound variable); export it before "
+                       "submitting, or write the value")
     return out
 
 

@@ -16,6 +16,11 @@ class Raw(str):
 _REFERENCE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
 
 
+def referenced(text: str) -> list[str]:
+    """The names ``text``'s ``$NAME`` and ``${NAME}`` references expand on the nodes."""
+    return [m.group(0).strip("${}") for m in _REFERENCE.finditer(text)]
+
+
 def expanding(text: str) -> str:
     """A profile's value whose ``$USER``, ``${SLURM_SUBMIT_DIR}``... the shell expands where
     the line runs, and nothing else (no ``$(...)``, no backquotes, no globs): the text

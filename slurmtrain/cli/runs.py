@@ -143,7 +143,7 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
     node's log follow.
     """
     from ..runs import track
-    from ..runs.logs import program_errors
+    from ..runs.logs import program_errors, script_error
     from ..runs.rundir import RunDir
     from ..runs.states import JobState
 
@@ -154,6 +154,8 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
             continue
         if i:
             click.echo()
+        failed = script_error(target, st.job_id) if isinstance(target, RunDir) and not st.state.is_active else None
+        st.note = failed or st.note  # what the batch log says, over a guess ("cancelled, killed, or never started")
         _print_status(st)
         if st.job_id and (st.state is JobState.RUNNING or (st.state is JobState.FAILED and st.outcome == "unknown")):
             _say_if_stranded(st.job_id, st.name, st.state, st.watcher)

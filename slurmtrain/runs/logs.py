@@ -11,9 +11,12 @@ Pure file reading; nothing here talks to Slurm.
 
 from __future__ import annotations
 
+import re
+
+from .. import eventlog
 from ..programlog import program_error
-from .rundir import RunDir
-from .track import failing_node_logs
+from .rundir import RunDir, events_of
+from .track import failing_node_logs, tail
 
 _SCAN_LINES = 5000  # of the last 64 KiB a log tail reads: the launcher's report is ~40 lines
 
@@ -29,3 +32,27 @@ def program_errors(run: RunDir, job_id: str | None = None) -> dict[str, str]:
         if e and not e.root:
             out[node] = e.line + (f" (after the failure on {roots[0]})" if roots else "")
     return out
+
+
+# bash's own error in the batch script: "<spool>/job00460/slurm_script: line 30: X: unbound variable"
+_SCRIPT_ERROR = re.compile(r"slurm_script: line (\d+): (.+)$")
+
+
+def script_error(run: RunDir, job_id: str | None = None) -> str | None:
+    """The job script's own error where it failed before its supervisor started (no
+    ``started`` event of the job): bash's words, with the line of the run's job.sbatch they
+    name; None where the batch log has none."""
+    job_id = job_id or run.job_id
+    if not job_id or any(e.get("event") == eventlog.Ev.STARTED and eventlog.job_of(e) == job_id
+                         for e in events_of(run.path)):
+        return None
+    for batch in run.batch_logs(job_id).values():
+        found = next(filter(None, map(_SCRIPT_ERROR.search, tail(batch, 200))), None)
+        if found:
+            number = int(found[1])
+            try:
+                line = run.script.read_text(errors="replace").splitlines()[number - 1].strip()
+            except (OSError, IndexError):
+                line = ""
+            return f"the job script stopped at its line {number}: {found[2]}" + (f"  ({line})" if line else "")
+    return None
