@@ -471,6 +471,9 @@ def warnings(loaded: LoadedProfile) -> list[str]:
                        "${NAME} expand there): write the value, or set it in a setup line (launch.setup)")
     out += [f"{w} (profile {loaded.name})" for w in sbatchextra.unknown(p.slurm.extra)]
     out += _unset_references(p, loaded.name)
+    out += [f"env.vars.{k} = {p.env.vars[k]!r} is replaced by container.env.{k} = {v!r} (profile {loaded.name}): "
+            f"container.env is set over the job's environment, the program sees it; give the value there"
+            for k, v in sorted(p.container.env.items()) if p.env.vars.get(k, v) != v]
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "

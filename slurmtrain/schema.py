@@ -242,6 +242,9 @@ def build(cls: type, data: Mapping[str, Any], sources: Sources, prefix: str = ""
         raw = data[name]
         if f.metadata.get("int_as_text") and isinstance(raw, int) and not isinstance(raw, bool):
             raw = str(raw)  # slurm.time = 48: Slurm's minutes, as "48"
+        if raw == "" and f.default is None:  # TOML has no null: "" unsets (a parent profile's account)
+            kwargs[name] = None
+            continue
         value = _convert(hints[name], raw, key, sources)
         check = f.metadata.get("check")
         if check is not None and value is not None:

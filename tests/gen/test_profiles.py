@@ -302,3 +302,13 @@ def test_a_time_limit_in_minutes_may_be_a_number():
     assert load_profile("local", ["slurm.time=48"]).profile.slurm.time == "48"
     with pytest.raises(ConfigError, match="slurm.time: expected a string, got boolean true"):
         load_profile("local", ["slurm.time=true"])
+
+
+def test_an_empty_string_unsets_an_inherited_optional_value():
+    """TOML has no null: a profile extending one that names an account, a partition or a
+    constraint could not take it away (`account = ""` was refused as no Slurm name, and
+    `--set slurm.constraint=` rendered `#SBATCH --constraint=`)."""
+    loaded = load_profile("local", ['slurm.account="research"'])
+    assert loaded.profile.slurm.account == "research"
+    gone = load_profile("local", ['slurm.account="research"', 'slurm.account=""', "slurm.partition="]).profile.slurm
+    assert (gone.account, gone.partition) == (None, None)

@@ -47,3 +47,14 @@ def test_a_variable_not_set_here_is_warned_of_before_the_queue(monkeypatch):
     assert said == ["env.vars.HF_HOME = '/scratch/$NOT_SET/hf' (profile local, or --set): $NOT_SET is not set here, "
                     "and the job gets this environment: its script would stop at once (unbound variable); export it "
                     "before submitting, or write the value"], said
+
+
+def test_a_variable_in_env_vars_and_container_env_is_warned_of_naming_the_one_that_wins():
+    """A profile extending hpc-apptainer (container.env HF_HOME) with runtime = "none" and its
+    own env.vars HF_HOME: the job had the parent's value."""
+    loaded = load_profile("hpc-apptainer", ['container.runtime="none"', 'container.env.HF_HOME="/.hf_cache"',
+                                            'env.vars.HF_HOME="/data/hf"'])
+    said = [w for w in warnings(loaded) if "is replaced by" in w]
+    assert said == ["env.vars.HF_HOME = '/data/hf' is replaced by container.env.HF_HOME = '/.hf_cache' (profile "
+                    "hpc-apptainer): container.env is set over the job's environment, the program sees it; give "
+                    "the value there"], said
