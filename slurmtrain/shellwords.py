@@ -38,13 +38,16 @@ def expanding(text: str) -> str:
     return Raw("".join(out))
 
 
-# ${NAME:-default}, ${NAME%x}, $(...): a shell's, which a profile's value does not get (it stays text).
-_SHELL_FORM = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*[^A-Za-z0-9_}]|\$\(")
+# ${NAME:-default}, ${NAME%x}, $(...), `...`: a shell's, which a profile's value does not get
+# (it stays text).
+_SHELL_FORM = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*[^A-Za-z0-9_}]|\$\(|`")
 
 
 def shell_form(text: str) -> str | None:
     """The part of a profile's value that only a shell would expand, where there is one."""
     m = _SHELL_FORM.search(text)
+    if m and m.group(0) == "`":
+        return text[m.start():text.find("`", m.start() + 1) + 1 or len(text)]
     return text[m.start():text.find("}", m.start()) + 1 or len(text)] if m else None
 
 

@@ -116,6 +116,8 @@ def test_a_shells_own_forms_in_a_profile_value_are_warned_of_as_text():
     assert "env.vars.TMPDIR = '${SLURM_TMPDIR:-/tmp}' (profile local, or --set): ${SLURM_TMPDIR:-/tmp} stays text" \
         in said, said
     assert "container.env.X = '$(hostname)'" in said
+    ticks = CliRunner().invoke(main, ["gen", "--set", 'env.vars.H="/x/`hostname`/y"', "--", "python", "t.py"]).stderr
+    assert "env.vars.H = '/x/`hostname`/y' (profile local, or --set): `hostname` stays text" in ticks, ticks
     quiet = CliRunner().invoke(main, ["gen", "--set", 'env.vars.A="$HOME/x ${USER}"', "--", "python", "t.py"]).stderr
     assert "stays text" not in quiet, quiet
 
