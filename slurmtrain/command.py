@@ -165,6 +165,9 @@ def _launcher(args: tuple[str, ...], interp: str | None, name: str, opts: dict, 
                          "CUDA_VISIBLE_DEVICES in the profile's [env] vars)")
     if "include" in found:
         found["procs"] = _included_slots(found["include"], found.get("procs"))
+        hosts = [part.split(":")[0] for part in found["include"].split("@") if part.split(":")[0] != "localhost"]
+        if hosts:  # the nodes are Slurm's: said, not dropped silently
+            dropped.append(f"--include hosts {' '.join(hosts)}")
     return Program(kind, program, interp, _count(found.get("procs"), name, "processes per node"),
                    _count(found.get("nnodes"), name, "nodes"), name, local_rank and kind in ("script", "module"),
                    tuple(dropped))

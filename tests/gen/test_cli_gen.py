@@ -82,6 +82,14 @@ def test_a_launchers_options_the_script_sets_itself_are_said_to_be_left_out(tmp_
     assert "to keep port 1234: --set launch.rdzv_port=1234" in result.stderr  # a firewall's port, say
     plain = CliRunner().invoke(main, ["gen", "--", "torchrun", "--nproc_per_node", "2", "train.py"])
     assert "note:" not in plain.stderr, plain.stderr  # taken over whole: nothing to say
+    # deepspeed --include names hosts: its GPUs a node are kept, its hosts are Slurm's
+    hosts = CliRunner().invoke(main, ["gen", "--launcher", "deepspeed", "--", "deepspeed", "--include",
+                                      "stnode1:0,1@stnode2:0,1", "train.py"])
+    assert hosts.exit_code == 0 and ("deepspeed's --include hosts stnode1 stnode2 in the command left out"
+                                     in hosts.stderr), hosts.stderr
+    local = CliRunner().invoke(main, ["gen", "--launcher", "deepspeed", "--", "deepspeed", "--include",
+                                      "localhost:0,1", "train.py"])
+    assert "left out" not in local.stderr, local.stderr
 
 
 def test_a_shell_variable_in_the_command_is_warned_of_as_unexpanded(tmp_path, monkeypatch):
