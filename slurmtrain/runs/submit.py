@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from datetime import datetime
 from pathlib import Path
@@ -116,7 +117,7 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
         run.update_manifest(state="refused", refusal=message)
         events.append(run.path, Ev.SUBMIT_REFUSED, message=message)
         raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_size_hint(run, message)}"
-                         f"{_config_hint(message)}{_ledger_hint(run)}") from None
+                         f"{_config_hint(message)}{_ledger_hint(run)}{_extra_hint(run, message)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")
     # The controller's version at each submission: a run outlives an upgrade of its cluster.
     version = slurmversion.from_config(config) if config else slurmversion.of_cluster()
@@ -141,6 +142,16 @@ def excluded_nodes(run: RunDir) -> str:
 # sbatch's words for a job larger than its partition (nodes, CPUs, GPUs).
 _TOO_BIG = ("Node count specification invalid", "More processors requested than permitted",
             "Requested node configuration is not available", "Invalid generic resource")
+
+
+def _extra_hint(run: RunDir, message: str) -> str:
+    """An option sbatch does not know, from the profile's slurm.extra: which key to fix."""
+    found = re.search(r"unrecognized option '([^'=]+)", message)
+    if not found:
+        return ""
+    extra = [line for line in run.script.read_text(errors="replace").splitlines()
+             if line.startswith(f"#SBATCH {found[1]}")]
+    return f"; {found[1]} comes from the profile's slurm.extra (--set slurm.extra=[...] or its file)" if extra else ""
 
 
 def _config_hint(message: str) -> str:

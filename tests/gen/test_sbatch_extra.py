@@ -66,3 +66,15 @@ def test_gen_says_it_in_one_line(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["gen", "--set", 'slurm.extra=["--output=x.out"]', "--", *COMMAND])
     assert result.exit_code == 2 and result.output.startswith("slurmtrain: error: slurm.extra has --output=x.out"), \
         result.output
+
+
+def test_sbatchs_refusal_of_an_extra_option_names_the_profile_key(tmp_path):
+    from slurmtrain.runs import rundir
+    from slurmtrain.runs.submit import _extra_hint
+
+    run = rundir.create(tmp_path, "x")
+    run.script.write_text("#!/bin/bash\n#SBATCH --job-name=x\n#SBATCH --reservaton=p4d-res\n")
+    refused = "sbatch: unrecognized option '--reservaton=p4d-res'"
+    assert _extra_hint(run, refused) == "; --reservaton comes from the profile's slurm.extra (--set " \
+                                        "slurm.extra=[...] or its file)"
+    assert _extra_hint(run, "sbatch: error: Batch job submission failed: Invalid account") == ""
