@@ -294,7 +294,8 @@ def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, st
     if not report:
         return []
     allocated, parts = report["allocated_node_s"], report["node_s"]
-    queue = f"queue {_human(report['queue_s'])}" if report["queue_s"] else ""
+    summed = f", summed over {report['tasks']} tasks" if report.get("tasks", 1) > 1 else ""
+    queue = f"queue {_human(report['queue_s'])}{summed}" if report["queue_s"] else ""
     if not allocated:
         return [("goodput", f"- (nothing allocated yet; {queue or 'queue 0 s'})")]
     rest = [f"{word} {parts[p] / allocated:.0%}" for p, word in _PART_WORDS.items() if parts[p] >= 0.005 * allocated]

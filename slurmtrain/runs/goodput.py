@@ -73,6 +73,7 @@ class Goodput:
     spans: list[Span] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     progress_known: bool = True
+    tasks: int = 1            # an array's tasks, summed: their queue waits add up though they overlap
 
     def node_seconds(self, part: str | None = None) -> float:
         return sum((s.end - s.begin) * s.nodes for s in self.spans if part is None or s.part == part)
@@ -104,6 +105,7 @@ class Goodput:
             "node_s": {p: round(self.node_seconds(p), 1) for p in PARTS},
             "queue_s": round(self.queue_s, 1),
             "progress_known": self.progress_known,
+            "tasks": self.tasks,
             "faults": [{"kind": f.kind, "time": f.time, "detail": f.detail, "in_job": f.in_job,
                         "cost": {k: round(v, 1) for k, v in self.cost(i).items()}}
                        for i, f in enumerate(self.faults)],
@@ -117,7 +119,7 @@ def of_events(evs: Iterable[Event], now: float | None = None) -> Goodput:
     evs = [e for e in evs if isinstance(e.get("time"), (int, float)) and not isinstance(e.get("time"), bool)]
     now = time.time() if now is None else now
     tasks = eventlog.tasks(evs) if eventlog.array_size(evs) else {None: evs}
-    out = Goodput()
+    out = Goodput(tasks=len(tasks))
     for task_evs in tasks.values():
         _add_run(out, task_evs, now)
     return out

@@ -168,6 +168,10 @@ def test_the_tasks_of_an_array_are_summed():
                 ev(10, "finished", array_task=k), ev(10, "finished", exit_code=0, **ident)]
     g = goodput.of_events([ev(-1, "submitted", job_id="7", array_tasks=2), *task(0), *task(1)])
     assert parts(g) == {"startup": 8, "trained": 12}
+    # both tasks waited the same second: the queue adds up, and status says it does
+    assert (g.queue_s, g.tasks) == (2, 2)
+    from slurmtrain.cli.runs import _goodput_rows
+    assert _goodput_rows(g.to_json())[0][1].endswith("; queue 2 s, summed over 2 tasks"), _goodput_rows(g.to_json())
 
 
 def test_the_json_has_every_part_the_share_and_each_fault_with_its_cost():
