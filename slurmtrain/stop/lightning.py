@@ -8,7 +8,7 @@
     trainer.fit(model, data, ckpt_path=resume_from(trainer.default_root_dir))
 
 After each training batch the ranks agree on a stop request (signal or stop file); then
-every rank saves ``slurmtrain-stop-step=<N>.ckpt`` through ``trainer.save_checkpoint`` in
+every rank saves ``last-slurmtrain-stop-step=<N>.ckpt`` through ``trainer.save_checkpoint`` in
 the checkpoint folder (``ModelCheckpoint``'s, else ``<default_root_dir>/checkpoints``),
 rank 0 reports it (``checkpoint_saved``, ``stopped``), and every rank exits 75 once all
 have written. Saves by ``ModelCheckpoint`` are reported as ``checkpoint_saved`` too.
@@ -41,7 +41,12 @@ except ImportError:  # the older package name
 
 log = logging.getLogger("slurmtrain.stop")
 
-STOP_CHECKPOINT_PREFIX = "slurmtrain-stop-step="
+# Named "last-...": Lightning's ``ckpt_path="last"`` takes the newest file of a
+# ModelCheckpoint folder whose name begins with "last", so the habit of
+# ``ModelCheckpoint(save_last=True)`` + ``fit(ckpt_path="last")`` resumes from the stop's
+# checkpoint, not from the periodic one before it (the steps between ran twice).
+STOP_CHECKPOINT_PREFIX = "last-slurmtrain-stop-step="
+_OLD_PREFIXES = ("slurmtrain-stop-step=",)  # the name before: superseded files are removed too
 
 
 def resume_from(root) -> str | None:
@@ -85,6 +90,11 @@ class _StopHooks:
         stop.install()
         if trainer.global_step > 0:
             stop.resumed(trainer.global_step)
+        newer = [(step, path) for step, path in _stop_checkpoints(self._folder(trainer)) if step > trainer.global_step]
+        if newer and trainer.is_global_zero:
+            log.warning("training starts at step %d but the stop checkpoint %s is newer (step %d): the steps between "
+                        "run again; resume with trainer.fit(..., ckpt_path=slurmtrain.stop.lightning.resume_from(root)) "
+                        'or ckpt_path="last"', trainer.global_step, max(newer)[1], max(newer)[0])
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         # Called while the checkpoint is being put together, before it is written: it
@@ -138,13 +148,24 @@ class _StopHooks:
         if trainer.is_global_zero:
             if path.is_dir():
                 checkpoints.mark_complete(path)
-            for old in path.parent.glob(f"{STOP_CHECKPOINT_PREFIX}*.ckpt"):
+            for _, old in _stop_checkpoints(path.parent):
                 if old != path:  # superseded by this one
                     _remove(old)
         stop.saved(step, path)
         stop._event(Ev.STOPPED, step=step)
         stop.barrier()  # the marker and events are written before any rank leaves
         stop.leave(stop.STOP_EXIT_CODE)
+
+
+def _stop_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """(step, path) of each stop checkpoint in ``folder`` (the step is in its name)."""
+    out = []
+    for prefix in (STOP_CHECKPOINT_PREFIX, *_OLD_PREFIXES):
+        for path in folder.glob(f"{prefix}*.ckpt"):
+            step = path.name[len(prefix):-len(".ckpt")]
+            if step.isdigit():
+                out.append((int(step), path))
+    return out
 
 
 def _callback_class(pl):

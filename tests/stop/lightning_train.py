@@ -24,6 +24,8 @@ def main() -> None:
     p.add_argument("--signal-rank", type=int, default=None, help="only this rank gets it")
     p.add_argument("--signal-name", default="TERM")
     p.add_argument("--devices", type=int, default=1)
+    p.add_argument("--resume", choices=("newest", "last", "none"), default="newest",
+                   help="ckpt_path: resume_from(root), Lightning's own \"last\", or none")
     args = p.parse_args()
 
     stop_callback = slurmtrain_lightning.StopCallback()
@@ -60,8 +62,10 @@ def main() -> None:
     trainer = L.Trainer(
         default_root_dir=args.root, max_steps=args.max_steps, accelerator="cpu", devices=args.devices, logger=False,
         enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[signal_at, stop_callback, ModelCheckpoint(every_n_train_steps=2, save_top_k=-1)])
-    trainer.fit(Model(), loader, ckpt_path=slurmtrain_lightning.resume_from(args.root))
+        callbacks=[signal_at, stop_callback,
+                   ModelCheckpoint(every_n_train_steps=2, save_top_k=-1, save_last=args.resume == "last")])
+    ckpt_path = {"newest": slurmtrain_lightning.resume_from(args.root), "last": "last", "none": None}[args.resume]
+    trainer.fit(Model(), loader, ckpt_path=ckpt_path)
     print(json.dumps({"first_step": signal_at.first, "global_step": trainer.global_step}))
 
 

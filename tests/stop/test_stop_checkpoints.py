@@ -66,7 +66,7 @@ def test_lightning_newest_complete_file_or_marked_folder(tmp_path, monkeypatch):
     import os
 
     older = _zip(tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=2.ckpt")
-    newer = _zip(tmp_path / "checkpoints" / "slurmtrain-stop-step=3.ckpt")
+    newer = _zip(tmp_path / "checkpoints" / "last-slurmtrain-stop-step=3.ckpt")
     cut = tmp_path / "checkpoints" / "epoch=0-step=4.ckpt"
     cut.write_bytes(newer.read_bytes()[:-30])  # a copy cut short: no central directory
     sharded = tmp_path / "checkpoints" / "sharded.ckpt"
