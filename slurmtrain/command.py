@@ -50,7 +50,9 @@ def parse(command: tuple[str, ...]) -> Program:
     if head == "deepspeed":
         return _deepspeed(command[1:], _sibling_python(command[0]))
     if head == "accelerate" and len(command) > 1 and command[1] == "launch":
-        raise UsageError(_refusal("accelerate launch", _script_after_options(command[2:]), command[0]))
+        raise UsageError(_refusal("accelerate launch", command[2:], command[0]))
+    if head == "accelerate-launch":  # its other entry point
+        raise UsageError(_refusal("accelerate-launch", command[1:], command[0]))
     if head == "srun":
         raise UsageError("`srun` in the command: the job script starts the tasks with srun itself "
                          "(one per node, or one per process with --launcher srun); write the program alone, "
@@ -71,7 +73,9 @@ def _python(command: tuple[str, ...]) -> Program:
         if rest[1] in ("deepspeed.launcher.runner", "deepspeed"):
             return _deepspeed(tuple(rest[2:]), interp)
         if rest[1] == "accelerate.commands.launch":
-            raise UsageError(_refusal(f"{interp} -m accelerate.commands.launch", _script_after_options(rest[2:]), interp))
+            raise UsageError(_refusal(f"{interp} -m accelerate.commands.launch", rest[2:], interp))
+        if rest[1] == "accelerate.commands.accelerate_cli" and rest[2:3] == ["launch"]:
+            raise UsageError(_refusal(f"{interp} -m accelerate.commands.accelerate_cli launch", rest[3:], interp))
         return Program("module", tuple(rest[1:]), interp)
     if rest and not rest[0].startswith("-"):
         return Program("script", tuple(rest), interp)
@@ -212,9 +216,39 @@ def _script_after_options(args) -> list[str]:
     return []
 
 
-def _refusal(launcher: str, program: list[str], interp: str) -> str:
+# `accelerate launch` options and the variables it gives the program for them, which
+# Accelerator() reads (accelerate/utils/launch.py). Its config file is read by the
+# launcher alone: without it, the settings must reach the program as these variables.
+_ACCELERATE_ENV = {"mixed_precision": "ACCELERATE_MIXED_PRECISION", "cpu": "ACCELERATE_USE_CPU",
+                   "gradient_accumulation_steps": "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                   "dynamo_backend": "ACCELERATE_DYNAMO_BACKEND", "use_fsdp": "ACCELERATE_USE_FSDP",
+                   "use_deepspeed": "ACCELERATE_USE_DEEPSPEED", "zero_stage": "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+                   "deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE"}
+
+
+def _accelerate_sets(options: list[str]) -> list[str]:
+    """``--set env.vars.X=V`` for each option of ``options`` (those before the script) that
+    `accelerate launch` turns into a variable."""
+    out = []
+    for i, word in enumerate(options):
+        key, eq, value = word.lstrip("-").replace("-", "_").partition("=")
+        if key not in _ACCELERATE_ENV:
+            continue
+        if not eq:
+            nxt = options[i + 1] if i + 1 < len(options) else ""
+            value = "true" if not nxt or nxt.startswith("-") else nxt
+        out.append(f"--set env.vars.{_ACCELERATE_ENV[key]}={value}")
+    return out
+
+
+def _refusal(launcher: str, args: list[str], interp: str) -> str:
+    program = _script_after_options(args)
     python = _sibling_python(interp) or "python"
     instead = shlex.join([python] + program) if program else "python train.py ARGS"
+    sets = _accelerate_sets(list(args)[:len(args) - len(program)])
+    settings = (f"give its options as the variables it would set: {' '.join(sets)}" if sets else
+                "give its settings as the variables `accelerate launch` would set (ACCELERATE_MIXED_PRECISION, "
+                "ACCELERATE_USE_FSDP and FSDP_*, ...) in the profile's [env] vars, or in Accelerator(...) in the "
+                "script: its config file is read by the launcher alone")
     return (f"`{launcher}` in the command: slurmtrain starts one process per GPU on every node itself "
-            f"(torchrun's environment, which Accelerate reads); write `-- {instead}` and put Accelerate's "
-            "settings in its config file (ACCELERATE_CONFIG_FILE) or environment")
+            f"(torchrun's environment, which Accelerate reads); write `-- {instead}` and {settings}")

@@ -85,8 +85,15 @@ def test_a_launcher_in_the_command_is_taken_over_not_nested(tmp_path, command, f
 
 @pytest.mark.parametrize("command,words", [
     (["accelerate", "launch", "--num_processes", "4", "--mixed_precision", "bf16", "train.py", "--a", "1"],
-     ["`accelerate launch` in the command", "write `-- python train.py --a 1`"]),
-    (["/env/bin/accelerate", "launch", "train.py"], ["write `-- /env/bin/python train.py`"]),
+     ["`accelerate launch` in the command", "write `-- python train.py --a 1`",
+      # what accelerate launch gives Accelerator() for them (its config file is the launcher's alone)
+      "give its options as the variables it would set: --set env.vars.ACCELERATE_MIXED_PRECISION=bf16"]),
+    (["/env/bin/accelerate", "launch", "train.py"], ["write `-- /env/bin/python train.py`",
+                                                     "its config file is read by the launcher alone"]),
+    (["accelerate-launch", "--cpu", "train.py"], ["`accelerate-launch` in the command",
+                                                  "--set env.vars.ACCELERATE_USE_CPU=true"]),
+    (["python", "-m", "accelerate.commands.accelerate_cli", "launch", "train.py"],
+     ["`python -m accelerate.commands.accelerate_cli launch` in the command"]),
     (["srun", "-n", "4", "python3", "train.py"], ["`srun` in the command", "python3 train.py"]),
     (["torchrun", "--nproc_per_node", "4", "train.py"], ["asks for 4 processes per node, the profile runs 2",
                                                           "give --set launch.procs_per_node=4 (the profile sets it)"]),
