@@ -437,6 +437,15 @@ def _with_step(text: str, step: int | None) -> str:
     return text if step is None else f"{text}; last checkpoint at step {step}"
 
 
+def hang_who(hang: Event) -> str:
+    """Whom a ``hang`` event blames: the rank its stacks told apart (stopped, or outside the
+    collective the others wait in) where they did, else the last ranks to report (a
+    stopped rank's peers stop reporting when it does: they are not the cause)."""
+    if hang.get("stuck_ranks"):
+        return f"rank(s) {hang['stuck_ranks']} on {hang.get('stuck_nodes')}: {hang.get('why')}"
+    return f"the last to report: rank(s) {hang.get('ranks')} on {hang.get('nodes')}"
+
+
 def outcome(start: Start, later: bool = False) -> Outcome:
     """How one start ended; ``later`` says whether another start followed it."""
     step = _checkpoint_step(start)
@@ -477,9 +486,9 @@ def outcome(start: Start, later: bool = False) -> Outcome:
                                         'resilience.requeue_when = "always" to requeue anyway)', True, step, e)
     if (e := last(Ev.FAILED)) is not None:
         if (hang := _last_launch_hang(start)) is not None:
-            return Outcome(HANG, f"hung: no rank reported progress for {hang.get('seconds')} s; the last to report: "
-                                 f"rank(s) {hang.get('ranks')} on {hang.get('nodes')} (step {hang.get('step')}); no "
-                                 f"in-job restart left; stacks in {hang.get('stacks')}; not requeued", True, step, e)
+            return Outcome(HANG, f"hung: no rank reported progress for {hang.get('seconds')} s; {hang_who(hang)} "
+                                 f"(step {hang.get('step')}); no in-job restart left; stacks in {hang.get('stacks')}; "
+                                 "not requeued", True, step, e)
         return Outcome(USER_ERROR, _failure(start, e) + "; not requeued", True, step, e)
     if (e := last(Ev.REQUEUE)) is not None:
         kind, why = _stop_cause(start)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,7 +113,7 @@ def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbe
     missing or may not trace (Yama), the rank's own dump (the stop contract's, into
     ``heartbeats``), else a file saying why there is none."""
     folder.mkdir(parents=True, exist_ok=True)
-    spy = shutil.which("py-spy")
+    spy = find_py_spy()
     here = os.environ.get("SLURMD_NODENAME", "")
     missed, silent = [], set()  # silent: nodes srun could not reach (a link or a slurmd down)
     for b in beats:
@@ -137,6 +138,16 @@ def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbe
     return folder
 
 
+def find_py_spy() -> str | None:
+    """py-spy on PATH, else beside this interpreter or its base (a venv made with
+    --system-site-packages has the base's packages, but not its bin/ on PATH)."""
+    found = shutil.which("py-spy")
+    for folder in (Path(sys.executable).parent, Path(sys.base_prefix) / "bin"):
+        if found is None and os.access(folder / "py-spy", os.X_OK):
+            found = str(folder / "py-spy")
+    return found
+
+
 def _spy_argv(spy: str, pid: int) -> list[str]:
     """The process's state (/proc/PID/stat's third field: T stopped, D in uninterruptible
     sleep), then py-spy's dump, in one call on the node."""
@@ -152,6 +163,7 @@ def _with_state(out: str) -> str:
 
 
 STATE_LINE = "# process state: "
+_MUTE = "the rank did not answer its stack signal"
 _STATES = {"T": "stopped: SIGSTOP, or a debugger", "t": "stopped by a debugger",
            "D": "in uninterruptible sleep: a file system or a device", "Z": "a zombie: it exited"}
 # A main thread waiting for its peers: a collective, or a backward pass whose gradient
@@ -173,6 +185,11 @@ def odd_ranks(beats: list[heartbeat.Beat], folder: Path) -> tuple[list[heartbeat
     outside = [b for b in beats if waiting[b.rank] is False]
     if outside and any(waiting.values()):
         return outside, "not in a collective, where the others wait in one"
+    # Without py-spy each rank dumps its own stack on a signal: one that does not, while
+    # the others do from a collective, is stopped (or stuck outside Python).
+    mute = [b for b in beats if _MUTE in texts[b.rank]]
+    if mute and len(mute) < len(beats) and all(waiting[b.rank] for b in beats if b not in mute):
+        return mute, "did not answer its stack signal while the others wait in a collective (stopped?)"
     return [], ""
 
 
@@ -227,6 +244,6 @@ def _own_dumps(slurm: Slurm, missed: list, here: str, heartbeats: Path | None) -
         if text.strip():
             out.write_text(f"# the rank's own dump (faulthandler), since {why}\n{text}")
         elif b.rank in sizes:
-            out.write_text(f"no stack: {why}; the rank did not answer its stack signal (a stopped process?)\n")
+            out.write_text(f"no stack: {why}; {_MUTE} (a stopped process?)\n")
         else:
             out.write_text(f"no stack: {why}; the program does not install slurmtrain.stop's own dump\n")

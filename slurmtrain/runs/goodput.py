@@ -294,7 +294,7 @@ def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None
     # Events written before the supervisor said the cause: a hang, else a node lost, else a crash.
     cause = nxt.get("cause") or (eventlog.HANG if hang is not None else
                                  eventlog.NODE_LOST if lost is not None else eventlog.CRASH)
-    hung = _hang_words(hang) if hang is not None else ""
+    hung = f"no progress for {hang.get('seconds')} s; {eventlog.hang_who(hang)}" if hang is not None else ""
     if cause == eventlog.LAUNCH_FAILED:  # nothing ran: the start-up is what it cost
         return at, _fault(out, eventlog.LAUNCH_FAILED, nxt["time"],
                           f"srun could not start the tasks on {nxt.get('nodes', '?')}; launched again", True)
@@ -310,16 +310,6 @@ def _in_job_fault(out: Goodput, evs: list[Event], nxt: Event, hang: Event | None
     return at, _fault(out, eventlog.CRASH, nxt["time"],
                       f"the program failed{' on ' + nxt['node'] if nxt.get('node') else ''} "
                       f"(exit status {nxt.get('exit_code')}){left}", True)
-
-
-def _hang_words(hang: Event) -> str:
-    """A hang as the fault row says it: the rank its stacks told apart (stopped, or outside
-    the collective the others wait in) where they did, else the last ranks to report
-    (a stopped rank's peers stop reporting when it does: they are not the cause)."""
-    if hang.get("stuck_ranks"):
-        return (f"no progress for {hang.get('seconds')} s; rank(s) {hang['stuck_ranks']} on "
-                f"{hang.get('stuck_nodes')}: {hang.get('why')}")
-    return f"no progress for {hang.get('seconds')} s; last to report: rank(s) {hang.get('ranks')} on {hang.get('nodes')}"
 
 
 def _requeued_without(out: Goodput, evs: list[Event], e: Event, hang: Event | None) -> tuple[float, int]:

@@ -139,3 +139,34 @@ def test_the_rank_outside_the_collective_its_peers_wait_in_is_told_apart(tmp_pat
     assert hangs.odd_ranks(beats, tmp_path) == ([], "")
     (tmp_path / "rank3-stnode2.txt").write_text("no stack: stnode2 did not answer\n")
     assert hangs.odd_ranks(beats, tmp_path) == ([], "")  # no stack: not judged
+
+
+def test_without_py_spy_the_rank_that_does_not_dump_its_own_stack_is_told_apart(tmp_path):
+    """A user's venv (--system-site-packages) had no py-spy on PATH: every rank dumped its
+    own stack on the signal, in all_reduce, but the SIGSTOPped rank 2 could not; the hang
+    named all four ranks as the last to report."""
+    beats = [heartbeat.Beat(rank=r, node=n, pid=100 + r, step=69, time=0.0)
+             for r, n in ((0, "stnode1"), (1, "stnode1"), (2, "stnode2"), (3, "stnode2"))]
+    own = ("# the rank's own dump (faulthandler), since py-spy is not installed where the supervisor runs\n"
+           "Current thread 0x00007f03bfdf2b80 (most recent call first):\n"
+           '  File "/x/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+           '  File "/home/u/train_acc.py", line 37 in <module>\n')
+    for b in beats:
+        (tmp_path / f"rank{b.rank}-{b.node}.txt").write_text(
+            own if b.rank != 2 else "no stack: py-spy is not installed where the supervisor runs (pip install "
+                                    "py-spy); the rank did not answer its stack signal (a stopped process?)\n")
+    odd, why = hangs.odd_ranks(beats, tmp_path)
+    assert [b.rank for b in odd] == [2] and why.startswith("did not answer its stack signal"), (odd, why)
+
+
+def test_py_spy_is_found_beside_the_base_interpreter_of_a_venv(tmp_path, monkeypatch):
+    base = tmp_path / "base"
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "py-spy").write_text("#!/bin/sh\n")
+    (base / "bin" / "py-spy").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(hangs.sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
+    monkeypatch.setattr(hangs.sys, "base_prefix", str(base))
+    assert hangs.find_py_spy() == str(base / "bin" / "py-spy")
+    monkeypatch.setattr(hangs.sys, "base_prefix", str(tmp_path / "none"))
+    assert hangs.find_py_spy() is None

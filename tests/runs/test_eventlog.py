@@ -13,6 +13,7 @@ crash_hang_preempted (a crash and a hang restarted in the job, then a preemption
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -136,6 +137,12 @@ def test_a_hang_with_no_restart_left_is_its_own_outcome_naming_the_ranks_and_sta
     assert out.kind == K.HANG and out.step == 10
     assert out.detail == ("hung: no rank reported progress for 30 s; the last to report: rank(s) 1 on stnode2 "
                           "(step 17); no in-job restart left; stacks in /runs/hung/stacks/131-0-1; not requeued")
+    # where the stacks told the stopped rank apart, it is the one named
+    evs = [dict(e, stuck_ranks="0", stuck_nodes="stnode1", why="process state T (stopped)") if e["event"] == "hang"
+           else e for e in events.read(run.path)]
+    (run.path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evs))
+    assert classify.classify(run.path).detail.startswith(
+        "hung: no rank reported progress for 30 s; rank(s) 0 on stnode1: process state T (stopped) (step 17)")
 
 
 # ---- the names -------------------------------------------------------------------------

@@ -210,7 +210,7 @@ def test_status_shows_the_share_where_the_rest_went_and_each_fault_with_its_cost
     assert rows[1].startswith("faults     ") and rows[1].endswith(
         "crash (in the job): the program failed (exit status 1); cost 40 s of node time (lost steps 10 s, "
         "restarts 30 s)")
-    assert rows[2].endswith("hang (in the job): no progress for 40 s; last to report: rank(s) 1 on stnode2; "
+    assert rows[2].endswith("hang (in the job): no progress for 40 s; the last to report: rank(s) 1 on stnode2; "
                             "cost 2m 40s of node time (lost steps 40 s, hangs 1m 20s, restarts 40 s)")
     assert rows[3].endswith("preempted (ended the start): stopped after a checkpoint; requeued; cost 24 s of "
                             "node time (other 4 s, start-up 20 s) + 2m 08s in the queue")
