@@ -1412,7 +1412,7 @@ def test_a_failure_before_a_checkpoint_is_the_programs_unless_slurms_stray_kill(
 def test_a_hang_that_names_every_node_blames_none(rig, monkeypatch):
     """Ranks in lockstep beat within the same second: such a hang names them all, and says
     nothing of any one node; two of them leave no node out."""
-    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
+    monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
     both_stop = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200))])
     rig.task = [both_stop, both_stop, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
@@ -1455,7 +1455,7 @@ HANGS_ON_N2 = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "
 
 
 def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched_again(rig, monkeypatch):
-    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: f"/opt/bin/{name}")
+    monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: "/opt/bin/py-spy")
     monkeypatch.setenv("SLURMD_NODENAME", "n1")  # the supervisor's own node
     rig.slurm.then("sh", Answer(0, "Thread 100 (idle): MainThread\n"))  # py-spy's dump: no state line before it
     rig.slurm.then("srun", Answer(0, "Thread 200 (idle): MainThread\n"))
@@ -1485,7 +1485,7 @@ def test_a_hung_rank_its_peers_stopped_beating_with_is_named_by_its_stack(rig, m
     """Rank 1 was SIGSTOPped: rank 0 blocks in its next collective and stops beating too, so
     the beats name both; the process state (T) and the stacks tell rank 1 apart, and the
     in-job restart names its node, not the node whose task srun saw killed first."""
-    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: f"/opt/bin/{name}")
+    monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: "/opt/bin/py-spy")
     monkeypatch.setenv("SLURMD_NODENAME", "n1")
     rig.slurm.then("sh", Answer(0, 'S\nThread 100 (idle): "MainThread"\n'
                                    "    all_reduce (torch/distributed/distributed_c10d.py:2800)\n"))
@@ -1518,7 +1518,7 @@ def test_the_derived_hang_timeout_follows_the_slowest_gap_and_has_a_floor(rig):
 
 
 def test_a_hang_with_no_restart_left_ends_the_run(rig, monkeypatch):
-    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
+    monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
     rig.task = [HANGS_ON_N2]
     assert rig.run(restarts_in_job=0, hang_timeout=20) == 143
     assert rig.names() == ["started", "first_step", "hang", "failed"]
@@ -1685,7 +1685,7 @@ def test_a_partition_with_room_leaves_the_dead_node_out(rig):
 
 
 def test_a_node_whose_rank_hangs_twice_is_left_out_and_the_spare_takes_its_place(rig, monkeypatch):
-    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
+    monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
     on_three_nodes(rig)
     rig.task = [HANGS_ON_N2, HANGS_ON_N2, FINISHES_ON_N1_N3]
     assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
@@ -1864,7 +1864,7 @@ def rig_on_wall(rig, monkeypatch) -> Rig:
     costs then follow the plan, not how fast this machine runs it; no py-spy."""
     from types import SimpleNamespace
     monkeypatch.setattr("slurmtrain.events.time", SimpleNamespace(time=rig.clock.wall))
-    monkeypatch.setattr("slurmtrain.job.hangs.shutil.which", lambda name: None)
+    monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
     return rig
 
 
