@@ -109,15 +109,22 @@ class Record:
             return programlog.tail_lines(self.run_dir / "logs" / name, self.node_marks.get(name, 0))
         return programlog.root_node(failed, lines_of)
 
-    def failure_words(self, node: str | None) -> str | None:
+    def failure_words(self, node: str | None, since: int) -> str | None:
         """What the program said of its failure in ``node``'s log, this launch's part: its own
-        error (a rank killed by a signal, an exception), not a peer's seen through a collective."""
+        error (a rank killed by a signal, an exception), not a peer's seen through a collective;
+        else srun's word after byte ``since`` of the batch log that a task there was killed."""
         if node is None:
             return None
         name = f"{self.job.tag}-{node}.out"
         found = programlog.program_error(programlog.tail_lines(self.run_dir / "logs" / name,
                                                                self.node_marks.get(name, 0)))
-        return found.line if found is not None and found.root else None
+        if found is not None:
+            return found.line if found.root else None
+        # A process killed says nothing; srun says "Killed" (one task a process: the srun
+        # launcher; or a launcher agent killed): the signal, not srun's exit status 1.
+        killed = next((m for m in SRUN_TASK_ERROR.finditer(self._log_since(since))
+                       if m["node"] == node and m["how"] == "Killed"), None)
+        return f"a task on {node} was killed by SIGKILL (out of memory, or a kill)" if killed else None
 
     def task_exit_code(self, since: int) -> int | None:
         """The exit status of the first task srun saw fail with one after byte ``since`` (not

@@ -301,7 +301,7 @@ class Supervisor:
         ask = status != 0 and not (stop or finished or st.cancelled or st.slurm_requeued)
         if ask and status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
             status = self.record.task_exit_code(self.log_mark) or status  # the failed task's says more
-        error = self.record.failure_words(self.record.first_failure(self.log_mark)) if ask else None
+        error = self.record.failure_words(self.record.first_failure(self.log_mark), self.log_mark) if ask else None
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,

@@ -1308,6 +1308,19 @@ def test_the_failure_is_named_on_the_node_whose_log_holds_the_programs_error_not
     assert n1.index(heads[0]) < n1.index(crash[1]) < n1.index(heads[1]) < n1.index(follow[1]), n1
 
 
+def test_a_task_srun_says_was_killed_is_named_killed_not_exit_status_1(rig, tmp_path):
+    """The srun launcher (a task a process), a rank killed with kill -9: its log says
+    nothing, srun says "Killed", srun's own status is 1. The relaunch said "the program
+    failed on n2 (exit status 1)"."""
+    with_batch_log(rig, tmp_path)
+    killed = Plan([*fails_at(7, saved=5).at[:-1], (3.5, srun_says("srun: error: n2: task 3: Killed")),
+                   (3.5, srun_says("srun: error: n1: task 0: Terminated")), fails_at(7, saved=5).at[-1]])
+    rig.task = [killed, FINISHES_ON_N1_N3]
+    rig.run(restarts_in_job=1)
+    assert [(e.get("node"), e.get("error")) for e in rig.events() if e["event"] == "relaunched"] == [
+        ("n2", "a task on n2 was killed by SIGKILL (out of memory, or a kill)")], rig.events()
+
+
 def _raises_on_n2(error: str, saved: int | None) -> Plan:
     """A user's program (no train_error events of its own) raises on n2, after saving ``saved``."""
     saves = [(2, emit("checkpoint_saved", step=saved))] if saved is not None else []
