@@ -48,7 +48,8 @@ _WHY_KILLED = {"SIGKILL": "out of memory, or a kill", "SIGSEGV": "a crash in nat
 # each time it meets that node: the node's to answer for however often it is said. (A full
 # file system is not among them: usually the shared one, which no other node would mend.)
 _NODE_FAULT = re.compile(r"ECC error|uncorrectable|\bXid\b|GPU is lost|fallen off the bus|NVLink"
-                         r"|Input/output error|Bus error|hardware error", re.I)
+                         r"|Input/output error|Bus error|hardware error"
+                         r"|killed by SIGKILL", re.I)  # the node's OOM killer, or a person there
 TAIL_BYTES = 64 * 1024  # of a node log: a launcher's report is ~40 lines
 # The supervisor's line in each node's log where a launch begins (a job's launches, its
 # in-job restarts and Slurm's requeues, append to the same file).

@@ -301,14 +301,16 @@ class Supervisor:
         ask = status != 0 and not (stop or finished or st.cancelled or st.slurm_requeued)
         if ask and status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
             status = self.record.task_exit_code(self.log_mark) or status  # the failed task's says more
-        error = self.record.failure_words(self.record.first_failure(self.log_mark), self.log_mark) if ask else None
+        stray = status != 0 and self.record.stray_kill(self.log_mark)  # Slurm's kill: it says so itself
+        error = self.record.failure_words(self.record.first_failure(self.log_mark), self.log_mark) \
+            if ask and not stray else None
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
-            stray_kill=status != 0 and self.record.stray_kill(self.log_mark), error=error)
+            stray_kill=stray, error=error)
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""
