@@ -219,15 +219,21 @@ class Ssh:
 
     def _check_program_once(self) -> None:
         prog = rpath(self.remote.command)
-        out = self.capture(f"command -v {prog} >/dev/null 2>&1 || exit 127; exec {prog} --version")
+        # Where the commands run (remote_script): not the home folder, whose `slurmtrain/`
+        # (the remote's own default dir) `python -m slurmtrain` would import instead.
+        out = self.capture(f"mkdir -p -- {rpath(self.remote.dir)} && cd -- {rpath(self.remote.dir)}; "
+                           f"command -v {prog} >/dev/null 2>&1 || exit 127; exec {prog} --version")
         where = f"{self.remote.where}"
         if out.returncode == 127:
             raise RemoteError(f"slurmtrain is not installed on {where} ({self.remote.command!r} is not "
                               "on the login shell's PATH; set `command` in the remote's table to its path)")
-        found = out.stdout.strip().rsplit(" ", 1)[-1] if out.returncode == 0 else ""
+        if out.returncode != 0:
+            said = (out.stderr.strip().splitlines() or ["no message"])[-1]
+            raise RemoteError(f"slurmtrain on {where} does not run ({self.remote.command} --version exited "
+                              f"{out.returncode}: {said})")
+        found = out.stdout.strip().rsplit(" ", 1)[-1]
         if found != __version__:
-            said = found or (out.stderr.strip().splitlines() or ["no version"])[-1]
-            raise RemoteError(f"slurmtrain on {where} is {said}, here {__version__}: "
+            raise RemoteError(f"slurmtrain on {where} is {found or 'of no version'}, here {__version__}: "
                               "install the same version on both")
 
     def capture(self, script: str, *, binary: bool = False) -> subprocess.CompletedProcess:
@@ -258,8 +264,11 @@ def ssh_failure(stderr: str, remote: Remote) -> str:
     said = " ".join(line.strip() for line in stderr.splitlines() if line.strip()
                     and not line.startswith(("@", "Warning: Permanently added")))
     if "IDENTIFICATION HAS CHANGED" in stderr or "Host key for" in stderr and "has changed" in stderr:
+        file = f"-f {remote.known_hosts} " if remote.known_hosts else ""
+        host = f"'[{remote.host.strip('[]')}]:{remote.port}'" if remote.port and remote.port != 22 else remote.host
         return (f"the host key of {where} has changed since it was recorded in known_hosts: if the "
-                "login node was reinstalled, remove the old key (ssh-keygen -R HOST) and connect once by hand")
+                f"login node was reinstalled, remove the old key (ssh-keygen {file}-R {host}) and connect once "
+                "by hand")
     if "Host key verification failed" in stderr or "No ED25519 host key is known" in stderr:
         return (f"the host key of {where} is not known here: connect once with ssh to check and "
                 "record it (or give the remote a known_hosts file)")
@@ -318,9 +327,29 @@ class Upload:
         return f"{self.parent}/{self.stamp}"
 
 
+# Never sent, wherever they are: a repository's own folder (a vendored one's too), and
+# where keys and credentials live.
+_NEVER_SENT = (".git", ".ssh", ".gnupg", ".aws", ".netrc", ".git-credentials")
+
+
 def _rsync_filters() -> list[str]:
-    # .gitignore files are read in every directory as rsync excludes; .git never travels.
-    return ["--filter=:- .gitignore", "--exclude=/.git"]
+    # .gitignore files are read in every directory as rsync excludes.
+    return ["--filter=:- .gitignore", *(f"--exclude={name}" for name in _NEVER_SENT)]
+
+
+def project_root(here: Path) -> tuple[Path, str]:
+    """The folder ``submit`` sends, and ``here`` within it: the git repository ``here`` is
+    in (from a subfolder, the program's ``../train.py`` travels too), else ``here``. Never
+    the home folder or ``/``: everything in it would travel, keys included."""
+    here = here.resolve()
+    root = next((d for d in (here, *here.parents) if (d / ".git").exists()), here)
+    if root in (Path.home().resolve(), Path("/")):
+        root = here
+    if root in (Path.home().resolve(), Path("/")):
+        raise RemoteError(f"submit sends the folder it runs in, and everything under it, to the login node: "
+                          f"{root} is {'your home folder' if root != Path('/') else '/'}; cd into the project's "
+                          "folder first")
+    return root, here.relative_to(root).as_posix()
 
 
 def plan_upload(source: Path, remote: Remote) -> Upload:
@@ -359,6 +388,8 @@ def upload(ssh: Ssh, up: Upload) -> None:
     made = ssh.capture(f"mkdir -p -- {base}")
     if made.returncode != 0:
         raise RemoteError(f"cannot make {r.dir}/{up.parent} on {r.where}: {made.stderr.strip()}")
+    # an upload cut short (Ctrl-C, a lost link) leaves its .partial: gone after an hour
+    ssh.capture(f"find {base} -maxdepth 1 -name '*.partial' -mmin +60 -exec rm -rf -- {{}} + 2>/dev/null; true")
     dest = f"{home_relative(r.dir)}/{up.path}.partial/"
     argv = ["rsync", "-rlptz", "--delete", "-s", *_rsync_filters(), "--link-dest=../latest",
             f"--rsync-path={shlex.quote(r.rsync_path)}", "-e", shlex.join(["ssh", *ssh.options()]),
@@ -391,13 +422,47 @@ def forward(spec: str, argv: list[str]) -> int:
         raise UsageError(f"{command} does not take --remote: {HERE_ONLY[command]}")
     ssh = Ssh(r)
     code = None
-    if command == "submit" and not {"-h", "--help"} & set(argv):
-        up = plan_upload(Path.cwd(), r)
-        ssh.connect()
-        upload(ssh, up)  # said after it is whole: a failure is then its own line only
-        print(f"slurmtrain: code: {up.source} ({up.files} files, {size_text(up.size)}) "
-              f"-> {r.where}:{r.dir}/{up.path}", file=sys.stderr, flush=True)
-        code = up.path
+    submitting = command == "submit" and not {"-h", "--help"} & set(argv)
+    if submitting:
+        code = _send_code(ssh, argv)
     ssh.connect()
     tty = command in FOLLOWING and sys.stdout.isatty() and sys.stdin.isatty()
-    return ssh.run(remote_script(r, argv, code=code), tty=tty)
+    rc = ssh.run(remote_script(r, argv, code=code), tty=tty)
+    if rc == 130 and submitting:
+        print(f"slurmtrain: interrupted: the job may have been submitted already (`slurmtrain --remote {r.name} "
+              "runs` shows it)", file=sys.stderr)
+    elif rc == 255:  # ssh's own: the remote slurmtrain exits 0-2 (130 on Ctrl-C)
+        print(f"slurmtrain: the connection to {r.where} ended (ssh exit status 255); run the command again",
+              file=sys.stderr)
+    return rc
+
+
+def _send_code(ssh: Ssh, argv: list[str]) -> str:
+    """The project's code, sent (``project_root``); the folder the command runs in there."""
+    r = ssh.remote
+    root, sub = project_root(Path.cwd())
+    try:
+        up = plan_upload(root, r)
+        ssh.connect()
+        upload(ssh, up)  # said after it is whole: a failure is then its own line only
+    except KeyboardInterrupt:
+        raise RemoteError(f"interrupted while sending the code to {r.where}: nothing was submitted") from None
+    print(f"slurmtrain: code: {up.source} ({up.files} files, {size_text(up.size)}) "
+          f"-> {r.where}:{r.dir}/{up.path}", file=sys.stderr, flush=True)
+    for word in _laptop_paths(argv, root):
+        print(f"slurmtrain: warning: {word} in the command is a path of this machine, outside the code sent "
+              f"({root}): the job runs on the cluster, where it may not be", file=sys.stderr)
+    return up.path if sub == "." else f"{up.path}/{sub}"
+
+
+def _laptop_paths(argv: list[str], root: Path) -> list[str]:
+    """The command's absolute paths (``--data=/home/me/x``, ``~/x`` expanded by this shell)
+    under this machine's home but outside the code sent."""
+    home, out = Path.home().resolve(), []
+    for word in argv:
+        value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+        if value.startswith("/"):
+            path = Path(value)
+            if path.is_relative_to(home) and not path.is_relative_to(root):
+                out.append(value)
+    return out

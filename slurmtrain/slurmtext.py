@@ -6,6 +6,7 @@ side imports the other for them.
 
 from __future__ import annotations
 
+import os
 import re
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
@@ -76,3 +77,13 @@ def _expand(item: str) -> list[str]:
         lo, _, hi = part.partition("-")
         out += [f"{head}{i:0{len(lo)}d}{t}" for i in range(int(lo), int(hi or lo) + 1) for t in tails]
     return out
+
+
+def where_to_set_slurm_conf() -> str:
+    """Where a shell that found no Slurm configuration should get SLURM_CONF: this one, or,
+    for a command sent from a laptop (``--remote``), the login node's login shell, whose
+    startup file a command over ssh reads only above its interactive guard."""
+    if os.environ.get("SLURMTRAIN_VIA_REMOTE"):
+        return ("on the login node, export it in the login shell's startup file (~/.bashrc: above the lines "
+                "that return when the shell is not interactive), which commands over ssh read (docs/remote.md)")
+    return 'for the sandbox, run eval "$(slurmtrain sandbox env)" in this shell first'

@@ -95,7 +95,8 @@ def test_ssh_failures_are_one_line_that_says_what_to_do():
         "alice@login: Permission denied (publickey).\r\n": "alice@login:2222 refused the login with ~/.ssh/k",
         "Host key verification failed.\r\n": "host key of alice@login:2222 is not known here",
         "@@@@@\n@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n@@@@@\nHost key verification failed.\n":
-            "host key of alice@login:2222 has changed",
+            "host key of alice@login:2222 has changed since it was recorded in known_hosts: if the login node was "
+            "reinstalled, remove the old key (ssh-keygen -R '[login]:2222')",
         "kex_exchange_identification: read: Connection reset by peer\r\n": "ssh to alice@login:2222 failed: kex",
     }
     for stderr, said in cases.items():
@@ -118,6 +119,38 @@ def test_the_size_guard_names_the_largest_files_and_gitignore_keeps_files_home(t
     with pytest.raises(rm.RemoteError, match=r"1\.5 MB of code to send, over the remote's max_upload_mb = 1; "
                                              r"largest: data\.bin \(1\.5 MB\)"):
         rm.plan_upload(tmp_path, r)
+
+
+def test_keys_credentials_and_every_git_folder_stay_home(tmp_path):
+    """A home folder's .ssh travelled with it (a laptop user submitted from ~); a vendored
+    library's .git did too (only the top one stayed)."""
+    for name in (".ssh/id_ed25519", ".aws/credentials", ".netrc", "vendor/lib/.git/HEAD", ".git/HEAD", "train.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    listing = subprocess.run(["rsync", "-r", "--list-only", *rm._rsync_filters(), f"{tmp_path}/"],
+                             capture_output=True, text=True, check=True).stdout
+    files = sorted(line.split(None, 4)[4] for line in listing.splitlines() if line.startswith("-"))
+    assert files == ["train.py"], files
+
+
+def test_submit_sends_the_repository_it_runs_in_and_never_a_home_folder(tmp_path, monkeypatch):
+    """From a subfolder of a git repository: the repository travels, the command runs in
+    the subfolder (`python ../train.py` was refused, its parent left behind). From the home
+    folder itself, or a home that is a dotfiles repository: refused, or the folder alone."""
+    home = tmp_path / "home"
+    (home / "proj" / ".git").mkdir(parents=True)
+    (home / "proj" / "sub").mkdir()
+    (home / "loose").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    assert rm.project_root(home / "proj" / "sub") == ((home / "proj").resolve(), "sub")
+    assert rm.project_root(home / "proj") == ((home / "proj").resolve(), ".")
+    assert rm.project_root(home / "loose") == ((home / "loose").resolve(), ".")
+    with pytest.raises(rm.RemoteError, match="is your home folder; cd into the project's folder first"):
+        rm.project_root(home)
+    (home / ".git").mkdir()  # dotfiles: the home folder is a repository
+    assert rm.project_root(home / "loose") == ((home / "loose").resolve(), ".")
+    assert rm._laptop_paths(["--data", str(home / "x.json"), f"--out={home / 'proj' / 'o'}", "/data/shared"],
+                            (home / "proj").resolve()) == [str(home / "x.json")]
 
 
 def test_remote_paths_keep_home_and_quote_the_rest():
@@ -161,3 +194,13 @@ def test_a_submit_reached_through_a_remote_says_how_to_follow_it_from_the_laptop
     assert follow_up("runs") == ("slurmtrain", "") and follow_up("/x/runs") == ("slurmtrain", " --runs-dir /x/runs")
     monkeypatch.setenv("SLURMTRAIN_VIA_REMOTE", "my cluster")
     assert follow_up("/home/u/.slurmtrain/runs") == ("slurmtrain --remote 'my cluster'", "")
+
+
+def test_a_login_node_without_slurm_conf_is_told_where_to_set_it(monkeypatch):
+    """Over --remote, "run eval ... in this shell first" named the laptop's shell; the login
+    shell's startup file is where a command over ssh gets it."""
+    from slurmtrain.slurmtext import where_to_set_slurm_conf
+    monkeypatch.delenv("SLURMTRAIN_VIA_REMOTE", raising=False)
+    assert where_to_set_slurm_conf().startswith("for the sandbox, run eval")
+    monkeypatch.setenv("SLURMTRAIN_VIA_REMOTE", "cl")
+    assert where_to_set_slurm_conf().startswith("on the login node, export it in the login shell's startup file")

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
-from ..slurmtext import hostnames, parse_duration, parse_key_values
+from ..slurmtext import hostnames, parse_duration, parse_key_values, where_to_set_slurm_conf
 
 from ..errors import SlurmError
 from .states import JobState, aggregate, parse_state
@@ -103,7 +103,7 @@ def one_line(text: str) -> str:
 def _fail(argv: list[str], proc: subprocess.CompletedProcess) -> SlurmError:
     if "Could not establish a configuration source" in proc.stderr:
         return SlurmError(f"{argv[0]}: Slurm's configuration was not found: set SLURM_CONF "
-                          '(for the sandbox: eval "$(slurmtrain sandbox env)")')
+                          f"({where_to_set_slurm_conf()})")
     return SlurmError(f"{argv[0]} failed (exit {proc.returncode}): {one_line(proc.stderr or proc.stdout)}")
 
 

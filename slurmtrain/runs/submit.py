@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import events, slurmversion, tracking
 from ..errors import SlurmError, UsageError
+from ..slurmtext import where_to_set_slurm_conf
 from ..profile import LoadedProfile
 from ..render import JobSpec, check_job_name, render
 from . import rundir, slurmquery
@@ -161,7 +162,7 @@ def _config_hint(message: str) -> str:
         return ""
     set_to = os.environ.get("SLURM_CONF")
     return ("; sbatch found no Slurm configuration" + (f" (SLURM_CONF={set_to})" if set_to else " (SLURM_CONF is unset)")
-            + ": for the sandbox, run eval \"$(slurmtrain sandbox env)\" in this shell first")
+            + f": {where_to_set_slurm_conf()}")
 
 
 def _size_hint(run: RunDir, message: str) -> str:
