@@ -419,7 +419,9 @@ def forward(spec: str, argv: list[str]) -> int:
     r = load(spec)
     command = argv[0] if argv else ""
     if command in HERE_ONLY:
-        raise UsageError(f"{command} does not take --remote: {HERE_ONLY[command]}")
+        via = (" (SLURMTRAIN_REMOTE is set in this shell: run it as `env -u SLURMTRAIN_REMOTE slurmtrain "
+               f"{command} ...`)") if os.environ.get("SLURMTRAIN_REMOTE") else ""
+        raise UsageError(f"{command} does not take --remote: {HERE_ONLY[command]}{via}")
     ssh = Ssh(r)
     code = None
     submitting = command == "submit" and not {"-h", "--help"} & set(argv)

@@ -165,6 +165,10 @@ def test_the_sandbox_does_not_take_remote_and_a_bad_remote_is_one_line(tmp_path)
                        (["--remote", "-oProxyCommand=x", "status"], "is not a host name")):
         done = subprocess.run([sys.executable, "-m", "slurmtrain", *args], env=env, capture_output=True, text=True)
         assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    # from the environment, never typed: the variable is named
+    done = subprocess.run([sys.executable, "-m", "slurmtrain", "sandbox", "env"], env={**env, "SLURMTRAIN_REMOTE": "c"},
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "SLURMTRAIN_REMOTE is set in this shell" in done.stderr, done.stderr
 
 
 def test_a_remote_command_goes_before_the_command_line_loads(tmp_path):
