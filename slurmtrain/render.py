@@ -81,7 +81,10 @@ def _sbatch_directives(p: Profile, job: JobSpec, where: str) -> list[str]:
     # events and `slurmtrain logs` name it too.
     tag = "%A_%a" if job.array is not None else "%j"
     if job.run_dir:
-        out.append(f"--output={job.run_dir}/logs/job-{tag}.out")
+        log = f"{job.run_dir}/logs/job-{tag}.out"
+        # sbatch reads a double-quoted value whole (a project under "my proj"): quoted only then
+        out.append(f'--output="{log}"' if " " in log and _SBATCH_SAFE.fullmatch(log.replace(" ", "_")) else
+                   f"--output={log}")
     else:
         out.append(f"--output=slurm-%x-{tag}.out")
     exclude = list(dict.fromkeys([*job.exclude, *sbatchextra.excluded(s.extra)]))  # sbatch takes one --exclude
@@ -94,7 +97,10 @@ def _sbatch_directives(p: Profile, job: JobSpec, where: str) -> list[str]:
     out.append(f"--signal={'' if job.plain else 'B:'}{_signal_name(r.signal)}@{r.signal_seconds}")
     out.extend(sbatchextra.without_exclude(s.extra))
     for d in out:
-        if not _SBATCH_SAFE.fullmatch(d.split("=", 1)[-1]) or "\n" in d:
+        value = d.split("=", 1)[-1]
+        if value.startswith('"') and value.endswith('"') and len(value) > 1:  # quoted above: its spaces
+            value = value[1:-1].replace(" ", "_")
+        if not _SBATCH_SAFE.fullmatch(value) or "\n" in d:
             raise UsageError(f"#SBATCH {d}: this value cannot be written on an #SBATCH line "
                              "(no spaces or quotes); choose a simpler name or path")
     return out

@@ -69,14 +69,19 @@ def test_the_sandbox_wrote_what_its_slurm_needs(version):
 
 
 def test_a_program_completes_and_status_and_logs_say_so(tmp_path, version):
-    name = submit(tmp_path, *USER, "--name", "counts", *counter(5, 0.1))
-    final = wait_final(tmp_path, [name])[name]
-    logs = cli(tmp_path, "logs", name).stdout
+    """From a project folder with a space in its name: the batch log's #SBATCH --output is
+    double-quoted there, which sbatch reads whole."""
+    cwd = tmp_path / "my proj"
+    cwd.mkdir()
+    name = submit(cwd, *USER, "--name", "counts", *counter(5, 0.1))
+    final = wait_final(cwd, [name])[name]
+    logs = cli(cwd, "logs", name).stdout
     assert (final["state"], final["exit_code"], final["outcome"]) == ("COMPLETED", 0, "completed"), (version, final)
     assert "counted to 5" in logs, (version, logs[-2000:])
-    manifest = json.loads((run_dir(tmp_path, name) / "manifest.json").read_text())
+    assert (run_dir(cwd, name) / "logs" / f"job-{final['job_id']}.out").is_file(), (version, logs[-2000:])
+    manifest = json.loads((run_dir(cwd, name) / "manifest.json").read_text())
     assert manifest["slurm_version"] == version != "unknown", manifest
-    table = cli(tmp_path, "runs").stdout
+    table = cli(cwd, "runs").stdout
     assert name in table and "COMPLETED" in table, (version, table)
 
 

@@ -78,3 +78,14 @@ def test_sbatchs_refusal_of_an_extra_option_names_the_profile_key(tmp_path):
     assert _extra_hint(run, refused) == "; --reservaton comes from the profile's slurm.extra (--set " \
                                         "slurm.extra=[...] or its file)"
     assert _extra_hint(run, "sbatch: error: Batch job submission failed: Invalid account") == ""
+
+
+def test_a_run_directory_with_a_space_is_written_quoted_on_its_output_line():
+    """A project under "my proj": submit refused it (no spaces on an #SBATCH line), though
+    sbatch reads a double-quoted value whole (22.05 and 24.11); quotes or a newline stay
+    refused."""
+    text = render(load_profile("local"), JobSpec(command=COMMAND, run_dir="/home/u/my proj/runs/r-1"))
+    assert '#SBATCH --output="/home/u/my proj/runs/r-1/logs/job-%j.out"' in text, text
+    for bad in ('/home/u/my "proj"/runs/r-1', "/home/u/a\nb/r-1"):
+        with pytest.raises(UsageError, match="cannot be written on an #SBATCH line"):
+            render(load_profile("local"), JobSpec(command=COMMAND, run_dir=bad))
