@@ -132,6 +132,11 @@ def of_events(evs: Iterable[Event], now: float | None = None) -> Goodput:
 _NEVER_STARTS = (Ev.CANCEL_REQUESTED, Ev.DEPENDENCY_NEVER_SATISFIED)
 
 
+# A launch whose program never ran (a setup line failed, a node never joined): start-up
+# to its end, even for a program that sends no heartbeat.
+_NOTHING_RAN = (Ev.SETUP_FAILED, Ev.WATCHDOG_TIMEOUT)
+
+
 @dataclass(frozen=True)
 class _Claim:
     part: str
@@ -179,8 +184,8 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
     prev_fault: int | None = None
     for n, (begin, evs, until) in enumerate(launches):
         first = next((_at(e) for e in evs if e.get("event") == Ev.FIRST_STEP), None)
-        if not known:
-            first = begin
+        if not known and not any(e.get("event") in _NOTHING_RAN for e in evs):
+            first = begin  # a program that sends no heartbeat: counted as trained from its launch
         if n == 0:
             claims.append(_Claim("startup", begin, first if first is not None else until, carried))
         else:

@@ -161,6 +161,16 @@ def test_a_job_given_up_before_it_started_waited_until_then(given_up):
     assert g.queue_s == 12 and g.allocated == 0
 
 
+def test_a_start_whose_setup_failed_trained_nothing_even_without_heartbeats():
+    """`module load cuda/12.1` failed on every node: the program never ran. Counted as a
+    program that sends no heartbeat, the start read "goodput 100%"."""
+    evs = [ev(0, "submitted", job_id="7"), ev(2, "started", nodes="a b", job_id="7", restart=0),
+           ev(5, "setup_failed", node="a", line="module load cuda/12.1", exit_code=127),
+           ev(6, "watchdog_timeout", missing="a b"), ev(7, "failed", exit_code=1)]
+    g = goodput.of_events(evs, now=100)
+    assert g.share == 0 and parts(g) == {"startup": 10}, (g.share, parts(g))
+
+
 def test_the_tasks_of_an_array_are_summed():
     def task(k: int) -> list[dict]:
         ident = {"job_id": f"7_{k}", "array_job_id": "7", "array_task": k, "restart": 0}
