@@ -177,11 +177,27 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: list[s
         _warn_of_lost_local_rank(loaded, job, found, script)
         _warn_of_no_heartbeat(loaded, found, script)
     _note_launcher_options(loaded, job)
+    _warn_of_missing_command(loaded, job)
     shell = next((w for w in job.command[1:] if _SHELL_WORD.search(w)), None)
     if shell is not None:
         click.echo(f"slurmtrain: warning: {shell!r} in the command reaches the program as it is: the job runs the "
                    "command without a shell, so no variable in it is expanded (write the value, or read the "
                    "variable in the program)", err=True)
+
+
+def _warn_of_missing_command(loaded: LoadedProfile, job: JobSpec) -> None:
+    """The command's first word (python, torchrun...) not on this shell's PATH, which the
+    job gets (sbatch passes this environment): every node would fail with "not found", after
+    the queue. Not judged where setup lines or a container may provide it."""
+    p = loaded.profile
+    if not job.command or p.launch.setup or p.container.runtime != "none":
+        return
+    import shutil
+    first = job.command[0]
+    if "/" not in first and shutil.which(first) is None:
+        click.echo(f"slurmtrain: warning: {first}: not on this shell's PATH, which the job gets: activate the "
+                   "environment before submitting, give its full path, or add a setup line (launch.setup) that "
+                   "provides it", err=True)
 
 
 _SHELL_WORD = re.compile(r"\$(\{?[A-Za-z_][A-Za-z0-9_]*\}?)")  # $NAME, ${NAME}: a shell's, which the job has not

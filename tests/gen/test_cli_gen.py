@@ -325,3 +325,15 @@ def test_a_setup_line_that_is_no_whole_shell_command_is_refused(tmp_path, monkey
     fine = CliRunner().invoke(main, ["gen", "--set", 'launch.setup=["if true; then :; fi", "module load x  # don\'t"]',
                                      "--", "python", "x.py"])
     assert fine.exit_code == 0, fine.output
+
+
+def test_a_command_not_on_this_shells_path_is_warned_of(tmp_path, monkeypatch):
+    """A shell without the venv activated: the job got this PATH, every node failed with
+    "exec: python: not found" (exit 127) after the queue."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("print(1)\n")
+    said = CliRunner().invoke(main, ["gen", "--", "nosuch-python3", "t.py"]).stderr
+    assert "warning: nosuch-python3: not on this shell's PATH, which the job gets" in said, said
+    quiet = CliRunner().invoke(main, ["gen", "--set", 'launch.setup=["source venv/bin/activate"]', "--",
+                                      "nosuch-python3", "t.py"]).stderr
+    assert "PATH" not in quiet, quiet  # a setup line may provide it

@@ -196,8 +196,10 @@ def test_values_that_cannot_be_valid_are_rejected(sets, part):
 
 
 def test_run_dir_that_sbatch_cannot_read_is_rejected():
-    with pytest.raises(UsageError, match="#SBATCH --output"):
-        render(load_profile("local"), JobSpec(command=("x",), run_dir="/tmp/has space"))
+    """A space is double-quoted (tests/gen/test_sbatch_extra.py); a quote or a tab is not."""
+    for bad in ('/tmp/has "quote"', "/tmp/has\ttab"):
+        with pytest.raises(UsageError, match="#SBATCH --output"):
+            render(load_profile("local"), JobSpec(command=("x",), run_dir=bad))
 
 
 # Each example runs a whole script (about a second), so few examples with many arguments each.
