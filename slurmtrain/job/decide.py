@@ -118,7 +118,9 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
 
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
-    if f.status == 0:
+    # A program that requeued its own job (Lightning's SLURM auto-requeue) exits 0 as the
+    # job goes back to the queue: requeued, not finished, unless it said it is done.
+    if f.status == 0 and not (f.slurm_requeued and not f.program_finished):
         return Verdict("end", eventlog.COMPLETED, "finished", eventlog.EXIT_OK, [(Ev.FINISHED, {"exit_code": 0})])
     if f.program_finished:
         # The program said it is done; what the launchers did while tearing down after
@@ -131,8 +133,9 @@ def after_launch(f: Facts) -> Verdict:
                        "the run is complete, not requeueing")
     if f.slurm_requeued and not f.down_nodes:
         return Verdict("end", eventlog.REQUEUED, "requeued from outside the job", f.status, [],
-                       "slurmtrain: the job was requeued from outside it (`scontrol requeue` by an administrator or "
-                       "another program; no node of the job is down); it resumes from its last checkpoint")
+                       "slurmtrain: the job was requeued from outside it (`scontrol requeue` by an administrator, "
+                       "another program, or the program itself, as Lightning's SLURM auto-requeue does; no node of "
+                       "the job is down); it resumes from its last checkpoint")
     if f.slurm_requeued:
         return Verdict("node_failure", eventlog.NODE_FAILURE, "requeued by Slurm after a node failure", f.status, [],
                        "slurmtrain: a node of the job failed; Slurm has requeued the job, it resumes from its "

@@ -140,6 +140,17 @@ def test_a_requeue_from_outside_with_no_node_down_is_nobodys_failure_and_not_req
     assert v.events == [] and "`scontrol requeue` by an administrator" in v.say
 
 
+def test_a_program_that_requeued_its_own_job_and_exited_0_is_requeued_not_finished():
+    """Lightning's SLURM auto-requeue (no slurmtrain callback): it saves, runs `scontrol
+    requeue`, and exits 0. Read as finished, the history said "the job finished (exit 0)"
+    and goodput charged lost steps; a program that said it is done stays finished."""
+    v = decide.after_launch(replace(STOPPED, status=0, slurm_requeued=True))
+    assert (v.action, v.outcome, v.code) == ("end", "requeued from outside the job", 0)
+    assert v.events == [] and "or the program itself, as Lightning's SLURM auto-requeue does" in v.say
+    done = decide.after_launch(replace(STOPPED, status=0, slurm_requeued=True, program_finished=True))
+    assert names(done) == ["finished"]
+
+
 def test_a_cancel_ends_without_a_requeue():
     v = decide.after_launch(replace(STOPPED, cancelled=True))
     assert (v.action, v.outcome, v.code) == ("end", "cancelled", 143)
