@@ -103,8 +103,11 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
 @click.option("--log-name", hidden=True, default="the terminal",
               help="Where the watch's output goes, as `status` names it (set by --detach).")
 @click.option("--force", is_flag=True, help="Submit again even after the run completed or failed by itself.")
+@click.option("--this-environment", "this_env", is_flag=True,
+              help="Go on though variables the run was submitted with are unset in this shell (the job gets this "
+                   "shell's environment).")
 def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: float, detach: bool, log_name: str,
-             force: bool) -> None:
+             force: bool, this_env: bool) -> None:
     """Continue RUN in a new job from its checkpoints (for clusters that do not requeue).
 
     Submits the run directory's job.sbatch again; the new job writes to the same run
@@ -127,6 +130,10 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     if detach and not watch:
         raise UsageError("--detach goes with --watch (a resubmit alone is over at once)")
     run = resolve_run(ref, runs_dir)
+    from ..runs import environ
+    refused = None if this_env else environ.refuse_unset(run.name, run.manifest().get("environment"))
+    if refused:  # before anything is queued (a watch resubmits from this environment too)
+        raise UsageError(refused)
     if not watch:
         done = lib.resubmit(run, force=force, say=lambda text: click.echo(f"slurmtrain: {text}", err=True))
         click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done))

@@ -43,6 +43,23 @@ def drift(recorded: Mapping[str, str] | None, env: Mapping[str, str] = os.enviro
     return "; ".join(parts) or None
 
 
+def unset_here(recorded: Mapping[str, str] | None, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The variables the run was submitted with that this shell does not set."""
+    return sorted((recorded or {}).keys() - digest(env).keys())
+
+
+def refuse_unset(run_name: str, recorded: Mapping[str, str] | None) -> str | None:
+    """Words refusing a resubmission from a shell without variables the run was submitted
+    with (a program that reads its settings from them would run without, silently); None
+    where none is missing."""
+    unset = unset_here(recorded)
+    if not unset:
+        return None
+    return (f"run {run_name} was submitted with {_names(unset)} set, which this shell does not set, and sbatch "
+            "gives the job this shell's environment: a program that reads them would run without them; "
+            "resubmit from a shell that sets them, or add --this-environment to go on without them")
+
+
 def _names(names: list[str], most: int = 8) -> str:
     more = f" and {len(names) - most} more" if len(names) > most else ""
     return ", ".join(names[:most]) + more

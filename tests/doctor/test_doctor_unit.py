@@ -245,6 +245,17 @@ def test_a_resubmission_from_a_shell_with_another_environment_is_warned_of(fake_
     resubmit.resubmit(rundir.RunDir(run.path), say=said.append)
     assert len(said) == 1 and "has this shell's environment, not the one run" in said[0], said
     assert "(unset here: OUT; changed: STEPS; new here: NEW_ONE)" in said[0], said
+    # the command refuses a variable unset here before anything is queued; --this-environment goes on
+    from click.testing import CliRunner
+    from slurmtrain.cli import main
+    log = fake_sbatch / "sbatch.calls"
+    calls = log.read_text().count("\n") if log.exists() else 0
+    refused = CliRunner().invoke(main, ["resubmit", "--runs-dir", str(tmp_path / "runs"), run.name])
+    assert refused.exit_code == 2 and (f"run {run.name} was submitted with OUT set, which this shell does not set"
+                                       in refused.output), refused.output
+    assert (log.read_text().count("\n") if log.exists() else 0) == calls  # nothing queued
+    went = CliRunner().invoke(main, ["resubmit", "--runs-dir", str(tmp_path / "runs"), "--this-environment", run.name])
+    assert went.exit_code == 0 and "resubmitted run" in went.output, went.output
 
 
 def test_resubmit_keeps_the_nodes_the_run_already_excluded(fake_sbatch, tmp_path, monkeypatch):
