@@ -130,10 +130,8 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     if detach and not watch:
         raise UsageError("--detach goes with --watch (a resubmit alone is over at once)")
     run = resolve_run(ref, runs_dir)
-    from ..runs import environ
-    refused = None if this_env else environ.refuse_unset(run.name, run.manifest().get("environment"))
-    if refused:  # before anything is queued (a watch resubmits from this environment too)
-        raise UsageError(refused)
+    if not this_env:  # before anything is queued (a watch resubmits from this environment too)
+        _refuse_unset_environment(run)
     if not watch:
         done = lib.resubmit(run, force=force, say=lambda text: click.echo(f"slurmtrain: {text}", err=True))
         click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done))
@@ -148,6 +146,13 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     click.echo(f"run {run.name}: {outcome.kind}: {outcome.detail}")
     if outcome.kind != "completed":
         raise SystemExit(1)
+
+
+def _refuse_unset_environment(run) -> None:
+    from ..runs import environ
+    refused = environ.refuse_unset(run.name, run.manifest().get("environment"))
+    if refused:
+        raise UsageError(refused)
 
 
 def _which_points(done) -> str:
