@@ -446,6 +446,9 @@ def _send_code(ssh: Ssh, argv: list[str]) -> str:
     try:
         up = plan_upload(root, r)
         ssh.connect()
+        if up.size > BIG_UPLOAD:  # seconds to minutes: said before, not only once it is done
+            print(f"slurmtrain: sending {root} ({up.files} files, {size_text(up.size)}; what the last snapshot "
+                  f"has already stays there) to {r.where} ...", file=sys.stderr, flush=True)
         upload(ssh, up)  # said after it is whole: a failure is then its own line only
     except KeyboardInterrupt:
         raise RemoteError(f"interrupted while sending the code to {r.where}: nothing was submitted") from None
@@ -455,6 +458,9 @@ def _send_code(ssh: Ssh, argv: list[str]) -> str:
         print(f"slurmtrain: warning: {word} in the command is a path of this machine, outside the code sent "
               f"({root}): the job runs on the cluster, where it may not be", file=sys.stderr)
     return up.path if sub == "." else f"{up.path}/{sub}"
+
+
+BIG_UPLOAD = 20e6  # bytes: a copy said before it starts
 
 
 def _laptop_paths(argv: list[str], root: Path) -> list[str]:
