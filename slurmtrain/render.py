@@ -187,7 +187,9 @@ def _fabric_env(p: Profile) -> dict[str, str]:
 
 
 def _env_exports(p: Profile) -> list[tuple[str, str]]:
-    env = dict(_fabric_env(p))
+    # A program's print() reaches its node log, a file, in 8 KiB blocks: `logs -f` and the
+    # batch log's last lines would lag by minutes. The profile's [env] vars may say "".
+    env = {"PYTHONUNBUFFERED": "1", **_fabric_env(p)}
     if p.resilience.checkpoint_every == "auto":  # read by the built-in trainer (train/cadence.py)
         env.update({"SLURMTRAIN_CHECKPOINT_EVERY": "auto", "SLURMTRAIN_NODE_MTBF_HOURS": f"{p.resilience.node_mtbf_hours:g}"})
     env.update(p.env.vars)

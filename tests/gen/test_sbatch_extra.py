@@ -89,3 +89,11 @@ def test_a_run_directory_with_a_space_is_written_quoted_on_its_output_line():
     for bad in ('/home/u/my "proj"/runs/r-1', "/home/u/a\nb/r-1"):
         with pytest.raises(UsageError, match="cannot be written on an #SBATCH line"):
             render(load_profile("local"), JobSpec(command=COMMAND, run_dir=bad))
+
+
+def test_python_output_reaches_the_node_logs_unbuffered_unless_the_profile_says_otherwise():
+    """print() without flush=True reached a node log (a file) in 8 KiB blocks: `logs -f`
+    showed nothing for minutes of a user's training."""
+    assert "\nexport PYTHONUNBUFFERED=1\n" in script([])
+    text = render(load_profile("local", ['env.vars.PYTHONUNBUFFERED=""']), JobSpec(command=COMMAND))
+    assert "\nexport PYTHONUNBUFFERED=''\n" in text and "PYTHONUNBUFFERED=1" not in text, text
