@@ -80,6 +80,16 @@ class Sources:
         """Whether ``key`` itself was set somewhere (a file, --set), not left to its default."""
         return key in self._by_key
 
+    def of_rule(self, key: str, *others: str) -> str:
+        """Where a rule across keys was broken: ``key``'s source, and where it is a file, each
+        other key's whose value came from elsewhere (a --set, a sweep point), which is what
+        made the file's value wrong."""
+        mine = self.of(key)
+        if mine.startswith("--"):  # the command line's own value: that is the one to look at
+            return mine
+        elsewhere = [f"{k} from {self.of(k)}" for k in others if self.of(k) != mine]
+        return mine + (f" ({'; '.join(elsewhere)})" if elsewhere else "")
+
     def of(self, key: str) -> str:
         parts = key.split(".")
         while parts:

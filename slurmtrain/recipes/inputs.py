@@ -43,7 +43,7 @@ def check_pipeline(recipe: Recipe, sources: Sources, world: int, world_note: str
                           f"world size {world}{note} is not divisible by {pp.stages} stages")
     dp = world // pp.stages
     accum = check_batch(cfg.global_batch_size, cfg.micro_batch_size, dp,
-                        sources.of("train.global_batch_size"),
+                        sources.of_rule("train.global_batch_size", "train.micro_batch_size"),
                         world_note if pp.stages == 1 else
                         f"data-parallel ranks = world size {world} / {pp.stages} stages"
                         + (f"; {world_note}" if world_note else ""))

@@ -264,7 +264,7 @@ def _check_schedule(recipe: Recipe, sources: Sources) -> None:
     """The cosine decays from lr down to min_lr: a min_lr above lr would climb instead."""
     t = recipe.train
     if t.min_lr > t.lr:
-        raise ConfigError(sources.of("train.min_lr"), "train.min_lr",
+        raise ConfigError(sources.of_rule("train.min_lr", "train.lr"), "train.min_lr",
                           f"{t.min_lr:g} is above train.lr {t.lr:g}: the schedule decays from lr to min_lr")
 
 

@@ -296,3 +296,15 @@ def test_a_recipe_extends_a_built_in_or_a_file_beside_it_and_the_run_keeps_them_
     (work / "bad.toml").write_text('extends = "tiny-dmeo"\n')
     assert 'bad.toml: extends: no recipe named \'tiny-dmeo\' (did you mean "tiny-demo"?)' in one_error(
         gen("-p", "local", "--recipe", "bad.toml"))
+
+
+def test_a_rule_broken_by_a_set_or_a_sweep_names_where_that_value_came_from(work):
+    """--set train.micro_batch_size=3 or a sweep's lr made the recipe file's own values wrong:
+    the error blamed the file alone, the value that broke the rule unnamed."""
+    corpus(work / "corpus.jsonl")
+    r = str(recipe(work / "r.toml", extra="lr = 3e-3\nmin_lr = 3e-4\n"))
+    line = one_error(gen("-p", "local", "--recipe", r, "--set", "train.micro_batch_size=3"))
+    assert line.startswith(f"slurmtrain: error: {work / 'r.toml'} (train.micro_batch_size from --set "
+                           "train.micro_batch_size=3): train.global_batch_size: 8 is not divisible"), line
+    line = one_error(gen("-p", "local", "--recipe", r, "--sweep", "train.lr=1e-4,3e-3"))
+    assert f"{work / 'r.toml'} (train.lr from --sweep train.lr=1e-4): train.min_lr: 0.0003 is above train.lr" in line
