@@ -270,12 +270,16 @@ def _match(ref: str, runs: list[RunDir], where: str) -> RunDir | None:
                 return RunDir(own.path.absolute())
     by_name = [r for r in runs if r.name == ref] or [r for r in runs if r.manifest().get("job_name") == ref]
     if by_name:
-        return RunDir(by_name[-1].path.absolute())  # the latest run of that name
+        # the latest run of that name that Slurm took: a submission sbatch refused is a record,
+        # not the run `status NAME` or `--after NAME` mean (unless it is the only one)
+        taken = [r for r in by_name if r.manifest().get("state") != "refused"] or by_name
+        return RunDir(taken[-1].path.absolute())
     by_prefix = [r for r in runs if r.name.startswith(ref)]
     if len(by_prefix) == 1:
         return RunDir(by_prefix[0].path.absolute())
     if len(by_prefix) > 1:
-        names = ", ".join(r.name for r in by_prefix[-5:])
+        names = ", ".join(r.name for r in by_prefix[-5:]) + (f", and {len(by_prefix) - 5} older" if len(by_prefix) > 5
+                                                                else "")
         raise UsageError(f"run {ref!r} is ambiguous under {where}: {len(by_prefix)} runs match ({names}); "
                          "give the full name")
     return None

@@ -44,6 +44,26 @@ def test_resolve(tmp_path, monkeypatch):
         rundir.resolve("gamma", tmp_path)
 
 
+
+def test_a_refused_submission_is_not_the_latest_run_of_its_name(tmp_path):
+    """A submit sbatch refused (no SLURM_CONF, too many nodes) left a run directory that
+    `status train` and `submit --after train` then took for the run; it stays listed, and
+    is found by its own name, or where it is the only one."""
+    done = _run(tmp_path, "train", "11", "2025-01-01T00:00:01")
+    refused = rundir.create(tmp_path, "train")
+    refused.update_manifest(name=refused.name, job_name="train", job_ids=[], state="refused",
+                            created_at="2025-01-01T00:00:02")
+    assert rundir.resolve("train", tmp_path).path == done.path
+    assert rundir.resolve(refused.name, tmp_path).path == refused.path
+    only = rundir.create(tmp_path / "other", "solo")
+    only.update_manifest(name=only.name, job_name="solo", job_ids=[], state="refused")
+    assert rundir.resolve("solo", tmp_path / "other").path == only.path
+    for i in range(6):
+        _run(tmp_path, f"many{i}", str(20 + i), f"2025-01-01T00:01:0{i}")
+    with pytest.raises(UsageError, match=r"7 runs match \(.*, and 2 older\)|6 runs match \(.*, and 1 older\)"):
+        rundir.resolve("m", tmp_path)
+
+
 def test_an_array_task_of_a_sweep_is_its_point(tmp_path):
     sweep = _run(tmp_path, "sw", "74", "2025-01-01T00:00:01")
     sweep.update_manifest(array=2, sweep={"points": [{"label": "lr=0.1"}, {"label": "lr=0.2"}]})
