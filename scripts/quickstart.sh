@@ -64,6 +64,6 @@ cat <<EOF
 Done. Next:
   slurmtrain runs --runs-dir $RUNS_DIR          # every run and its state
   slurmtrain watch $RUNS_DIR/$run               # training progress (built-in trainer)
-  slurmtrain gen --profile aws-p4d --nodes 4 --recipe tiny-demo   # a script for a real cluster
+  slurmtrain gen --profile aws-p4d --nodes 4 -- python train.py --lr 3e-4   # your program on a real cluster
   slurmtrain sandbox down                       # stop the sandbox
 EOF

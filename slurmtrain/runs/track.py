@@ -399,11 +399,13 @@ def log_files(run: RunDir, node: str | None = None, job_id: str | None = None) -
     if job_id is None:
         raise UsageError(f"run {run.name} has no job id (was it submitted?); see {run.path / 'manifest.json'}")
     nodes = run.node_logs(job_id)
-    if node is not None:
-        chosen = [(label, p) for label, p in nodes.items() if node in (label, label.rsplit("/", 1)[-1])]
+    if node is not None:  # `logs` shows the batch logs as `task K/batch` (`batch`): taken too
+        batches = {log_label(task, "batch"): path for task, path in run.batch_logs(job_id).items()}
+        chosen = [(label, p) for label, p in {**batches, **nodes}.items() if node in (label, label.rsplit("/", 1)[-1])]
         if not chosen:
             known = ", ".join(nodes) or "none yet"
-            raise UsageError(f"run {run.name}: no log for node {node!r} (nodes with logs: {known})")
+            raise UsageError(f"run {run.name}: no log for node {node!r} (nodes with logs: {known}; the batch "
+                             f"log: {', '.join(batches) or 'batch'})")
         return chosen
     out = []
     for task, batch in run.batch_logs(job_id).items():

@@ -139,3 +139,5 @@ def test_two_tasks_share_the_run_directory_and_stay_apart(tmp_path):
         assert said == f"task {task} of 2 on {node}"
     assert list(logs) == ["task 0/batch", "task 0/nodeA", "task 1/batch", "task 1/nodeB"]
     assert [label for label, _ in track.log_files(run, node="nodeB")] == ["task 1/nodeB"]
+    # the labels `logs` shows are what --node takes: a task's batch log too
+    assert [label for label, _ in track.log_files(run, node="task 1/batch")] == ["task 1/batch"]
