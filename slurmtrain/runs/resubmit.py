@@ -250,8 +250,8 @@ def _points_again(run: RunDir, force: bool, only: int | None) -> tuple[int, ...]
         else:
             left.append(f"{point['label']}: {outcome.kind}")
     if not again:
-        raise UsageError(f"sweep {run.name}: no point to continue ({'; '.join(left) or 'no points'}); "
-                         "a point that failed by its own error needs --force")
+        hint = "a completed point is not run again" if force else "a point that failed by its own error needs --force"
+        raise UsageError(f"sweep {run.name}: no point to continue ({'; '.join(left) or 'no points'}); {hint}")
     return tuple(again)
 
 

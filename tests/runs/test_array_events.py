@@ -354,3 +354,27 @@ def test_a_sweeps_point_is_found_by_its_tasks_own_job_id(tmp_path):
     assert rundir.resolve("13", tmp_path).path == (sweep.path / "points" / "lr=1e-3").absolute()
     assert rundir.resolve("12_1", tmp_path).path == (sweep.path / "points" / "lr=3e-3").absolute()
     assert rundir.resolve("12", tmp_path).path == sweep.path.absolute()
+
+
+def test_resubmit_force_of_a_completed_point_says_completed_points_are_not_run_again(tmp_path, fake_slurm):
+    """With --force already given, the refusal said "a point that failed by its own error
+    needs --force"."""
+    from slurmtrain.runs import resubmit as resub
+
+    sweep = rundir.create(tmp_path, "sw")
+    sweep.update_manifest(job_ids=["12"], state="submitted", array=1,
+                          sweep={"keys": ["train.lr"], "points": [{"task": 0, "label": "lr=1e-3", "values": {}}]})
+    sweep.script.write_text("#!/bin/bash\n")
+    point = rundir.RunDir(sweep.path / "points" / "lr=1e-3")
+    point.path.mkdir(parents=True)
+    point.update_manifest(name="lr=1e-3", in_sweep=sweep.name, sweep_dir=str(sweep.path), array_task=0,
+                          job_ids=["12_0"], state="submitted")
+    tag = {"array_task": 0, "array_job_id": "12", "job_id": "13", "array_tasks": 1}
+    for name, fields in (("started", {"restart": 0}), ("finished", {"step": 20}), ("finished", {"exit_code": 0})):
+        events.append(point.path, name, **tag, **fields)
+    fake_slurm(scontrol=scontrol_line("13", "0", "COMPLETED", "0:0"))
+    with pytest.raises(UsageError, match=r"no point to continue \(lr=1e-3: completed\); a completed point is not "
+                                         r"run again"):
+        resub.resubmit(point, force=True)
+    with pytest.raises(UsageError, match=r"needs --force"):
+        resub.resubmit(point)
