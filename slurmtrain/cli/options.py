@@ -178,11 +178,25 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: list[s
         _warn_of_no_heartbeat(loaded, found, script)
     _note_launcher_options(loaded, job)
     _warn_of_missing_command(loaded, job)
+    _note_own_options_after_dashes(loaded, job)
     shell = next((w for w in job.command[1:] if _SHELL_WORD.search(w)), None)
     if shell is not None:
         click.echo(f"slurmtrain: warning: {shell!r} in the command reaches the program as it is: the job runs the "
                    "command without a shell, so no variable in it is expanded (write the value, or read the "
                    "variable in the program)", err=True)
+
+
+# slurmtrain's options that no training program is likely to have: after `--` they went to
+# the program, and the job used the defaults (`-- python train.py --profile aws-p4d`).
+_OWN_OPTIONS = ("--profile", "--launcher", "--runs-dir")
+
+
+def _note_own_options_after_dashes(loaded: LoadedProfile, job: JobSpec) -> None:
+    word = next((w for w in job.command[1:] if w.split("=", 1)[0] in _OWN_OPTIONS), None)
+    if word is not None:
+        click.echo(f"slurmtrain: note: {word.split('=', 1)[0]} after `--` goes to the program, not to slurmtrain "
+                   f"(the job uses profile {loaded.name}, launcher {loaded.profile.launch.launcher}): slurmtrain's "
+                   "options go before `--`", err=True)
 
 
 def _warn_of_missing_command(loaded: LoadedProfile, job: JobSpec) -> None:

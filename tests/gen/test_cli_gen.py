@@ -337,3 +337,15 @@ def test_a_command_not_on_this_shells_path_is_warned_of(tmp_path, monkeypatch):
     quiet = CliRunner().invoke(main, ["gen", "--set", 'launch.setup=["source venv/bin/activate"]', "--",
                                       "nosuch-python3", "t.py"]).stderr
     assert "PATH" not in quiet, quiet  # a setup line may provide it
+
+
+def test_slurmtrains_own_option_after_the_dashes_is_noted(tmp_path, monkeypatch):
+    """`-- python train.py --profile aws-p4d`: the option went to the program and the job
+    quietly used the local profile."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    said = CliRunner().invoke(main, ["gen", "--", "python", "train.py", "--profile", "aws-p4d"]).stderr
+    assert ("note: --profile after `--` goes to the program, not to slurmtrain (the job uses profile local, "
+            "launcher torchrun)") in said, said
+    quiet = CliRunner().invoke(main, ["gen", "--profile", "local", "--", "python", "train.py", "--lr", "3"]).stderr
+    assert "after `--`" not in quiet, quiet
