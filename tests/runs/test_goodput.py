@@ -180,11 +180,11 @@ def test_the_tasks_of_an_array_are_summed():
     assert parts(g) == {"startup": 8, "trained": 12}
     # both tasks waited the same second: the queue adds up, and status says it does
     assert (g.queue_s, g.tasks) == (2, 2)
+    from slurmtrain.cli.runs import _goodput_rows
     # a run that never got nodes: "yet" only while it may still get them
     never = goodput.of_events([ev(0, "submitted", job_id="8"), ev(12, "cancel_requested", job_id="8")], now=50)
     assert _goodput_rows(never.to_json(), ended=True) == [("goodput", "- (nothing allocated; queue 12 s)")]
     assert _goodput_rows(never.to_json(), ended=False)[0][1].startswith("- (nothing allocated yet")
-    from slurmtrain.cli.runs import _goodput_rows
     assert _goodput_rows(g.to_json())[0][1].endswith("; queue 2 s, summed over 2 tasks"), _goodput_rows(g.to_json())
 
 
