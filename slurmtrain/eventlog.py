@@ -523,9 +523,14 @@ def _last_launch_hang(start: Start) -> Event | None:
 
 
 def _failure(start: Start, e: Event) -> str:
+    """The failed launch's own error: the trainer's, else what the supervisor read in the
+    failing node's log (an earlier launch's, restarted from since, is not this one's)."""
     what = f"the command failed with exit status {e.get('exit_code')}"
-    if (err := start.last(Ev.TRAIN_ERROR)) is not None:
+    err = next((x for x in reversed(by_launch(start.events)[-1]) if x.get("event") == Ev.TRAIN_ERROR), None)
+    if err is not None:
         what += f" ({err.get('error')}, at step {err.get('step')})"
+    elif e.get("error"):
+        what += f" ({e['error']})"
     elif (fin := next((x for x in reversed(start.events) if is_program_finished(x)), None)) is not None:
         at = f" at step {fin['step']}" if "step" in fin else ""
         what += f" after the program reported it finished{at}"

@@ -37,3 +37,15 @@ def remove_start(env: Mapping[str, str] = os.environ) -> None:
         folder.parent.rmdir()  # /dev/shm/slurmtrain, once no job's copies are left
     except OSError:
         pass
+
+
+def newest_step(node: str | None = None, env: Mapping[str, str] = os.environ) -> int | None:
+    """The newest step of which ``node`` (this one) holds a copy in this job start, any
+    rank's: a restart point the trainer made since its last durable save. None: none."""
+    folder = start_dir(env) / (node or node_name())
+    steps = []
+    for held in folder.glob("step_*"):
+        step = held.name[len("step_"):].split("-")[0]
+        if step.isdigit() and any(held.glob("rank*.pt")):
+            steps.append(int(step))
+    return max(steps, default=None)

@@ -102,6 +102,16 @@ def failed_by_itself(f: Facts) -> bool:
                 or f.preempted)
 
 
+def progressed(mine: list[dict], memory_step: int | None) -> bool:
+    """The launch (its events, ``mine``) made a new restart point: a checkpoint it reported,
+    or a copy in node memory (``memory_step``, the newest this node holds) past the step it
+    resumed from. A launch that crashes after a copy restarts from it, not where it failed."""
+    if any(e.get("event") == Ev.CHECKPOINT_SAVED for e in mine):
+        return True
+    resumed = next((e.get("step") for e in mine if e.get("event") == Ev.RESUMED), 0)
+    return memory_step is not None and isinstance(resumed, int) and memory_step > resumed
+
+
 def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, budget: int) -> bool:
     """Start the launch again in this allocation? Only after a failure of the program itself
     (no stop, cancel, preemption or node failure Slurm handles; no `finished`) that followed

@@ -243,9 +243,9 @@ class Supervisor:
         blame = not (repeated or facts.stray_kill)
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
-        progressed = any(e.get("event") == Ev.CHECKPOINT_SAVED for e in mine)
         covered = bool(lost) and self.pool.can_run_without(lost)
-        then = decide.after_failure(facts, lost, bool(cause.get("seen_as")), covered, progressed, repeated,
+        then = decide.after_failure(facts, lost, bool(cause.get("seen_as")), covered,
+                                    decide.progressed(mine, nodememory.newest_step()), repeated,
                                     st.relaunches, self.cfg.restarts_in_job)
         if lost:
             self.faults.leave_out(lost, cause, then.action == "relaunch")

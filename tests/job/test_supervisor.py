@@ -1159,6 +1159,24 @@ DIES_AFTER_SAVING = Plan([JOINS, SAVES, (5, exits(137))])           # a rank kil
 RESUMES_AND_FINISHES = Plan([JOINS, (2, emit("resumed", step=5)), (3, emit("finished", step=10)), (4, exits(0))])
 
 
+KILLED_AFTER_A_MEMORY_COPY = Plan([JOINS, (2, emit("resumed", step=35, tier="memory")), (5, exits(137))])
+
+
+def test_a_second_crash_after_copies_in_node_memory_is_launched_again(rig, monkeypatch):
+    """The memory tier (train.memory_steps): the first launch saved and was killed, the
+    second resumed from memory at 35 and was killed at 59 with copies of 40..55 in node
+    memory but no durable save since: it was not launched again (no new checkpoint), and
+    the run ended a "user error"."""
+    monkeypatch.setattr("slurmtrain.job.supervisor.nodememory.newest_step", lambda: 55)
+    rig.task = [DIES_AFTER_SAVING, KILLED_AFTER_A_MEMORY_COPY, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3) == 0
+    assert rig.names() == ["started", "relaunched", "relaunched", "finished"], rig.names()
+    from slurmtrain.job import decide
+    assert decide.progressed([{"event": "resumed", "step": 35}], 35) is False  # nothing newer: not again
+    assert decide.progressed([{"event": "resumed", "step": 35}], None) is False
+    assert decide.progressed([{"event": "checkpoint_saved", "step": 60}], None) is True
+
+
 def fails_at(step: int, saved: int | None = None) -> Plan:
     """The program raises at ``step`` (after saving ``saved``, if given)."""
     saves = [(2, emit("checkpoint_saved", step=saved))] if saved is not None else []
@@ -1974,3 +1992,14 @@ def test_a_node_that_died_seen_first_as_a_hang_with_no_spare_requeues_as_a_node_
     kinds, lines = faults_said(rig)
     assert [k for k, _ in kinds] == ["node lost"], kinds
     assert " node lost (ended the start): node(s) n2 lost, no spare left; seen first as a hang (no progress for 2" in lines[0], lines
+
+
+def test_node_memory_knows_its_newest_step(tmp_path, monkeypatch):
+    from slurmtrain import nodememory
+    monkeypatch.setenv("SLURMTRAIN_MEMORY_DIR", str(tmp_path))
+    assert nodememory.newest_step("n1") is None
+    for step, whole in ((50, True), (55, True), (60, False)):  # 60: its write had not finished
+        folder = tmp_path / "n1" / f"step_{step}-w2n2"
+        folder.mkdir(parents=True)
+        (folder / ("rank0.pt" if whole else ".rank0.123")).write_bytes(b"x")
+    assert nodememory.newest_step("n1") == 55

@@ -166,3 +166,17 @@ def test_every_event_reads_as_words_in_the_history(tmp_path):
     raw = [s for s in said if re.match(r"[a-z_]+ (job_id|restart|step)=", s)]
     assert not raw, raw
     assert len(said) == len(eventlog.ALL_EVENTS) - 1  # `restarted` is said by "started ... (restart N)"
+
+
+def test_a_failure_names_its_own_launchs_error_not_an_earlier_one_restarted_from():
+    """The first launch's peer saw "Connection closed" (train_error at step 41) and was
+    restarted; the second was killed. Its outcome quoted the first launch's error."""
+    evs = [{"time": 1.0, "event": "started", "job_id": "7", "restart": 0, "launch": 0, "nodes": "a b"},
+           {"time": 2.0, "event": "train_error", "step": 41, "error": "RuntimeError: Connection closed by peer"},
+           {"time": 3.0, "event": "relaunched", "job_id": "7", "restart": 0, "launch": 2, "attempt": 1,
+            "exit_code": 1},
+           {"time": 4.0, "event": "failed", "job_id": "7", "restart": 0, "launch": 2, "exit_code": 1,
+            "error": "rank 0 was killed by SIGKILL"}]
+    out = eventlog.latest(evs)
+    assert out.kind == K.USER_ERROR and out.detail == (
+        "the command failed with exit status 1 (rank 0 was killed by SIGKILL); not requeued"), out.detail
