@@ -49,3 +49,13 @@ def newest_step(node: str | None = None, env: Mapping[str, str] = os.environ) ->
         if step.isdigit() and any(held.glob("rank*.pt")):
             steps.append(int(step))
     return max(steps, default=None)
+
+
+def earlier_starts(node: str | None = None, env: Mapping[str, str] = os.environ) -> list[Path]:
+    """This node's folders of the job's earlier starts (a start that ended by a requeue or a
+    crash leaves its copies): the run's clean end removes them too. None under
+    ``SLURMTRAIN_MEMORY_DIR`` (a folder of the caller's)."""
+    if env.get(ENV) or not env.get("SLURM_JOB_ID"):
+        return []
+    restart = int(env.get("SLURM_RESTART_COUNT", "0") or 0)
+    return [ROOT / f"{env['SLURM_JOB_ID']}-{r}" / (node or node_name()) for r in range(restart)]

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .. import nodememory
 from ..nodememory import node_name, start_dir
 
 KEEP = 2  # steps kept in memory: a copy being written never leaves a rank without one
@@ -195,8 +196,9 @@ class MemoryTier:
         self.finish()
         dist.barrier(group=self.group)
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            try:
-                self.dir.parent.rmdir()
-            except OSError:
-                pass  # another node's folder (nodes that share a /dev/shm: the sandbox)
+            for folder in [self.dir, *nodememory.earlier_starts()]:  # a requeued start's copies here too
+                shutil.rmtree(folder, ignore_errors=True)
+                try:
+                    folder.parent.rmdir()
+                except OSError:
+                    pass  # another node's folder (nodes that share a /dev/shm: the sandbox)

@@ -2003,3 +2003,12 @@ def test_node_memory_knows_its_newest_step(tmp_path, monkeypatch):
         folder.mkdir(parents=True)
         (folder / ("rank0.pt" if whole else ".rank0.123")).write_bytes(b"x")
     assert nodememory.newest_step("n1") == 55
+
+
+def test_the_clean_end_knows_this_nodes_folders_of_the_jobs_earlier_starts(monkeypatch):
+    """A start that was requeued left its copies on the node the run then completed on."""
+    from slurmtrain import nodememory
+    env = {"SLURM_JOB_ID": "1509", "SLURM_RESTART_COUNT": "2"}
+    assert nodememory.earlier_starts("stnode3", env) == [nodememory.ROOT / "1509-0" / "stnode3",
+                                                          nodememory.ROOT / "1509-1" / "stnode3"]
+    assert nodememory.earlier_starts("stnode3", {**env, "SLURMTRAIN_MEMORY_DIR": "/tmp/x"}) == []
