@@ -272,6 +272,10 @@ def _check_engine(recipe: Recipe, sources: Sources) -> None:
     # The [deepspeed] section is read only with that engine: one key switches engines.
     if recipe.train.engine != "deepspeed":
         return
+    if recipe.train.memory_steps:  # before the queue: the trainer refuses it at its start too
+        raise ConfigError(sources.of_rule("train.memory_steps", "train.engine"), "train.memory_steps",
+                          f"{recipe.train.memory_steps} needs the fsdp2 engine (or the torch pipeline): deepspeed "
+                          "keeps its own state; set it to 0")
     from .ds_config import load
     load(recipe, sources)
 

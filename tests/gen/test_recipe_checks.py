@@ -308,3 +308,13 @@ def test_a_rule_broken_by_a_set_or_a_sweep_names_where_that_value_came_from(work
                            "train.micro_batch_size=3): train.global_batch_size: 8 is not divisible"), line
     line = one_error(gen("-p", "local", "--recipe", r, "--sweep", "train.lr=1e-4,3e-3"))
     assert f"{work / 'r.toml'} (train.lr from --sweep train.lr=1e-4): train.min_lr: 0.0003 is above train.lr" in line
+
+
+def test_a_memory_tier_with_the_deepspeed_engine_is_refused_before_the_queue(work):
+    """The trainer refused it at its start, after the job's wait in the queue."""
+    corpus(work / "corpus.jsonl")
+    r = str(recipe(work / "r.toml"))
+    line = one_error(gen("-p", "local", "--recipe", r, "--set", "train.engine=deepspeed",
+                         "--set", "train.memory_steps=5"))
+    assert "train.memory_steps: 5 needs the fsdp2 engine (or the torch pipeline): deepspeed keeps its own state" \
+        in line, line
