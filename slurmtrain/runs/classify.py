@@ -206,7 +206,8 @@ def _resumed(e: dict[str, Any]) -> str:
     peers = e.get("from_peer") or []
     peer = f" (rank(s) {' '.join(map(str, peers))} from a peer node's copy)" if peers else ""
     took = f" in {e['seconds']:.1f} s" if isinstance(e.get("seconds"), (int, float)) else ""
-    return f"resumed from {where} of step {e.get('step', '?')}{peer}{took}"
+    data = f", with another data recipe than it was saved with ({e['data_changed']})" if e.get("data_changed") else ""
+    return f"resumed from {where} of step {e.get('step', '?')}{peer}{took}{data}"
 
 
 def _clock(e: dict[str, Any]) -> str:

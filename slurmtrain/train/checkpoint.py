@@ -91,6 +91,28 @@ def _check_same_model(ckpt: Path, meta: dict[str, Any]) -> None:
                           "a new run")
 
 
+# What decides which tokens each step sees and how many: changed at a resume, the run goes
+# on, but no longer as it would have uninterrupted (nor as its own recipe says it began).
+_DATA_KEYS = (("train", "global_batch_size"), ("train", "seed"), ("data", "path"), ("data", "max_seq_len"),
+              ("data", "seed"), ("data", "val_fraction"))
+
+
+def data_changes(ckpt: Path, meta: dict[str, Any]) -> list[str]:
+    """``data.max_seq_len 64 -> 128``, ...: the recipe keys that decide the data, changed since
+    the checkpoint was saved (keys one side lacks are not judged)."""
+    try:
+        saved = json.loads((ckpt / META).read_text()).get("recipe") or {}
+    except (OSError, ValueError):
+        return []
+    now = meta.get("recipe") or {}
+    out = []
+    for section, key in _DATA_KEYS:
+        a, b = (saved.get(section) or {}).get(key), (now.get(section) or {}).get(key)
+        if a is not None and b is not None and a != b:
+            out.append(f"{section}.{key} {a} -> {b}")
+    return out
+
+
 def _is_deepspeed(ckpt: Path) -> bool:
     try:
         return json.loads((ckpt / META).read_text()).get("engine") == "deepspeed"
@@ -228,8 +250,13 @@ class Checkpointer:
         """Load the newest checkpoint, if any: a copy in node memory (an in-job restart) as
         new as the newest complete durable one, else that one; return its step (0: none)."""
         path = self._choose()
+        changed = []
         if path is not None:
             _check_same_model(path, self.meta)
+            changed = data_changes(path, self.meta)
+            if changed and self.rank == 0:
+                log.warning("resuming %s with another data recipe than it was saved with (%s): the run goes on, "
+                            "but not as it would have uninterrupted", path, ", ".join(changed))
         durable = int(path.name[len("step_"):]) if path is not None else -1
         self.last_saved = durable
         template = {"step": 0, "data": self.data.state_dict()}
@@ -248,7 +275,8 @@ class Checkpointer:
         seconds = round(time.perf_counter() - began, 3)
         if self.rank == 0:
             log.info("resumed from %s (step %d) in %.2f s", source, step, seconds)
-            events.append(self.run_dir, Ev.RESUMED, step=step, seconds=seconds, **fields)
+            events.append(self.run_dir, Ev.RESUMED, step=step, seconds=seconds, **fields,
+                          **({"data_changed": ", ".join(changed)} if changed else {}))
         return step
 
     def keep_in_memory(self, step: int) -> None:

@@ -84,3 +84,22 @@ def test_async_save_then_load_consolidated(tmp_path, monkeypatch):
     assert set(state) == {k.replace("_checkpoint_wrapped_module.", "") for k in expected}
     assert all(torch.equal(state[k.replace("_checkpoint_wrapped_module.", "")], v)
                for k, v in expected.items())
+
+
+def test_a_resume_with_another_data_recipe_is_said(tmp_path):
+    """A run resumed with --set train.global_batch_size=16 or data.max_seq_len=128 went on
+    silently, no longer as it would have uninterrupted. A new model is refused; this is said."""
+    import json
+
+    from slurmtrain.train.checkpoint import META, data_changes
+    saved = {"recipe": {"train": {"global_batch_size": 8, "seed": 0, "lr": 3e-3},
+                        "data": {"path": "c.jsonl", "max_seq_len": 64, "seed": 0}}}
+    (tmp_path / META).write_text(json.dumps(saved))
+    now = json.loads(json.dumps(saved))
+    assert data_changes(tmp_path, now) == []
+    now["recipe"]["train"].update(global_batch_size=16, lr=1e-3)  # the lr is no data key
+    now["recipe"]["data"]["max_seq_len"] = 128
+    assert data_changes(tmp_path, now) == ["train.global_batch_size 8 -> 16", "data.max_seq_len 64 -> 128"]
+    from slurmtrain.runs.classify import _resumed
+    assert _resumed({"step": 120, "seconds": 0.2, "data_changed": "train.global_batch_size 8 -> 16"}).endswith(
+        ", with another data recipe than it was saved with (train.global_batch_size 8 -> 16)")
