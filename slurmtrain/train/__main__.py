@@ -81,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     from .distributed import close_world, env_world_size, init_world
     from .tracking import close_trackers
     trainer.preflight(recipe, sources, env_world_size())
+    _check_writable(run_dir)
     world = init_world()
     clean = False
     try:
@@ -100,6 +101,24 @@ def _run(args: argparse.Namespace) -> int:
         # After an error, no barrier: the peers may sit in a collective or a pipeline
         # send that will never match it, and the run would hang until gloo's timeout.
         close_world(together=clean)
+
+
+def _check_writable(run_dir: Path) -> None:
+    """The checkpoints folder can be made and written, known before the first step: found
+    at the first save, it was a traceback after all the steps up to it. Nothing is made
+    here (a start that fails leaves nothing a corrected one would trip over)."""
+    from ..errors import UsageError
+    from .checkpoint import checkpoints_dir
+    folder = checkpoints_dir(run_dir)
+    there = next((d for d in (folder, *folder.parents) if d.exists()), None)
+    why = None
+    if there is not None and not there.is_dir():
+        why = f"{there} is a file, not a folder"
+    elif there is not None and not os.access(there, os.W_OK | os.X_OK):
+        why = f"{there} is not writable here"
+    if why:
+        raise UsageError(f"{folder}: the checkpoints cannot be written there ({why}); give --run-dir a folder "
+                         "this job can write")
 
 
 def _tag_records(rank: int) -> None:

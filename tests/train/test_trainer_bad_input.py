@@ -31,6 +31,19 @@ def test_missing_data_path(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+def test_a_checkpoints_folder_that_cannot_be_written_is_found_before_the_first_step(tmp_path):
+    """Found at the first save (tiny-demo's step 250), after every step up to it, and said
+    as a traceback."""
+    recipe = setup_run(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints").write_text("")  # a file where the folder goes
+    proc = train(["--recipe", str(recipe), "--run-dir", "run"], tmp_path)
+    assert proc.returncode == 2, show(proc)
+    assert one_error_line(proc) == (f"slurmtrain: error: {tmp_path / 'run' / 'checkpoints'}: the checkpoints "
+                                    f"cannot be written there ({tmp_path / 'run' / 'checkpoints'} is a file, not a "
+                                    "folder); give --run-dir a folder this job can write")
+
+
 def test_empty_corpus(tmp_path):
     recipe = setup_run(tmp_path)
     (tmp_path / "empty.jsonl").write_text("")
