@@ -66,6 +66,12 @@ class HangWatch:
     def launch(self) -> None:
         self.last, self.first, self.beats = None, None, []
 
+    def last_step(self) -> dict[str, int]:
+        """``{"last_step": N}``: the newest step a rank reported, for the ``relaunched`` event
+        (goodput places a node-memory copy's step in time with it); {} where none did."""
+        steps = [b.step for b in self.beats if b.step is not None]
+        return {"last_step": max(steps)} if steps else {}
+
     def timeout(self) -> float:
         return self.fixed or max(self._floor(), HANG_MULTIPLE * self.slowest_gap)
 

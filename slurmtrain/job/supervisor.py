@@ -212,7 +212,7 @@ class Supervisor:
         program started again here after a failure (resilience.restarts_in_job), or the end
         of this start (finish)."""
         facts = self.facts(status)
-        last = {"last_progress": round(self.hangs.last, 3)} if self.hangs.last else {}
+        last = {"last_progress": round(self.hangs.last, 3), **self.hangs.last_step()} if self.hangs.last else {}
         if self.state.replacing is not None:
             return self.replace_straggler(facts, last)
         return self.after_failure(facts, last)

@@ -199,7 +199,8 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
             claims.append(_Claim("trained", first, progress))
             if fault is not None:
                 went_on = [t for _, t in saves if t <= progress]
-                claims.append(_Claim("lost", max([first, *went_on]), progress, fault))
+                kept = _memory_copy_time(evs, launches[n + 1][1]) if nxt is not None else None
+                claims.append(_Claim("lost", max([first, *went_on, *([kept] if kept else [])]), progress, fault))
         hang = next((e for e in evs if e.get("event") == Ev.HANG), None)
         if hang is not None:
             claims.append(_Claim("hang", hang["time"] - float(hang.get("seconds", 0)), hang["time"], fault))
@@ -210,6 +211,23 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
     if prev_fault is not None and not out.faults[prev_fault].in_job:
         claims.append(_Claim("other", prev_progress or end, end, prev_fault))  # stopping, requeueing
     return claims, prev_fault if prev_fault is not None and not out.faults[prev_fault].in_job else None
+
+
+def _memory_copy_time(evs: list[Event], nxt: list[Event]) -> float | None:
+    """When the launch trained the step the next one resumed from node memory (its copies
+    are no events): placed between the launch's first step and its last reported one (the
+    ``relaunched``'s ``last_step``) at their pace. The steps before it were kept, not lost."""
+    resumed = next((e for e in nxt if e.get("event") == Ev.RESUMED and e.get("tier") == "memory"), None)
+    first = next((e for e in evs if e.get("event") == Ev.FIRST_STEP), None)
+    again = nxt[0] if nxt else {}
+    if resumed is None or first is None or not all(isinstance(x, (int, float)) for x in (
+            resumed.get("step"), first.get("step"), again.get("last_step"), again.get("last_progress"))):
+        return None
+    s0, s1, step = first["step"], again["last_step"], resumed["step"]
+    if not s0 <= step <= s1 or s1 == s0:
+        return None
+    t0 = _at(first)
+    return t0 + (step - s0) / (s1 - s0) * (float(again["last_progress"]) - t0)
 
 
 def _saves(evs: list[dict]) -> list[tuple[float, float]]:

@@ -1497,6 +1497,7 @@ def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched
     assert first["step"] == 4 and first["at"] <= first["time"]   # the heartbeat's own time: goodput's start-up
     hang = rig.event("hang")
     assert relaunched["last_progress"] - first["at"] == 4  # the newest beat (rank 0's at 6 s; the first at 2 s)
+    assert relaunched["last_step"] == 5  # goodput places a node-memory copy between the first step and this one
     assert (hang["ranks"], hang["nodes"], hang["step"]) == ("1", "n2", 4)
     assert 20 <= hang["seconds"] <= 22
     stacks = rig.run_dir / "stacks" / f"{JOB}-0-1"

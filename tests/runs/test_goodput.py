@@ -65,6 +65,21 @@ def test_a_save_a_users_program_reported_without_its_time_is_where_the_lost_step
     assert g.cost(0) == {"lost": 15, "restart": 15}
 
 
+def test_a_crash_resumed_from_node_memory_loses_only_the_steps_after_the_copy():
+    """A step a second from step 1 at 10 s; a durable save of step 20; killed at step 47
+    (56 s); the next launch resumed from node memory at step 45. The lost steps were
+    counted from the durable save (26 s), not from the copy (2 s)."""
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=20, seconds=1),
+           ev(60, "relaunched", attempt=1, exit_code=137, last_progress=56, last_step=47),
+           ev(62, "resumed", step=45, tier="memory", seconds=0.3), ev(65, "first_step", step=46),
+           ev(100, "finished", step=80), ev(101, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    assert g.cost(0)["lost"] == 2, g.cost(0)
+    without = [e for e in evs if e["event"] != "resumed"] + [ev(62, "resumed", step=20, seconds=0.3)]
+    assert goodput.of_events(sorted(without, key=lambda e: e["time"])).cost(0)["lost"] == 26
+
+
 def test_a_hang_costs_its_detection_the_lost_steps_and_the_restart():
     evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(5, "first_step", step=1),
            ev(20, "checkpoint_saved", step=10, seconds=1),
