@@ -276,7 +276,7 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
     if program_end is not None:
         kind = _stop_kind(evs) if program_end.get("event") == Ev.STOPPED else None
         fault = None if kind is None else _fault(out, kind, program_end["time"], "stopped after a checkpoint",
-                                                 False, requeued=Ev.REQUEUE in names)
+                                                 False, requeued=bool({Ev.REQUEUE, Ev.REQUEUED_BY_SLURM} & names))
         return program_end["time"], fault
     left_out = next((e for e in evs if e.get("event") in (Ev.REQUEUE, Ev.REQUEUE_LIMIT) and e.get("cause")), None)
     if left_out is not None:  # nodes lost, no spare (or no in-job restart) left: requeued without them
@@ -355,6 +355,8 @@ def _stop_kind(evs: list[Event]) -> str | None:
     names = {e.get("event") for e in evs}
     if Ev.PREEMPTED in names:
         return "preempted"
+    if (by := next((e for e in evs if e.get("event") == Ev.REQUEUED_BY_SLURM), None)) is not None:
+        return "requeued" if eventlog.requeued_by_admin(by) else "node failure"  # the program saved and stopped
     if (sig := next((e for e in reversed(evs) if e.get("event") == Ev.SIGNAL), None)) is not None:
         return eventlog.signal_cause(sig)[0]  # the words eventlog's outcome says: one reading of a TERM
     return None

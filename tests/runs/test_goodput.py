@@ -147,6 +147,18 @@ def test_the_wait_until_slurm_noticed_a_quiet_node_is_a_hang_not_lost_steps():
     assert g.cost(0) == {"lost": 10, "hang": 30, "other": 2, "queue": 119, "startup": 20}
 
 
+def test_an_administrators_requeue_the_program_saved_for_is_a_fault_with_its_cost():
+    """`scontrol requeue`: the program saved and stopped; no faults row, no cost."""
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(40, "requeued_by_slurm", by="scontrol requeue"), ev(45, "checkpoint_saved", step=30, seconds=1),
+           ev(46, "stopped", step=30), ev(47, "failed", exit_code=143),
+           ev(80, "started", nodes="a", job_id="7", restart=1), ev(90, "first_step", step=31)]
+    g = goodput.of_events(evs, now=100)
+    [fault] = g.faults
+    assert (fault.kind, fault.in_job) == ("requeued", False) and fault.detail.endswith("; requeued"), fault
+    assert g.cost(0)["queue"] == 33 and g.cost(0)["startup"] == 10, g.cost(0)
+
+
 def test_a_failure_that_ends_the_run_is_charged_its_lost_steps():
     evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
            ev(30, "checkpoint_saved", step=10, seconds=1), ev(40, "train_error", step=14, error="boom"),
