@@ -4,6 +4,7 @@ happens is decided in decide.py; here are the probes, the events and the ledger'
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from . import decide, hangs
@@ -56,7 +57,11 @@ class NodeFaults:
         """The launch hangs (hangs.py): its stacks recorded, the ranks that reported last named,
         and of them the ones their stacks tell apart (a rank stopped, or outside the collective
         its peers wait in): their nodes, returned."""
+        began = time.monotonic()
         stacks = hangs.dump_stacks(self.slurm, hang.beats, folder, hang.folder)
+        # the stacks took time too (10 s for a node that does not answer): the event's
+        # `seconds` is the quiet up to it, so goodput's hang ends where its lost steps do not
+        quiet = hang.quiet + (time.monotonic() - began)
         odd, why = hangs.odd_ranks(hang.beats, stacks)
         ranks = " ".join(str(b.rank) for b in odd)
         nodes = " ".join(sorted({b.node for b in odd})) or hang.nodes
@@ -64,7 +69,7 @@ class NodeFaults:
         self.record.say(f"slurmtrain: error: hang: no rank reported progress for {hang.quiet:.0f} s (hang timeout "
                         f"{hang.timeout:.0f} s); the last to report: rank(s) {hang.ranks} on {hang.nodes}{named}; "
                         f"their stacks in {stacks}")
-        self.record.event(Ev.HANG, seconds=round(hang.quiet), ranks=hang.ranks, nodes=hang.nodes, step=hang.step,
+        self.record.event(Ev.HANG, seconds=round(quiet), ranks=hang.ranks, nodes=hang.nodes, step=hang.step,
                           stacks=str(stacks), **({"stuck_ranks": ranks, "stuck_nodes": nodes, "why": why} if odd
                                                  else {}))
         return nodes.split()

@@ -1485,6 +1485,23 @@ HANGS_ON_N2 = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "
                     (6, beats(0, 5, "n1", 100))])   # rank 1 on n2 stops at 2 s; rank 0 waits in a collective
 
 
+def test_a_hangs_seconds_count_the_time_its_stacks_took(rig, monkeypatch):
+    """A node that does not answer holds the stacks 10 s: the event said the timeout
+    (20 s), and goodput counted those 10 s of quiet as lost steps."""
+    from slurmtrain.job import hangs
+    real = hangs.dump_stacks
+
+    def slow(*args, **kwargs):
+        import time
+        time.sleep(1.5)
+        return real(*args, **kwargs)
+    monkeypatch.setattr("slurmtrain.job.faults.hangs.dump_stacks", slow)
+    monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
+    rig.task = [HANGS_ON_N2, RESUMES_AND_FINISHES]
+    assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
+    assert 21 <= rig.event("hang")["seconds"] <= 24, rig.event("hang")
+
+
 def test_a_launch_whose_ranks_stop_beating_is_a_hang_named_recorded_and_launched_again(rig, monkeypatch):
     monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: "/opt/bin/py-spy")
     monkeypatch.setenv("SLURMD_NODENAME", "n1")  # the supervisor's own node
