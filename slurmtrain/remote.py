@@ -57,7 +57,7 @@ class Remote:
     identity: str | None = None      # a private key on the laptop
     known_hosts: str | None = None   # a known_hosts file other than ssh's own
     dir: str = "slurmtrain"          # relative to the remote home, or absolute
-    command: str = "slurmtrain"      # the login node's slurmtrain (a path where it is not on PATH)
+    command: str | tuple[str, ...] = "slurmtrain"  # the login node's slurmtrain: a path, or a path and its args
     rsync_path: str = "rsync"        # the login node's rsync
     max_upload_mb: float = 200.0     # the code's size guard
     ssh_options: list[str] = field(default_factory=list)  # more `-o Key=Value` for ssh
@@ -112,18 +112,24 @@ def _from_table(name: str, table: dict, source: str) -> Remote:
     for key, value in table.items():
         if key not in known:
             raise ConfigError(source, f"{name}.{key}", f"unknown key; known: {', '.join(sorted(known))}")
-        want = {"port": int, "max_upload_mb": (int, float), "ssh_options": list}.get(key, str)
+        want = {"port": int, "max_upload_mb": (int, float), "ssh_options": list, "command": (str, list)}.get(key, str)
         if not isinstance(value, want) or isinstance(value, bool):
             raise ConfigError(source, f"{name}.{key}", f"expected {_kind(want)}, got {value!r}")
     if "host" not in table:
         raise ConfigError(source, name, "has no host")
     if not all(isinstance(o, str) for o in table.get("ssh_options", [])):
         raise ConfigError(source, f"{name}.ssh_options", "expected a list of strings (Key=Value)")
+    if isinstance(table.get("command"), list):
+        if not table["command"] or not all(isinstance(w, str) for w in table["command"]):
+            raise ConfigError(source, f"{name}.command", "expected a path, or a list of strings: the path and its "
+                                                          "arguments")
+        table = {**table, "command": tuple(table["command"])}  # hashable: the connection's key
     return _checked(Remote(name=name, **table), f"{source}: {name}")
 
 
 def _kind(want) -> str:
-    return {int: "an integer", list: "a list", str: "a string"}.get(want, "a number")
+    return {int: "an integer", list: "a list", str: "a string", (str, list): "a string or a list of strings"}.get(
+        want, "a number")
 
 
 def _checked(r: Remote, where: str) -> Remote:
@@ -137,7 +143,7 @@ def _checked(r: Remote, where: str) -> Remote:
     for opt in r.ssh_options:
         if "=" not in opt or opt.startswith("-"):
             raise RemoteError(f"{where}: ssh option {opt!r} is not Key=Value")
-    if not r.dir or not r.command:
+    if not r.dir or not r.command or not all(r.command):
         raise RemoteError(f"{where}: dir and command cannot be empty")
     return r
 
@@ -218,11 +224,11 @@ class Ssh:
             raise
 
     def _check_program_once(self) -> None:
-        prog = rpath(self.remote.command)
+        prog, first = command_line(self.remote), rpath(command_words(self.remote)[0])
         # Where the commands run (remote_script): not the home folder, whose `slurmtrain/`
         # (the remote's own default dir) `python -m slurmtrain` would import instead.
         out = self.capture(f"mkdir -p -- {rpath(self.remote.dir)} && cd -- {rpath(self.remote.dir)}; "
-                           f"command -v {prog} >/dev/null 2>&1 || exit 127; exec {prog} --version")
+                           f"command -v {first} >/dev/null 2>&1 || exit 127; exec {prog} --version")
         where = f"{self.remote.where}"
         if out.returncode == 127:
             raise RemoteError(f"slurmtrain is not installed on {where} ({self.remote.command!r} is not "
@@ -289,6 +295,18 @@ def rpath(path: str) -> str:
     return shlex.quote(path)
 
 
+def command_words(remote: Remote) -> list[str]:
+    """The remote's ``command``: a path, or a list, a path and its own arguments
+    (``["~/venv/bin/python", "-m", "slurmtrain"]``)."""
+    return [remote.command] if isinstance(remote.command, str) else list(remote.command)
+
+
+def command_line(remote: Remote) -> str:
+    """``command`` for the login shell: its path (``~/``: the remote home) and arguments, quoted."""
+    first, *rest = command_words(remote)
+    return " ".join([rpath(first), *map(shlex.quote, rest)])
+
+
 def home_relative(path: str) -> str:
     """PATH as rsync's remote side takes it unexpanded: ``~/x`` is ``x`` (ssh starts at home)."""
     return path[2:] or "." if path.startswith("~/") else ("." if path == "~" else path)
@@ -304,7 +322,7 @@ def remote_script(remote: Remote, argv: list[str], *, code: str | None = None) -
              f"SLURMTRAIN_VIA_REMOTE={shlex.quote(remote.name)}; export SLURMTRAIN_VIA_REMOTE"]
     if code:
         lines.append(f"cd -- {shlex.quote(code)} || exit 2")
-    lines.append(f"exec {rpath(remote.command)} {shlex.join(argv)}")
+    lines.append(f"exec {command_line(remote)} {shlex.join(argv)}")
     return "\n".join(lines)
 
 

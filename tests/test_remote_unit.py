@@ -87,6 +87,22 @@ def test_the_login_shell_gets_every_argument_literally(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("pwned*"))
 
 
+def test_the_command_may_be_an_interpreter_and_its_arguments(tmp_path, monkeypatch):
+    """`command = "~/venv/bin/python -m slurmtrain"` was one path that does not exist; a
+    list is the path and its arguments (a string stays one path: spaces and all)."""
+    path = tmp_path / "remotes.toml"
+    monkeypatch.setenv("SLURMTRAIN_REMOTES", str(path))
+    path.write_text('[c]\nhost = "login"\ncommand = ["~/venv/bin/python", "-m", "slurmtrain"]\n')
+    r = rm.load("c")
+    assert rm.command_line(r) == '"$HOME"/venv/bin/python -m slurmtrain'
+    assert rm.remote_script(r, ["runs"]).endswith('exec "$HOME"/venv/bin/python -m slurmtrain runs')
+    assert rm.command_line(rm.Remote(name="c", host="h", command="~/my env/bin/slurmtrain")) == \
+        '"$HOME"\'/my env/bin/slurmtrain\''
+    path.write_text('[c]\nhost = "login"\ncommand = 3\n')
+    with pytest.raises(ConfigError, match="c.command: expected a string or a list of strings"):
+        rm.load("c")
+
+
 def test_ssh_failures_are_one_line_that_says_what_to_do():
     r = rm.Remote(name="c", host="login", user="alice", port=2222, identity="~/.ssh/k")
     cases = {
