@@ -26,8 +26,9 @@ def run_script(script, cwd, what: str) -> str:
         out = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
         return next((w.split("=", 1)[1] for w in out.split() if w.startswith("JobState=")), "")
 
+    # SIGNALING: a signal in flight (the stop signal here), shown in place of RUNNING
     return waiting.wait_for(what, lambda: (s := state()) not in ("", "PENDING", "RUNNING", "COMPLETING",
-                                                                   "CONFIGURING") and s,
+                                                                   "CONFIGURING", "SIGNALING") and s,
                             lambda: (state(), waiting.files_fingerprint(cwd / "runs")))
 
 
