@@ -37,6 +37,7 @@ REMOTES_ENV = "SLURMTRAIN_REMOTES"  # the remotes file, if not ~/.config/slurmtr
 PERSIST_S = 300  # how long an idle shared connection stays up
 HERE_ONLY = {"sandbox": "the sandbox is a cluster on this machine"}
 FOLLOWING = {"logs", "watch"}  # a terminal for them, so that Ctrl-C ends them there too
+BIG_UPLOAD = 20e6  # bytes: a copy of the code said before it starts
 _HOST = re.compile(r"[A-Za-z0-9_.:%\[\]-]+")
 _USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
 _SPEC = re.compile(r"(?:(?P<user>[^@]+)@)?(?P<host>\[[^\]]+\]|[^:]+)(?::(?P<port>\d+))?")
@@ -476,9 +477,6 @@ def _send_code(ssh: Ssh, argv: list[str]) -> str:
         print(f"slurmtrain: warning: {word} in the command is a path of this machine, outside the code sent "
               f"({root}): the job runs on the cluster, where it may not be", file=sys.stderr)
     return up.path if sub == "." else f"{up.path}/{sub}"
-
-
-BIG_UPLOAD = 20e6  # bytes: a copy said before it starts
 
 
 def _laptop_paths(argv: list[str], root: Path) -> list[str]:

@@ -14,14 +14,14 @@ import difflib
 
 from .errors import UsageError
 
+_TASKS = ("launch.procs_per_node: the job runs one launcher task a node (the srun launcher one a process), "
+          "which starts the processes")
 # Directives the job script always writes, and what to use instead.
 _OWNED = {
     "--job-name": "the job's name is --name (its run directory is named after it)",
     "--nodes": "slurm.nodes (-N)",
-    "--ntasks": "launch.procs_per_node: the job runs one launcher task a node (the srun launcher one a "
-                "process), which starts the processes",
-    "--ntasks-per-node": "launch.procs_per_node: the job runs one launcher task a node (the srun launcher one a "
-                         "process), which starts the processes",
+    "--ntasks": _TASKS,
+    "--ntasks-per-node": _TASKS,
     "--output": "the batch log is <run>/logs/job-%j.out, where status and logs read it",
     "--error": "the batch log holds stdout and stderr together, where status finds the error it names",
     "--open-mode": "the batch log is appended to, so a requeued job's start follows the last one's",

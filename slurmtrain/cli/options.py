@@ -7,7 +7,7 @@ import functools
 import re
 import shlex
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import click
 
@@ -160,7 +160,7 @@ def _deepspeed_configs(command: tuple[str, ...]) -> list[str]:
     return out
 
 
-def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: list[str] = ()) -> None:
+def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: Sequence[str] = ()) -> None:
     """Once the job passed its checks: what in the command, its recipe (``recipe_notes``,
     from the job's check), or the image it runs in, will not run as the user expects."""
     for note in recipe_notes:

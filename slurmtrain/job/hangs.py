@@ -147,11 +147,8 @@ def dump_stacks(slurm: Slurm, beats: list[heartbeat.Beat], folder: Path, heartbe
 def find_py_spy() -> str | None:
     """py-spy on PATH, else beside this interpreter or its base (a venv made with
     --system-site-packages has the base's packages, but not its bin/ on PATH)."""
-    found = shutil.which("py-spy")
-    for folder in (Path(sys.executable).parent, Path(sys.base_prefix) / "bin"):
-        if found is None and os.access(folder / "py-spy", os.X_OK):
-            found = str(folder / "py-spy")
-    return found
+    beside = (Path(sys.executable).parent / "py-spy", Path(sys.base_prefix) / "bin" / "py-spy")
+    return shutil.which("py-spy") or next((str(p) for p in beside if os.access(p, os.X_OK)), None)
 
 
 def _spy_argv(spy: str, pid: int) -> list[str]:
