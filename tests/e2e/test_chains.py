@@ -147,8 +147,10 @@ def test_a_resubmitted_link_waits_again_for_the_link_before_it(tmp_path):
     early = cli(tmp_path, "resubmit", down)
     assert early.returncode == 2 and f"submitted to start after {up}, and run {up} ended" in early.stderr, early.stderr
     flag.touch()
+    go.unlink()  # the resubmitted `up` too ends only once `down` waits for it (else: nothing to wait for)
     assert cli(tmp_path, "resubmit", "--force", up).returncode == 0
     again = cli(tmp_path, "resubmit", down)
+    go.touch()
     assert again.returncode == 0, again.stderr
     assert f"waits until {up} (job " in again.stderr, again.stderr
     final = wait_final(tmp_path, [up, down], timeout=180)
