@@ -114,8 +114,15 @@ def make(layout: Layout, nodes: list[str], hosts: list[str]) -> None:
 
 
 def remove(layout: Layout, nodes: list[str]) -> None:
-    """The namespaces (their links with them) and the bridge; what is not there is skipped."""
-    for node in nodes:
+    """The namespaces, their links and the bridge; what is not there is skipped.
+
+    A namespace outlives `ip netns del` while a process is still in it, and its veth pair
+    with it: a task that outlived its slurmd left `stvNn2` behind, and the next `up` could
+    not make it again (found in CI). So the stragglers are killed and the pair deleted from
+    this side, which takes the node's end with it."""
+    for i, node in enumerate(nodes, start=1):
+        _kill_all_in(namespace(layout, node))
+        _ip("link", "del", _veth(layout, i))
         _ip("netns", "del", namespace(layout, node))
         if os.path.ismount(node_shm(layout, node)):
             subprocess.run(["umount", "-l", str(node_shm(layout, node))], capture_output=True, timeout=30)
@@ -189,17 +196,23 @@ def _cancel_timer(layout: Layout, node: str) -> None:
         pass
 
 
-def _power_off(veth: str, ns: str, node: str) -> str:
-    """The machine dies at once: its link down and every process in its network namespace
-    (its slurmd, the step daemons, the job's tasks) SIGKILLed, nothing told."""
-    _must("link", "set", veth, "down")
+def _kill_all_in(ns: str) -> int:
+    """SIGKILL every process in network namespace ``ns``; how many there were."""
     pids = [int(p) for p in _ip("netns", "pids", ns).stdout.split() if p.isdigit()]
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return (f"{node} is off: its link down, its {len(pids)} process(es) killed (slurmd, the steps, their tasks); "
+    return len(pids)
+
+
+def _power_off(veth: str, ns: str, node: str) -> str:
+    """The machine dies at once: its link down and every process in its network namespace
+    (its slurmd, the step daemons, the job's tasks) SIGKILLed, nothing told."""
+    _must("link", "set", veth, "down")
+    killed = _kill_all_in(ns)
+    return (f"{node} is off: its link down, its {killed} process(es) killed (slurmd, the steps, their tasks); "
             f"`slurmtrain sandbox fault {node} power-on` starts it again")
 
 

@@ -224,11 +224,16 @@ def test_down_removes_the_namespaces_and_the_bridge(sandbox_networked):
     spaces = [netns.namespace(layout, n) for n in sandbox_networked.nodes]
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert all(ns in listed for ns in spaces), listed
+    # a process no Slurm daemon knows, still in a node's namespace, would keep the namespace
+    # and its veth pair alive past `ip netns del` (and the next `up` failed on the veth: CI)
+    stray = subprocess.Popen(["nsenter", f"--net=/run/netns/{spaces[1]}", "sleep", "600"], start_new_session=True)
     lib.down(progress=print)
+    assert stray.wait(timeout=10) == -9
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(ns in listed for ns in spaces), listed
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
     assert netns.bridge(layout) not in links, links
+    assert f"stv{netns.bridge(layout)[4:]}n" not in links, links  # every node's veth pair
     assert not any(os.path.ismount(netns.node_shm(layout, n)) for n in sandbox_networked.nodes)
     # an address of the sandbox's block, now without its bridge, goes nowhere
     route = subprocess.run(["ip", "route", "get", sandbox_networked.node_addrs["stnode1"]],
