@@ -6,6 +6,7 @@ Torch-free: they read ``metrics.jsonl``/``events.jsonl`` through
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ import click
 
 from ..errors import UsageError
 from .base import main
-from .refs import resolve_run, runs_dir_option
+from .refs import follow_up, named_again, resolve_run, runs_dir_option
 
 
 @main.command()
@@ -35,16 +36,18 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
     from ..runs import sweeps
     from ..runs.progress import progress_line, snapshot
     found = resolve_run(ref, runs_dir)
+    cli, where = follow_up(runs_dir)
     points = sweeps.points(found)
     if points:  # its metrics are its points': one line each would be `status`
         labels = ", ".join(p["label"] for p in points)
         raise UsageError(f"{found.name} is a sweep: watch one of its points ({found.name}/points/LABEL; "
-                         f"its points: {labels}), or see them all with `slurmtrain status {found.name}`")
+                         f"its points: {labels}), or see them all with `{cli} status {found.name}{where}`")
     run = found.path
+    line_of = functools.partial(progress_line, cli=cli, ref=named_again(found, ref, runs_dir) + where)
     if once:
         snap = snapshot(run)
         snap = _ended_in_queue(found, snap) if snap.waiting else snap
-        click.echo(progress_line(snap))
+        click.echo(line_of(snap))
         if snap.ended and not snap.finished:
             sys.exit(1)
         return
@@ -55,8 +58,8 @@ def watch(ref: str | None, runs_dir: str, once: bool, interval: float) -> None:
             if snap.waiting and time.monotonic() - asked > ASK_SLURM_S:  # a cancel while queued: Slurm's word
                 asked = time.monotonic()
                 snap = _ended_in_queue(found, snap)
-            line = progress_line(snap, note=False)
-            said = progress_line(snap, note=shown is None)  # why there are no metrics: said once
+            line = line_of(snap, note=False)
+            said = line_of(snap, note=shown is None)  # why there are no metrics: said once
             if tty:
                 click.echo(f"\r\033[K{said}", nl=False)
             elif line != shown:  # a log or a pipe: a line when something changed, not each interval

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 
 import click
 
@@ -88,6 +89,16 @@ def chain_of(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], a
     for note in notes:
         click.echo(note, err=True)
     return afters
+
+
+def named_again(found, ref: str | None, runs_dir: str) -> str:
+    """`` RUN`` for a printed hint's next command about ``found``: as the user named it, else
+    its name under ``runs_dir``, else its path (the latest run found elsewhere, a point)."""
+    if ref is not None:
+        return f" {shlex.quote(ref)}"
+    if found.path.parent.resolve() == Path(runs_dir).resolve():
+        return f" {shlex.quote(found.name)}"
+    return f" {shlex.quote(str(found.path))}"
 
 
 def follow_up(runs_dir: str) -> tuple[str, str]:

@@ -102,24 +102,28 @@ def _duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-NO_METRICS = ("no metrics: a program reports them with slurmtrain.stop.metrics(step, total, loss=...) (docs/tracking.md); "
-              "`slurmtrain logs -f` follows any program's output")
+def _no_metrics(logs: str) -> str:
+    return ("no metrics: a program reports them with slurmtrain.stop.metrics(step, total, loss=...) "
+            f"(docs/tracking.md); `{logs}` follows any program's output")
 
 
-def progress_line(snap: Snapshot, note: bool = True) -> str:
-    """``note``: say once why a program of the user's shows no metrics (watch: its first line)."""
+def progress_line(snap: Snapshot, note: bool = True, cli: str = "slurmtrain", ref: str = "") -> str:
+    """``note``: say once why a program of the user's shows no metrics (watch: its first line).
+    ``cli``, ``ref``: how the hints name the command and the run (``cli.refs.follow_up``: from a
+    laptop, ``slurmtrain --remote NAME``; `` RUN --runs-dir DIR``)."""
+    see = f"see `{cli} status{ref}`"
     if snap.step is None:
         if snap.finished:
             return "no metrics; finished"
         if snap.ended:
-            return f"no metrics; ended: {snap.ended} (see `slurmtrain status`)"
+            return f"no metrics; ended: {snap.ended} ({see})"
         # The built-in trainer writes metrics.jsonl; a program of the user's writes none, so its
         # events say what there is: the latest of its history, its latest checkpoint.
         saved = f"; last checkpoint at step {snap.saved}" if snap.saved is not None else ""
         news = f"{snap.news}{saved}" if snap.news else "not started yet"
         if snap.trainer:
             return news + ("" if snap.news else "; the trainer's metrics come with its first steps")
-        return f"{news} ({NO_METRICS})" if note else news
+        return f"{news} ({_no_metrics(f'{cli} logs -f{ref}')})" if note else news
     parts = [f"step {snap.step}" + (f"/{snap.total}" if snap.total else "")]
     if snap.total:
         parts[0] += f" ({100 * snap.step / snap.total:.0f}%)"
@@ -132,7 +136,7 @@ def progress_line(snap: Snapshot, note: bool = True) -> str:
     if snap.finished:
         parts.append("finished")
     elif snap.ended:
-        parts.append(f"ended: {snap.ended} (see `slurmtrain status`)")
+        parts.append(f"ended: {snap.ended} ({see})")
     elif snap.waiting:
         parts.append(snap.waiting)
     elif snap.eta_s is not None:

@@ -266,6 +266,11 @@ def test_watch_of_a_run_cancelled_while_it_waited_to_start_again_ends(tmp_path, 
     for once in (["--once"], ["--interval", "0.1"]):
         result = CliRunner().invoke(main, ["watch", "--runs-dir", str(tmp_path), run.name, *once])
         assert result.exit_code == 1 and "ended: cancelled" in result.output, result.output
+        assert f"see `slurmtrain status {run.name} --runs-dir {tmp_path}`" in result.output, result.output
+    # on a login node a laptop's --remote reached, the hint is the laptop's command
+    remote = CliRunner(env={"SLURMTRAIN_VIA_REMOTE": "hpc"}).invoke(main, ["watch", "--runs-dir", str(tmp_path),
+                                                                          "--once", "pr"])
+    assert "see `slurmtrain --remote hpc status pr`" in remote.output, remote.output
 
 
 def test_a_pending_reason_waiting_does_not_get_past_says_what_to_change(tmp_path, fake_slurm):
