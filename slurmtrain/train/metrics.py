@@ -76,6 +76,12 @@ class Throughput:
         self.start = time.perf_counter()
         self.steps = self.tokens = self.samples = 0
 
+    def skip(self, since: float) -> None:
+        """The time since ``since`` (a save, an evaluation) is no step's: left out of the
+        rates, the window's steps kept (a reset lost those before a save, and a slow stretch
+        just before one went unseen)."""
+        self.start += max(time.perf_counter() - since, 0.0)
+
     def add(self, tokens: int, samples: int) -> None:
         self.steps += 1
         self.tokens += tokens

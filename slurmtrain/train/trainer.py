@@ -125,8 +125,9 @@ class Trainer:
         if step % cfg.log_steps == 0 or step == cfg.steps:
             self._log(metrics, loop, step, loss, grad_norm, lr)
         if cfg.eval_steps and step % cfg.eval_steps == 0:
+            evaluating = time.perf_counter()
             self._eval(metrics, step)
-            loop.meter.reset()
+            loop.meter.skip(evaluating)
 
     def _train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The engine's step over this rank's next micro-batches: (mean loss, grad norm)."""
@@ -156,7 +157,7 @@ class Trainer:
         for c in (durable, memory):
             if c is not None:
                 c.tick(time.perf_counter())
-        saved = False
+        saving, saved = time.perf_counter(), False
         if durable is not None and durable.due(step, self.ckpt.last_saved):
             self._save_on_cadence(durable, step, self.ckpt.save)
             saved = True
@@ -171,7 +172,7 @@ class Trainer:
             self.ckpt.keep_in_memory(step)
             saved = True
         if saved:
-            loop.meter.reset()
+            loop.meter.skip(saving)
             for c in (durable, memory):
                 if c is not None:
                     c.tick(time.perf_counter(), saved=True)  # a save's time is no step's

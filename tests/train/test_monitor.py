@@ -156,3 +156,27 @@ def test_no_runs_here_says_where_it_looked(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["status"])
     assert result.exit_code == 2 and f"no runs under {tmp_path / 'runs'}; name a run or a job id, or give " \
         "--runs-dir" in result.output, result.output
+
+
+def test_a_save_is_left_out_of_the_step_time_and_the_steps_before_it_kept(monkeypatch):
+    """The trainer's meter (train/metrics.Throughput): a save or an evaluation in the middle
+    of a log window costs no step time, and the steps before it still count (a slow stretch
+    just before a save was once dropped with them)."""
+    import time as time_mod
+
+    from slurmtrain.train import metrics
+
+    now = [100.0]
+    monkeypatch.setattr(time_mod, "perf_counter", lambda: now[0])
+    meter = metrics.Throughput()
+    for seconds in (3.0, 3.0):            # two slow steps
+        now[0] += seconds
+        meter.add(tokens=10, samples=1)
+    saving = now[0]
+    now[0] += 50.0                        # the save
+    meter.skip(saving)
+    for seconds in (1.0, 1.0):            # two at the usual pace
+        now[0] += seconds
+        meter.add(tokens=10, samples=1)
+    tok_s, samples_s, step_time = meter.rates()
+    assert step_time == 2.0 and tok_s == 5.0 and samples_s == 0.5
