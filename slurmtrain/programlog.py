@@ -50,6 +50,15 @@ _WHY_KILLED = {"SIGKILL": "out of memory, or a kill", "SIGSEGV": "a crash in nat
 _NODE_FAULT = re.compile(r"ECC error|uncorrectable|\bXid\b|GPU is lost|fallen off the bus|NVLink"
                          r"|Input/output error|Bus error|hardware error"
                          r"|killed by SIGKILL", re.I)  # the node's OOM killer, or a person there
+# A launcher's word that a task exited non-zero by itself (torchrun's agent, srun, DeepSpeed's
+# launcher); what the program printed last before it is what a quiet exit, `sys.exit("...")`
+# or `log.error(...); sys.exit(1)`, said.
+_EXITED = re.compile(r"failed \(exitcode: ([1-9]\d*)\)|Exited with exit code ([1-9]\d*)"
+                     r"|exits with return code = ([1-9]\d*)")
+# Launchers' and Slurm's own lines, which are not the program's words: glog-style torch logs
+# ("E1128 03:55:19.99 ..."), srun's and slurmstepd's, DeepSpeed's logger, our launch marks.
+_NOT_PROGRAMS = re.compile(r"^([IWEF]\d{4} \d\d:\d\d|srun: |slurmstepd|\[\d{4}-\d\d-\d\d [\d:,]+\] \[[A-Z]+\]"
+                           r"|\*{5,}|-{5}|={5,})")
 TAIL_BYTES = 64 * 1024  # of a node log: a launcher's report is ~40 lines
 # The supervisor's line in each node's log where a launch begins (a job's launches, its
 # in-job restarts and Slurm's requeues, append to the same file).
@@ -119,7 +128,23 @@ def program_error(lines: Iterable[str]) -> Error | None:
                      f"{_WHY_KILLED[_signal_name(ds[2])]})", True)
     if root is not None:
         return Error(root, True)
-    return Error(follow_on, False) if follow_on is not None else None
+    return Error(follow_on, False) if follow_on is not None else _quiet_exit(seen)
+
+
+def _quiet_exit(seen: list[str]) -> Error | None:
+    """A program that exited non-zero without a traceback: its last line before the
+    launcher's word of it, in the words ``status`` shows (it may be its reason, or only its
+    last progress line: said as what it is)."""
+    report = next((i for i, line in enumerate(seen) if _EXITED.search(line)), None)
+    if report is None:
+        return None
+    code = next(c for c in _EXITED.search(seen[report]).groups() if c)
+    said = next((line.strip() for line in reversed(seen[:report])
+                 if line.strip() and not line[0].isspace() and not line.startswith(LAUNCH_MARK)
+                 and not _NOT_PROGRAMS.match(line)), None)
+    if said is None:
+        return None
+    return Error(f"exited with code {code}; its last line before: {said}", True)
 
 
 def _signal_name(number: str) -> str:

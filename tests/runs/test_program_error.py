@@ -207,3 +207,16 @@ def test_ranks_printing_their_tracebacks_at_once_are_read_apart():
     ("ValueError: bad batch at step 7", False)])
 def test_an_error_that_tells_of_its_node_is_the_nodes_however_often_it_comes(line, nodes):
     assert programlog.node_fault(line) is nodes
+
+
+def test_a_quiet_exit_is_told_by_the_last_line_the_program_printed_before_the_launchers_word():
+    """`sys.exit("...")` prints its message and no traceback (recorded: torchrun, two ranks);
+    status says the exit and that line, as what it is."""
+    lines = (RECORDED / "torchrun_quiet_exit.txt").read_text().splitlines()
+    assert said(lines) == "exited with code 1; its last line before: no data under /data/x: give --data"
+    srun = ["step 3 | loss 2.1", "config file /p/c.yaml has no [model] table", "",
+            "srun: error: stnode1: task 0: Exited with exit code 2", "srun: Terminating StepId=12.0"]
+    assert said(srun) == "exited with code 2; its last line before: config file /p/c.yaml has no [model] table"
+    # nothing the program printed, or a clean exit: nothing to say
+    assert said(["srun: error: stnode1: task 0: Exited with exit code 2"]) is None
+    assert said(["step 3 | loss 2.1", "srun: Terminating StepId=12.0"]) is None
