@@ -90,7 +90,7 @@ def test_export_writes_a_checkpoint_transformers_loads(tmp_path, fake_checkpoint
     result = CliRunner().invoke(main, ["export", str(run), "--hf", str(out), "--dtype", "bfloat16"])
     assert result.exit_code == 0, result.output
     assert calls == [run]
-    assert f"exported 131.90K parameters from {run} to {out} (2 files)" in result.output
+    assert f"exported 131.90K parameters from {run} to {out} (2 model files)" in result.output
     assert json.loads((out / "config.json").read_text())["torch_dtype"] == "bfloat16"
     reference = transformers.LlamaForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     tokens = torch.randint(0, 320, (1, 11))

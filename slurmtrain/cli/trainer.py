@@ -131,7 +131,7 @@ def export(ref: str, runs_dir: str, out: Path, dtype: str | None, max_shard_gb: 
     newest = newest_complete(run, warn=False)
     step = f" (its checkpoint of step {newest[0]})" if newest else ""
     click.echo(f"exported {human_count(param_count(args))} parameters from {run}{step} to {out} "
-               f"({len(written)} files)" + (f"; {said}" if said else ""))
+               f"({len(written)} model files)" + (f"; {said}" if said else ""))
 
 
 def _not_a_sweep(found) -> None:
