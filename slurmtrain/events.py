@@ -23,7 +23,7 @@ def append(run_dir: str | os.PathLike, event: str, when: float | None = None, **
               **fields}
     line = json.dumps(record, sort_keys=False) + "\n"
     path = Path(run_dir) / EVENTS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask decides (team: 002)
     try:
         os.write(fd, line.encode())
     finally:

@@ -57,6 +57,19 @@ def add(runs_dir: str | os.PathLike, node: str, reason: str, *, run: str = "", j
     return entry
 
 
+def record(runs_dir: str | os.PathLike, node: str, reason: str, **fields: str) -> str | None:
+    """:func:`add`, for a job or a check whose work must not end on the ledger: None, or what
+    went wrong in words (a shared runs directory whose ledger is a teammate's, read-only)."""
+    try:
+        add(runs_dir, node, reason, **fields)
+    except OSError as err:
+        from . import perms
+        where = err.filename or path(runs_dir)
+        return (f"could not record {node} in the bad-node ledger ({where}: {err.strerror or err}; "
+                f"{perms.explain(where)}); it is not excluded later")
+    return None
+
+
 def site_path() -> Path | None:
     """The site's read-only ledger, if ``$SLURMTRAIN_SITE_LEDGER`` names one."""
     value = os.environ.get(SITE_VAR, "").strip()
@@ -122,6 +135,7 @@ def forget(runs_dir: str | os.PathLike, nodes: list[str] | None) -> int:
         return 0
     tmp = p.with_name(f".{FILE}.{os.getpid()}.tmp")
     tmp.write_text("".join(json.dumps(asdict(e)) + "\n" for e in keep), encoding="utf-8")
+    os.chmod(tmp, p.stat().st_mode & 0o777)  # a team's ledger stays group-writable when one member forgets
     tmp.replace(p)
     return len(entries) - len(keep)
 

@@ -29,7 +29,7 @@ from import_graph import PACKAGE, circles, graph
 FLOORS = {
     0: {"slurmtrain", "_toml", "errors", "resources", "schema", "events", "eventlog", "slurmtext", "slurmversion",
         "heartbeat", "nodememory", "arrivals", "ledger", "dependents", "command", "sweep", "tracking", "shellwords", "launchers",
-        "programlog", "runfiles", "recent", "dsconfig", "sbatchextra"},
+        "programlog", "runfiles", "recent", "dsconfig", "sbatchextra", "perms"},
     1: {"profile", "render", "stop"},
     2: {"job", "recipes", "data", "sandbox"},
     3: {"runs", "doctor", "train", "cadence", "remote"},

@@ -66,7 +66,11 @@ class _Group(click.Group):
             sys.exit(1)
         except OSError as err:  # a path the user gave that cannot be written or read: one line, not a traceback
             where = f"{err.filename}: " if err.filename else ""
-            click.echo(f"slurmtrain: error: {where}{err.strerror or err}", err=True)
+            why = ""
+            if isinstance(err, PermissionError) and err.filename:  # whose it is: a teammate's, most often
+                from .. import perms
+                why = f" ({perms.explain(err.filename)})"
+            click.echo(f"slurmtrain: error: {where}{err.strerror or err}{why}", err=True)
             sys.exit(1)
 
 

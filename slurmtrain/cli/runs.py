@@ -28,6 +28,12 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
     from ..tracking import short
 
     found = rundir.list_runs(runs_dir)
+    hidden = rundir.unreadable_runs(runs_dir)
+    if hidden:  # a teammate's private run in a shared runs directory
+        from .. import perms
+        click.echo(f"{len(hidden)} folder(s) under {os.path.abspath(runs_dir)} you cannot read, left out: "
+                   + "; ".join(f"{p.name} ({perms.whose(p)})" for p in hidden[:3])
+                   + (f"; and {len(hidden) - 3} more" if len(hidden) > 3 else ""), err=True)
     if not found:
         from .. import recent
         newest_first = dict.fromkeys(str(p.parent) for p in reversed(recent.known()))

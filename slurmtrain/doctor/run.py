@@ -96,9 +96,11 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
                                                          checks=list(chosen), run_dir=str(run.path),
                                                          slurm_version=version))
     blamed = _nodes_to_blame(rows)
-    for r in blamed:
-        ledger.add(runs_dir, r.node, f"doctor: {r.check}: {r.detail or r.figure}", run=run.name,
-                   job_id=job_id, source="doctor")
+    for r in blamed:  # the report stands whether or not the ledger takes the node
+        failed = ledger.record(runs_dir, r.node, f"doctor: {r.check}: {r.detail or r.figure}", run=run.name,
+                               job_id=job_id, source="doctor")
+        if failed:
+            say(f"doctor: {failed}")
     spared = sorted({r.check for r in report.failures(rows) if r.node not in (SLURM_NODE, "(job)")} -
                     {r.check for r in blamed})
     if spared:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import dependents, eventlog, events, ledger, programlog
+from .. import dependents, eventlog, events, ledger, perms, programlog
 from ..eventlog import Ev
 from ..slurmtext import SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR, SRUN_TASK_LAUNCH_FAILED
 from .config import Job
@@ -37,11 +37,10 @@ class Record:
     def ledger_add(self, node: str, source: str, reason: str) -> None:
         # A runs directory the job may write its run into but not the ledger beside it (a
         # shared one, made read-only) must not end the supervisor: say it, the run goes on.
-        try:
-            ledger.add(self.run_dir.parent, node, reason, run=self.run_dir.name, job_id=self.job.job_id,
-                       source=source)
-        except OSError as e:
-            self.say(f"slurmtrain: could not record {node} in the bad-node ledger ({e}); it is not excluded later")
+        failed = ledger.record(self.run_dir.parent, node, reason, run=self.run_dir.name, job_id=self.job.job_id,
+                               source=source)
+        if failed:
+            self.say(f"slurmtrain: {failed}")
 
     def say(self, text: str) -> None:
         self._out(text)
@@ -180,7 +179,12 @@ class Record:
             upstream = Path(json.loads((self.run_dir / "manifest.json").read_text()).get("sweep_dir") or self.run_dir)
         except (OSError, ValueError):
             pass
-        told = dependents.never(upstream, self.job.ref, outcome)
+        try:
+            told = dependents.never(upstream, self.job.ref, outcome)
+        except OSError as err:  # a teammate's waiting run this user cannot write: said, the job's end kept
+            self.say(f"slurmtrain: could not tell the runs waiting for this one that it will not complete "
+                     f"({err.filename}: {err.strerror}; {perms.explain(err.filename or upstream)})")
+            return
         if told:
             self.say(f"slurmtrain: {', '.join(told)} waited for this run to complete; "
                      "Slurm cancels them (dependency never satisfied)")

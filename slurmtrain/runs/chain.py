@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .. import dependents
+from .. import dependents, perms
 from ..errors import UsageError
 from . import rundir
 
@@ -80,6 +81,16 @@ def sbatch_args(afters: list[After]) -> tuple[str, ...]:
         return ()
     spec = ",".join(f"{a.kind}:{a.job_id}" for a in afters)
     return (f"--dependency={spec}", "--kill-on-invalid-dep=yes")
+
+
+def refuse_unrecordable(afters: list[After]) -> None:
+    """Refuse, before anything is made or queued, a run waited for that this user cannot tell
+    of the new run (a teammate's, made under umask 022): its ``dependents.jsonl`` is how its
+    job tells the waiting run that it will never start."""
+    for a in afters:
+        bad = perms.unwritable([Path(a.path), Path(a.path) / dependents.FILE])
+        if bad is not None:
+            raise UsageError(perms.refusal(bad, f"a run to start after {a.run}"))
 
 
 def record(run: rundir.RunDir, afters: list[After]) -> None:

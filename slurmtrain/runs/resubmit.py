@@ -17,18 +17,24 @@ watch requeues that too).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
-from .. import events, ledger
+from .. import events, ledger, perms
+from ..runfiles import METRICS_FILE
 from ..errors import SlurmError, UsageError
 from . import chain, classify, environ, slurmquery, sweeps
 from .rundir import POINTS, RunDir
 from .states import JobState
 from .submit import Submitted, submit_run
 from ..eventlog import Ev
+
+RESUBMIT_LOCK = ".resubmit.lock"  # held while one resubmit of the run checks and queues
 
 # Outcomes after which the run should go on in a new job.
 RESUMABLE = frozenset({classify.PREEMPTED, classify.TIME_LIMIT, classify.NODE_FAILURE, classify.REQUEUED})
@@ -135,6 +141,36 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
         run = RunDir(run.sweep_dir)
     if not run.script.is_file():
         raise UsageError(f"run {run.name}: no {run.script.name} to resubmit ({run.path})")
+    _refuse_unwritable(run)
+    with _one_at_a_time(run):
+        return _resubmit(run, only, force, say)
+
+
+def _refuse_unwritable(run: RunDir) -> None:
+    """Refuse before sbatch what would fail after it (a teammate's run made under umask 022):
+    the new job queued, its events unwritten, the job itself failing at its first event."""
+    points = [p for p in (run.path / POINTS).iterdir() if p.is_dir()] if (run.path / POINTS).is_dir() else []
+    paths = [run.path, run.path / events.EVENTS_FILE, run.logs, run.path / "checkpoints", run.path / ".submitit",
+             run.path / METRICS_FILE, *points, *(p / events.EVENTS_FILE for p in points)]
+    bad = perms.unwritable(paths)
+    if bad is not None:
+        raise UsageError(perms.refusal(bad, f"resubmitting run {run.name}"))
+
+
+@contextlib.contextmanager
+def _one_at_a_time(run: RunDir) -> Iterator[None]:
+    """Two resubmits of one run (two terminals, two teammates) one after the other: the
+    second sees the first's job queued and is refused, where both once queued a job and
+    two jobs trained the run into the same checkpoints."""
+    fd = os.open(run.path / RESUBMIT_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], None]) -> Submitted:
     end = job_end(run)
     if end is not None and end.active:
         # A point waits for its own task only: the sweep's other points may still be queued.

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, recent, tracking
+from .. import __version__, perms, recent, tracking
 from ..errors import UsageError
 from ..runfiles import MANIFEST, SCRIPT  # noqa: F401  (the names' home: both sides use them)
 from . import environ
@@ -180,12 +180,27 @@ def is_run_dir(path: Path) -> bool:
 
 
 def list_runs(runs_dir: str | os.PathLike) -> list[RunDir]:
-    """Every run under ``runs_dir``, oldest submission first."""
+    """Every run under ``runs_dir`` this user can read, oldest submission first (a teammate's
+    private run in a shared runs directory is left out, not an error for every command:
+    :func:`unreadable_runs` names them)."""
     root = Path(runs_dir)
     if not root.is_dir():
         return []
-    runs = [RunDir(p) for p in root.iterdir() if p.is_dir() and is_run_dir(p)]
+    runs = [RunDir(p) for p in root.iterdir() if _readable(p) and is_run_dir(p)]
     return sorted(runs, key=lambda r: (r.manifest().get("submitted_at") or r.manifest().get("created_at") or "", r.name))
+
+
+def _readable(path: Path) -> bool:
+    """A directory whose files this user can read (its manifest too, where it has one)."""
+    manifest = path / MANIFEST
+    return path.is_dir() and perms.can(path, os.R_OK | os.X_OK) and \
+        (not manifest.exists() or perms.can(manifest, os.R_OK))
+
+
+def unreadable_runs(runs_dir: str | os.PathLike) -> list[Path]:
+    """The directories under ``runs_dir`` that :func:`list_runs` left out as unreadable."""
+    root = Path(runs_dir)
+    return sorted(p for p in root.iterdir() if p.is_dir() and not _readable(p)) if root.is_dir() else []
 
 
 def looks_like_run(path: Path) -> bool:

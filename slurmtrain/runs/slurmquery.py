@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
+from .. import perms
 from ..slurmtext import hostnames, parse_duration, parse_key_values, where_to_set_slurm_conf
 
 from ..errors import SlurmError
@@ -368,7 +369,10 @@ def cancel(job_id: str, timeout: float = QUERY_TIMEOUT_S) -> None:
     # A job submitted with --no-requeue has nothing to mark.
     marked = any(r.get("Requeue") == "1" for r in records)
     if marked:
-        _set_requeue(job_id, 0, timeout)
+        try:
+            _set_requeue(job_id, 0, timeout)
+        except SlurmError as err:
+            raise _not_yours(job_id, records, err) from None
     argv = ["scancel", job_id]
     try:
         proc = run_slurm(argv, timeout=timeout)
@@ -436,6 +440,16 @@ def _show_job(job_id: str, timeout: float) -> list[dict[str, str]]:
         return records
     raise SlurmError(f"Slurm does not know job {job_id} (it ended more than MinJobAge ago, "
                      "or never existed)")
+
+
+def _not_yours(job_id: str, records: list[dict[str, str]], err: SlurmError) -> SlurmError:
+    """Slurm's refusal to touch another user's job ("Invalid user id for job N"), in words
+    that name its owner; any other failure as it was."""
+    owner = (records[0].get("UserId") or "").split("(")[0] if records else ""
+    if not owner or owner == perms.me() or not re.search(r"Invalid user id|Access/permission denied", str(err)):
+        return err
+    return SlurmError(f"job {job_id} is {owner}'s: only {owner}, or a Slurm operator or administrator, can cancel "
+                      "or change it (a run directory a team shares lets you read it, not end its jobs)")
 
 
 def _set_requeue(job_id: str, value: int, timeout: float) -> None:

@@ -197,6 +197,7 @@ def submit(loaded: LoadedProfile, job: JobSpec, runs_dir: str | os.PathLike,
 
     config = slurmversion.config_text() if job.array else None  # one ask: the array's limit and the version
     _check_array_size(job, config or "")
+    chain.refuse_unrecordable(after or [])
     run = prepare(loaded, job, runs_dir, cwd)
     done = submit_run(run, chain.sbatch_args(after or []), config)
     chain.record(run, after or [])

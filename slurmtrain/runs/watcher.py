@@ -62,7 +62,7 @@ def claim(run: RunDir, log: str = "the terminal", warn: Callable[[str], None] = 
     """Hold ``run``'s watch lock while the body runs; UsageError naming the holder when
     another watch has it."""
     path = run.path / LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # the umask decides: a team shares runs (002)
     try:
         try:
             _lock(fd)

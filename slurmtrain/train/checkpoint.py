@@ -42,6 +42,20 @@ def checkpoints_dir(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+_UNREMOVABLE: set[Path] = set()  # said once each
+
+
+def _remove(folder: Path) -> None:
+    """A pruned checkpoint folder gone; one that cannot be (a teammate's, made under umask
+    022) said once, not left silently beyond keep_last."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.exists() and folder not in _UNREMOVABLE:
+        _UNREMOVABLE.add(folder)
+        from .. import perms
+        log.warning("could not remove %s, beyond train.keep_last (%s): it stays, taking its space",
+                    folder, perms.explain(folder))
+
+
 def _step_dirs(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, folder), newest first."""
     out = []
@@ -227,12 +241,12 @@ class Checkpointer:
     def _prune(self) -> None:
         complete = [(s, d) for s, d in _step_dirs(self.run_dir) if (d / MARKER).is_file()]
         for _, d in complete[self.keep_last:]:
-            shutil.rmtree(d, ignore_errors=True)
+            _remove(d)
         # Unmarked folders older than the newest complete one are dead saves: drop them too.
         newest = complete[0][0] if complete else -1
         for step, d in _step_dirs(self.run_dir):
             if step < newest and not (d / MARKER).is_file():
-                shutil.rmtree(d, ignore_errors=True)
+                _remove(d)
 
     # ------------------------------------------------------------------ load
 
