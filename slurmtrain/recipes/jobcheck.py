@@ -62,6 +62,10 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
                 raise
             values = " ".join(f"{k}={v}" for k, v in point.values)
             raise ConfigError(f"sweep point {values}", "", str(err)) from None
+    if args.run_dir:
+        said.append(f"--run-dir {args.run_dir}: the trainer writes its checkpoints, metrics and events there, not in "
+                    "the run's directory, so `status`, `watch`, `plot`, `goodput` and `export` of this run see none "
+                    "of them; leave --run-dir out and the job gives the trainer the run's directory")
     if start is None or files_later:
         return said
     check_files(recipe, sources, start, where, env)

@@ -318,3 +318,18 @@ def test_a_memory_tier_with_the_deepspeed_engine_is_refused_before_the_queue(wor
                          "--set", "train.memory_steps=5"))
     assert "train.memory_steps: 5 needs the fsdp2 engine (or the torch pipeline): deepspeed keeps its own state" \
         in line, line
+
+
+def test_a_trainer_run_dir_of_its_own_is_warned_of(work):
+    """`-- python -m slurmtrain.train --run-dir /elsewhere`: its checkpoints and metrics go
+    there, and the run's status, watch and export see nothing (a teammate put checkpoints
+    in a shared folder that way)."""
+    corpus(work / "corpus.jsonl")
+    r = str(recipe(work / "r.toml"))
+    result = CliRunner().invoke(main, ["gen", "-p", "local", "--", "python", "-m", "slurmtrain.train", "--recipe", r,
+                                       "--run-dir", "/shared/ckpt/a"])
+    assert result.exit_code == 0 and "#!/bin/bash" in result.stdout, result.output
+    assert ("slurmtrain: warning: --run-dir /shared/ckpt/a: the trainer writes its checkpoints, metrics and events "
+            "there, not in the run's directory") in result.stderr, result.stderr
+    quiet = CliRunner().invoke(main, ["gen", "-p", "local", "--", "python", "-m", "slurmtrain.train", "--recipe", r])
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr
