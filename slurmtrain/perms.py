@@ -31,6 +31,14 @@ def _group(gid: int) -> str:
         return f"gid {gid}"
 
 
+def owner(path: str | os.PathLike) -> str:
+    """Who owns ``path`` (a run directory: who submitted it); "" when it cannot be looked at."""
+    try:
+        return _user(os.stat(path).st_uid)
+    except OSError:
+        return ""
+
+
 def me() -> str:
     return _user(os.geteuid())
 

@@ -47,9 +47,11 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         if sweeps.points(run):
             st.sweep = sweeps.rows(run, st.tasks)
             st.outcome = sweeps.counts(st.sweep)
+    from .. import perms
+    owners = [perms.owner(r.path) for r in found]  # who submitted each: a runs directory a team shares
     if as_json:
-        for st in rows:
-            click.echo(json.dumps({**st.to_json(), "tracking": _tracking_json(st)}))
+        for st, user in zip(rows, owners):
+            click.echo(json.dumps({**st.to_json(), "user": user, "tracking": _tracking_json(st)}))
         return
     table = [("RUN", "JOB ID", "STATE", "OUTCOME", "NODES", "ELAPSED", "GOODPUT", "SUBMITTED")]
     tracked = [short(r.manifest()) for r in found]  # same order as rows
@@ -58,6 +60,8 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         outcome = st.outcome if st.outcome and st.outcome != "running" else "-"
         table.append((st.name, st.job_id or "-", state, outcome, str(st.nodes or "-"),
                       format_duration(st.elapsed_s), _share(st.goodput, st.state.is_active), _short_time(st.submitted)))
+    if len(set(owners)) > 1:  # a column only where the runs are more than one person's
+        table = [table[0] + ("USER",)] + [r + (u or "?",) for r, u in zip(table[1:], owners)]
     if any(tracked):  # a column only where some run tracks: W&B link / offline id, TensorBoard
         table = [table[0] + ("TRACKING",)] + [r + (t or "-",) for r, t in zip(table[1:], tracked)]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]

@@ -8,6 +8,7 @@ uid no one has (a teammate): as root, every access is allowed."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -127,6 +128,7 @@ def test_a_private_run_in_a_shared_runs_directory_is_left_out_not_an_error(share
         status = CliRunner().invoke(main, ["status", "--runs-dir", str(shared)])
     assert [r.name for r in found] == [mine.name]
     assert listed.exit_code == 0 and mine.name in listed.output, listed.output
+    assert "USER" not in listed.output  # one person's runs: no column for it
     assert f"1 folder(s) under {shared} you cannot read, left out: {private.name} (it is uid {TEAMMATE}'s" \
         in listed.output, listed.output
     assert status.exit_code == 0 and mine.name in status.output, status.output
@@ -235,3 +237,18 @@ def test_a_waiting_run_the_job_cannot_tell_is_said_and_the_job_ends_as_it_would(
     assert len(said) == 1 and said[0].startswith("slurmtrain: could not tell the runs waiting for this one that it "
                                                  f"will not complete ({down.path / 'events.jsonl'}: Permission denied; "
                                                  f"it is uid {TEAMMATE}'s"), said
+
+
+def test_runs_of_more_than_one_person_say_whose_each_is(shared, fake_slurm):
+    mine = rundir.create(shared, "bob-run")
+    mine.update_manifest(name=mine.name, job_ids=["9"], state="submitted", nodes=1, submitted_at="2026-11-28T04:00:00")
+    theirs = teammates_run(shared, "alice-run", job_id="9")
+    fake_slurm(scontrol="JobId=9 JobState=RUNNING Reason=None Requeue=1 Restarts=0 ExitCode=0:0 NumNodes=1")
+    listed = CliRunner().invoke(main, ["runs", "--runs-dir", str(shared)])
+    header, *rows = [line for line in listed.output.splitlines() if line.startswith(("RUN", "bob-run", "alice-run"))]
+    assert header.split()[-1] == "USER", listed.output
+    ends = {r.split()[0]: r.rstrip() for r in rows}
+    assert ends[mine.name].endswith(" root") and ends[theirs.name].endswith(f" uid {TEAMMATE}"), listed.output
+    as_json = CliRunner().invoke(main, ["runs", "--runs-dir", str(shared), "--json"])
+    users = {json.loads(line)["name"]: json.loads(line)["user"] for line in as_json.output.splitlines()}
+    assert users == {mine.name: "root", theirs.name: f"uid {TEAMMATE}"}, as_json.output
