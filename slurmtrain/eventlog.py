@@ -98,7 +98,7 @@ class Ev:
     STOP_ESCALATED = "stop_escalated"      # {seconds}: still running after SIGTERM; SIGKILL
     STOP_UNSAVED = "stop_unsaved"          # {exit_code}: stopped; the program never reported a checkpoint
     # The program (the built-in trainer, or any program through slurmtrain.stop; no job_id).
-    RESUMED = "resumed"                    # {step, seconds?, tier?, from_peer?}: seconds the load took; tier "memory" from node memory (train.memory_steps)
+    RESUMED = "resumed"                    # {step, seconds?, tier?, from_peer?, data_changed?, schedule_changed?}: seconds the load took; tier "memory" from node memory (train.memory_steps)
     CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds? (to durable), stall? (training held), path?}
     STOPPED = "stopped"                    # {step}: saved; leaving with exit 75
     CHECKPOINT_INTERVAL = "checkpoint_interval"  # {steps, after_step, seconds, cost_s, step_s, job_mtbf_h, nodes, faults, node_hours, tier?}: tier "memory" for the copies in node memory

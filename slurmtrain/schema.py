@@ -113,10 +113,14 @@ def no_control_chars(value: Any) -> str | None:
 
 
 def positive(value: Any) -> str | None:
+    if value == float("inf"):  # TOML's `inf`: no key means "never" that way (a cadence divided by it fails)
+        return f"expected a finite positive number, got {value!r}"
     return None if value > 0 else f"expected a positive number, got {value!r}"
 
 
 def non_negative(value: Any) -> str | None:
+    if value == float("inf"):
+        return f"expected a finite number, zero or more, got {value!r}"
     return None if value >= 0 else f"expected zero or more, got {value!r}"
 
 

@@ -207,7 +207,9 @@ def _resumed(e: dict[str, Any]) -> str:
     peer = f" (rank(s) {' '.join(map(str, peers))} from a peer node's copy)" if peers else ""
     took = f" in {e['seconds']:.1f} s" if isinstance(e.get("seconds"), (int, float)) else ""
     data = f", with another data recipe than it was saved with ({e['data_changed']})" if e.get("data_changed") else ""
-    return f"resumed from {where} of step {e.get('step', '?')}{peer}{took}{data}"
+    schedule = (f"; the learning rate follows the recipe's new settings from here ({e['schedule_changed']})"
+                if e.get("schedule_changed") else "")
+    return f"resumed from {where} of step {e.get('step', '?')}{peer}{took}{data}{schedule}"
 
 
 def _clock(e: dict[str, Any]) -> str:

@@ -127,6 +127,19 @@ def data_changes(ckpt: Path, meta: dict[str, Any]) -> list[str]:
     return out
 
 
+def schedule_changes(ckpt: Path, meta: dict[str, Any]) -> list[str]:
+    """``train.steps 1800 -> 2200``, ...: the optimizer's and schedule's recipe keys changed
+    since the checkpoint was saved (the checkpoint would bring back the old values)."""
+    from .optim import SCHEDULE_KEYS
+    try:
+        saved = (json.loads((ckpt / META).read_text()).get("recipe") or {}).get("train") or {}
+    except (OSError, ValueError):
+        return []
+    now = (meta.get("recipe") or {}).get("train") or {}
+    return [f"train.{k} {saved[k]} -> {now[k]}" for k in SCHEDULE_KEYS
+            if saved.get(k) is not None and now.get(k) is not None and saved[k] != now[k]]
+
+
 def _is_deepspeed(ckpt: Path) -> bool:
     try:
         return json.loads((ckpt / META).read_text()).get("engine") == "deepspeed"
@@ -287,11 +300,26 @@ class Checkpointer:
             return 0
         self.data.load_state_dict(client["data"])
         seconds = round(time.perf_counter() - began, 3)
+        schedule = self._follow_recipe(path)
         if self.rank == 0:
             log.info("resumed from %s (step %d) in %.2f s", source, step, seconds)
             events.append(self.run_dir, Ev.RESUMED, step=step, seconds=seconds, **fields,
-                          **({"data_changed": ", ".join(changed)} if changed else {}))
+                          **({"data_changed": ", ".join(changed)} if changed else {}),
+                          **({"schedule_changed": ", ".join(schedule)} if schedule else {}))
         return step
+
+    def _follow_recipe(self, path: Path | None) -> list[str]:
+        """The recipe's optimizer and schedule values, where they changed since ``path`` was
+        saved: the run goes on with them from the step reached (said), not with the old ones
+        the checkpoint brought back (the learning rate once kept to the old length unsaid)."""
+        changed = schedule_changes(path, self.meta) if path is not None else []
+        if changed:
+            from .optim import follow_recipe
+            follow_recipe(self.engine.scheduler, self.meta["recipe"]["train"])
+            if self.rank == 0:
+                log.warning("resuming with the recipe's optimizer settings, changed since %s was saved (%s): "
+                            "the learning rate follows them from this step on", path.name, ", ".join(changed))
+        return changed
 
     def keep_in_memory(self, step: int) -> None:
         """train.memory_steps: ``step`` into node memory, here and on the next node (the

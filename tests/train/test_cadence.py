@@ -66,6 +66,15 @@ def test_the_profile_key_reaches_the_script_only_when_auto():
     assert "export SLURMTRAIN_CHECKPOINT_EVERY=auto\n" in script and "export SLURMTRAIN_NODE_MTBF_HOURS=800\n" in script
 
 
+def test_an_infinite_mtbf_is_refused_naming_the_key_not_a_division_by_zero_at_the_first_save():
+    from slurmtrain.errors import ConfigError
+    from slurmtrain.profile import load_profile
+
+    for value in ("inf", "+inf"):
+        with pytest.raises(ConfigError, match=r"resilience.node_mtbf_hours: expected a finite positive number"):
+            load_profile("local", ['resilience.checkpoint_every="auto"', f"resilience.node_mtbf_hours={value}"])
+
+
 @pytest.mark.slow  # two ranks of the trainer for 40 steps: about 20 s, the fast lane's longest by far
 @pytest.mark.torch
 def test_the_trainer_saves_on_the_chosen_interval_on_every_rank(tmp_path):

@@ -169,3 +169,29 @@ def test_init_from_a_hugging_face_checkpoint(straight, tmp_path):
     assert "initial weights from hf" in proc.stdout
     ref = losses(ref_dir)
     assert losses(tmp_path / "run")[1] < (ref[1] + ref[20]) / 2
+
+
+def test_a_run_made_longer_at_its_resume_follows_the_new_schedule_and_says_so(tmp_path):
+    """train.steps raised (and lr lowered) between two starts: the checkpoint brings back the
+    old schedule, the recipe's new one is followed from the step reached, said in the log and
+    the history (the learning rate once kept to the old length, unsaid)."""
+    from slurmtrain.runs import classify
+    from slurmtrain.train.optim import WarmupCosine
+    recipe = setup_run(tmp_path, steps=6, save_steps=3)
+    args = ["--recipe", str(recipe), "--run-dir", "run", "--log-steps", "1"]
+    first = train(args + ["--set", "debug.stop_at_step=3"], tmp_path)
+    assert 75 in rank_exit_codes(first), show(first)
+    second = train(args + ["--set", "train.steps=12", "--set", "train.lr=0.002"], tmp_path)
+    assert second.returncode == 0, show(second)
+    out = second.stdout + second.stderr
+    assert "resuming with the recipe's optimizer settings, changed since step_3 was saved (train.steps 6 -> 12, " \
+           "train.lr 0.003 -> 0.002)" in out, out
+    lr = {r["step"]: r["lr"] for r in records(tmp_path / "run") if "lr" in r}
+    warmup, min_lr = 3, 3e-4
+    new = WarmupCosine(warmup, 12, min_lr / 0.002)
+    assert sorted(lr) == list(range(1, 13))
+    for step in range(4, 13):  # the lr logged at a step is the one its update used
+        assert lr[step] == pytest.approx(0.002 * new(step - 1), rel=1e-6), (step, lr)
+    said = [line for line in classify.history(tmp_path / "run") if "resumed" in line]
+    assert said and said[-1].endswith("; the learning rate follows the recipe's new settings from here "
+                                      "(train.steps 6 -> 12, train.lr 0.003 -> 0.002)"), said

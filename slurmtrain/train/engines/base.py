@@ -13,6 +13,7 @@ class Engine(Protocol):
     model: Any    # the modules this rank holds (under the whole model's names)
     dp_rank: int  # this rank's place among the data-parallel ranks: what data it reads
     dp: int
+    scheduler: Any  # the LambdaLR of optim.schedule, over the engine's torch optimizer
 
     def train_step(self, micro_batches: list[Any]) -> tuple[Any, Any]:
         """One optimizer step over this rank's micro-batches: (mean loss, gradient norm)
