@@ -106,10 +106,16 @@ class Cadence:
         """``last_saved``: the checkpointer's (-1 before any save or resume: counted from 0)."""
         return step - max(last_saved, 0) >= self.every
 
-    def after_save(self, cost_s: float) -> Interval | None:
-        """This rank's choice after a save that stalled it ``cost_s`` (None: no step timed yet)."""
-        if not self.step_times:
+    def step_s(self) -> float | None:
+        """The median of the recent steps' times (None: no step timed yet)."""
+        return sorted(self.step_times)[len(self.step_times) // 2] if self.step_times else None
+
+    def after_save(self, cost_s: float, step_s: float | None = None) -> Interval | None:
+        """The choice after a save that stalled training ``cost_s``, steps taking ``step_s``
+        (default: this rank's own median; the trainer gives every rank the slowest's, so that
+        they all choose alike and the event's figures are the ones the choice came from)."""
+        step_s = self.step_s() if step_s is None else step_s
+        if step_s is None:
             return None
-        step_s = sorted(self.step_times)[len(self.step_times) // 2]
         faults, node_hours = run_faults(self.run_dir)
         return choose(cost_s, step_s, self.node_mtbf_h, self.nodes, faults, node_hours)

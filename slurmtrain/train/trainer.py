@@ -189,11 +189,17 @@ class Trainer:
     def _save_on_cadence(self, cadence: cadence_mod.Cadence, step: int, save: Callable[[int], None],
                          tier: str = "") -> None:
         """Save (``save``: durable, or into node memory), time what it stalled, and choose the
-        next interval: every rank the same (the largest of the ranks' choices), rank 0 says it
-        when it changes."""
+        next interval: every rank the same, from the slowest rank's stall and step time (the
+        figures the event shows: each rank's own choice, the largest winning, once showed rank
+        0's figures beside another rank's steps), rank 0 says it when it changes."""
         start = time.perf_counter()
         save(step)
-        chosen = cadence.after_save(time.perf_counter() - start)
+        figures = torch.tensor([time.perf_counter() - start, cadence.step_s() or -1.0], dtype=torch.float64,
+                               device=self.world.device)
+        dist.all_reduce(figures, op=dist.ReduceOp.MAX)
+        cost_s, step_s = figures.tolist()
+        chosen = cadence.after_save(cost_s, step_s if step_s > 0 else None)
+        # Still the largest: each rank read the run's faults from events.jsonl at its own moment.
         steps = torch.tensor(float(chosen.steps if chosen else cadence.every), device=self.world.device)
         dist.all_reduce(steps, op=dist.ReduceOp.MAX)
         if int(steps.item()) != cadence.every:
