@@ -14,8 +14,11 @@ from pathlib import Path
 import click
 
 from .base import main
-from .refs import resolve_run, runs_dir_option
-from ..eventlog import Ev
+from .refs import follow_up, resolve_run, runs_dir_option
+from ..eventlog import EXIT_STOPPED, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, TIME_LIMIT, Ev
+
+# Final outcomes that were no program's fault: `resubmit` continues them (runs/resubmit.py).
+_GOES_ON = (REQUEUE_LIMIT, PREEMPTED, TIME_LIMIT, NODE_FAILURE)
 
 
 @main.command("runs")
@@ -167,9 +170,15 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
         failed = script_error(target, st.job_id) if isinstance(target, RunDir) and not st.state.is_active else None
         st.note = failed or st.note  # what the batch log says, over a guess ("cancelled, killed, or never started")
         _print_status(st)
+        if isinstance(target, RunDir) and st.state.is_final and st.outcome in _GOES_ON:
+            cli, where = follow_up(runs_dir)
+            click.echo(f"{'next':<10} `{cli} resubmit {target.name}{where}` continues it from its last checkpoint")
         if st.job_id and (st.state is JobState.RUNNING or (st.state is JobState.FAILED and st.outcome == "unknown")):
             _say_if_stranded(st.job_id, st.name, st.state, st.watcher)
-        if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY):
+        # A clean stop (exit 75: saved, then stopped) at the requeue limit ends the job FAILED:
+        # no program error, no launcher's report of one.
+        if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY) \
+                and st.program_exit_code != EXIT_STOPPED:
             errors = program_errors(target, st.job_id)  # the program's words, above the launcher's
             logs = track.failing_node_logs(target, st.job_id, lines)
             for node, tail in sorted(logs.items(), key=lambda item: list(errors).index(item[0])
@@ -227,7 +236,9 @@ def _print_status(st) -> None:
     row("elapsed", format_duration(st.elapsed_s))
     row("exit code", "-" if st.exit_code is None else st.exit_code
         if not st.signal else f"{st.exit_code} (signal {st.signal})")
-    if st.program_exit_code is not None and st.program_exit_code != st.exit_code:
+    if st.program_exit_code == EXIT_STOPPED:
+        row("program", f"exited {EXIT_STOPPED}: stopped after saving its checkpoint, as asked")
+    elif st.program_exit_code is not None and st.program_exit_code != st.exit_code:
         row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
                        "exit code is the launcher's or srun's, not the program's)")
     row("requeues", _requeues(st))

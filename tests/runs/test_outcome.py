@@ -18,7 +18,7 @@ from slurmtrain.cli import main
 from slurmtrain.runs import classify, track
 from slurmtrain.runs.states import JobState
 
-from runs_fakes import recorded_run
+from runs_fakes import RECORDED, recorded_run
 
 
 def scontrol(job_id: str, state: str, exit_code: int, restarts: int = 0) -> str:
@@ -89,6 +89,24 @@ def test_requeue_limit(tmp_path, fake_slurm):
     out = status(tmp_path, run.name)
     assert "outcome    requeue limit: requeue limit reached (max_requeues=1" in out, out
     assert "requeue limit reached (max_requeues=1): not requeued" in out  # history
+    assert f"next       `slurmtrain resubmit {run.name} --runs-dir {tmp_path}` continues it from its last " \
+           "checkpoint" in out, out
+
+
+def test_a_clean_stop_at_the_requeue_limit_shows_no_program_error(tmp_path, fake_slurm):
+    """Its ranks exited 75 (saved, then stopped) and torchrun reported that as a failure: no
+    "program error", no forty lines of torchrun's report of each node."""
+    run, job = recorded_run(tmp_path, "requeue_limit")
+    fake_slurm(scontrol=scontrol(job, "FAILED", 3), sacct=None)
+    report = (RECORDED / "torchrun_failure.txt").read_text().replace("exitcode  : 3", "exitcode  : 75")
+    (run.path / "logs").mkdir(exist_ok=True)
+    for node in ("stnode1", "stnode2"):
+        (run.path / "logs" / f"{job}-{node}.out").write_text(f"checkpoint saved: step_53\n{report}")
+    (run.path / "logs" / f"job-{job}.out").write_text(
+        f"srun: error: stnode1: task 0: Exited with exit code 75\nsrun: error: stnode2: task 1: Exited with exit code 75\n")
+    out = status(tmp_path, run.name)
+    assert "program    exited 75: stopped after saving its checkpoint, as asked" in out, out
+    assert "program error" not in out and "last lines of" not in out, out
 
 
 def test_watchdog_names_the_node(tmp_path, fake_slurm):
