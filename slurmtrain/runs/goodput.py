@@ -235,7 +235,11 @@ def _saves(evs: list[dict]) -> list[tuple[float, float]]:
     when its write is durable, long after the training went on: its ``stall`` says how long
     it held the loop; a synchronous one held it for all its ``seconds``. A save reported
     without its time (a user's program: ``slurmtrain.stop.saved``) is a restart point of no
-    known cost, at its report."""
+    known cost, at its report. A stop's own save (of the step it stopped at) held the loop
+    until the stop was said: the stop waits for its write, no step trained meanwhile (its
+    background write once counted as lost steps at every time limit)."""
+    stops = {e.get("step"): e["time"] for e in evs if e.get("event") == Ev.STOPPED
+             and isinstance(e.get("time"), (int, float))}
     out = []
     for e in evs:
         if e.get("event") != Ev.CHECKPOINT_SAVED or not isinstance(e.get("time"), (int, float)):
@@ -245,7 +249,8 @@ def _saves(evs: list[dict]) -> list[tuple[float, float]]:
             continue
         began = e["time"] - e["seconds"]
         held = e.get("stall")
-        out.append((began, began + (held if isinstance(held, (int, float)) else e["seconds"])))
+        went_on = began + (held if isinstance(held, (int, float)) else e["seconds"])
+        out.append((began, max(went_on, stops.get(e.get("step"), went_on))))
     return out
 
 

@@ -121,6 +121,20 @@ def test_a_preemption_costs_its_stop_the_queue_wait_and_the_next_start_up():
     assert g.cost(0) == {"other": 1.5, "queue": 138.5, "startup": 10}
 
 
+def test_a_stops_background_save_is_checkpoint_time_not_lost_steps():
+    """At a time limit the stop saves the step it reached in the background and waits for the
+    write: training never went on, no step is lost (its write once read "lost steps 2 s" at
+    every time limit)."""
+    evs = [ev(0, "submitted", job_id="7"), ev(10, "started", nodes="a", job_id="7", restart=0),
+           ev(20, "first_step", step=1), ev(40, "checkpoint_saved", step=10, seconds=2, stall=0.5),
+           ev(62, "checkpoint_saved", step=15, seconds=2.5, stall=0.1), ev(62.2, "stopped", step=15),
+           ev(63, "signal", signal="USR2"), ev(63, "requeue", exit_code=75)]
+    g = goodput.of_events(evs)
+    assert parts(g) == {"startup": 10, "checkpoint": 3.2, "trained": 39.0, "other": 0.8}  # 0.5 + the stop's 2.7
+    [stop] = g.faults
+    assert stop.kind == "time limit" and "lost" not in g.cost(0), g.cost(0)
+
+
 def test_a_node_failure_that_slurm_requeued_loses_the_steps_since_the_checkpoint_on_every_node():
     evs = [ev(0, "started", nodes="a b", job_id="7", restart=0), ev(10, "first_step", step=1),
            ev(30, "checkpoint_saved", step=10, seconds=1), ev(50, "requeued_by_slurm"),
