@@ -14,7 +14,7 @@ import click
 from .. import launchers
 from ..errors import UsageError
 from ..profile import LoadedProfile, load_profile
-from ..render import JobSpec, default_job_name, warnings
+from ..render import JobSpec, default_job_name, short_time_limit, warnings
 
 
 
@@ -349,12 +349,18 @@ def _recipe_sets(sets) -> tuple[str, ...]:
 
 def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit, partition, launcher,
               max_requeues, sets, recipe, job_name, command, sweeps=(), sweep_file=None, max_parallel=None,
-              run_dir: str | None = None, regen_args: list[str] | None = None) -> tuple[LoadedProfile, JobSpec]:
+              run_dir: str | None = None, regen_args: list[str] | None = None,
+              submitting: bool = False) -> tuple[LoadedProfile, JobSpec]:
+    """The profile and job the options say, their warnings said; ``submitting``: what submit
+    refuses and gen only warns of is refused here, before it is said a second time as a warning."""
     check_command(tuple(command))
     recipe_sets = _recipe_sets(sets) if recipe and not command else ()
     sets = tuple(kv for kv in sets if kv not in recipe_sets)
     loaded = load_profile(profile, overrides(nodes, gpus_per_node, time_limit, partition, launcher,
                                              max_requeues, sets))
+    short = short_time_limit(loaded, starts=True) if submitting else None
+    if short:  # each start would save at once and requeue: refused, not queued to loop
+        raise UsageError(f"{short}; nothing was submitted")
     points = _sweep_points(tuple(sweeps), sweep_file, tuple(command))
     if max_parallel is not None and not points:
         raise UsageError("--max-parallel is for a sweep (--sweep or --sweep-file)")

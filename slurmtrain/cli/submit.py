@@ -57,17 +57,13 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
     from ..recipes.jobcheck import check_job  # torch-free
     from ..tracking import check_installed
 
-    loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), **opts)
+    loaded, job = build_job("gen", regen_args=_without_runs_dir(sys.argv[2:]), submitting=True, **opts)
     afters = chain_of(runs_dir, after, after_ok, after_any)
     # Before the run directory exists and anything is queued. In a chain the runs waited
     # for may write the corpus or checkpoint the job reads: those are checked at its start.
     recipe_notes = check_job(loaded, job, files_later=bool(afters))
     check_deepspeed_config(loaded, job)
     check_installed(loaded)  # a tracker the job's Python lacks: refused here, not on the nodes
-    from ..render import short_time_limit
-    short = short_time_limit(loaded, starts=True)
-    if short:  # each start would save at once and requeue: refused, not queued to loop
-        raise UsageError(f"{short}; nothing was submitted")
     if not afters:  # a run waited for may write it
         refuse_missing_program(loaded, job)
     done = submit_job(loaded, job, runs_dir, after=afters)
@@ -130,12 +126,15 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     if detach and not watch:
         raise UsageError("--detach goes with --watch (a resubmit alone is over at once)")
     run = resolve_run(ref, runs_dir)
-    if not this_env:  # before anything is queued (a watch resubmits from this environment too)
-        _refuse_unset_environment(run)
+    # Before anything is queued (a watch resubmits from this environment too); a resubmit says
+    # first why it cannot go at all (the job still running), then this.
+    refuse_env = (lambda: None) if this_env else (lambda: _refuse_unset_environment(run))
     if not watch:
-        done = lib.resubmit(run, force=force, say=lambda text: click.echo(f"slurmtrain: {text}", err=True))
+        done = lib.resubmit(run, force=force, say=lambda text: click.echo(f"slurmtrain: {text}", err=True),
+                            check=refuse_env)
         click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done))
         return
+    refuse_env()
     if detach:
         who = watcher.detach(run, ["--max-resubmits", str(max_resubmits), "--poll", f"{poll_s:g}"])
         click.echo(f"watching run {run.name} in the background: {watcher.describe(who)}; stop it with "

@@ -127,11 +127,13 @@ def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
     return True
 
 
-def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lambda text: None) -> Submitted:
+def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lambda text: None,
+             check: Callable[[], None] = lambda: None) -> Submitted:
     """sbatch the run's ``job.sbatch`` again as a new job continuing the same run.
 
     Refused while the run's job is still queued or running, and (unless ``force``)
     after it completed or failed by itself: resubmitting cannot fix a program's error.
+    ``check``: the caller's own refusal (raises), once the run is found able to go on.
     A sweep: only its points that did not complete, each in its own run directory (a
     point's own error only with ``force``); a point of a sweep: that point.
     """
@@ -143,7 +145,7 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
         raise UsageError(f"run {run.name}: no {run.script.name} to resubmit ({run.path})")
     _refuse_unwritable(run)
     with _one_at_a_time(run):
-        return _resubmit(run, only, force, say)
+        return _resubmit(run, only, force, say, check)
 
 
 def _refuse_unwritable(run: RunDir) -> None:
@@ -170,7 +172,8 @@ def _one_at_a_time(run: RunDir) -> Iterator[None]:
         os.close(fd)
 
 
-def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], None]) -> Submitted:
+def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], None],
+              check: Callable[[], None]) -> Submitted:
     end = job_end(run)
     if end is not None and end.active:
         # A point waits for its own task only: the sweep's other points may still be queued.
@@ -186,6 +189,7 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
         if not force and outcome.kind not in CONTINUABLE:
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
                              "nothing to continue (use --force to submit it again anyway)")
+    check()
     afters = _afters_again(run, say)
     previous = run.job_id
     from .. import ledger

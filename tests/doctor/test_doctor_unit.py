@@ -256,6 +256,11 @@ def test_a_resubmission_from_a_shell_with_another_environment_is_warned_of(fake_
     assert (log.read_text().count("\n") if log.exists() else 0) == calls  # nothing queued
     went = CliRunner().invoke(main, ["resubmit", "--runs-dir", str(tmp_path / "runs"), "--this-environment", run.name])
     assert went.exit_code == 0 and "resubmitted run" in went.output, went.output
+    # a run whose job still runs is refused for that first: the environment is no matter then
+    from slurmtrain.runs.resubmit import JobEnd
+    monkeypatch.setattr(resubmit, "job_end", lambda run: JobEnd("9", "RUNNING", None, True))
+    busy = CliRunner().invoke(main, ["resubmit", "--runs-dir", str(tmp_path / "runs"), run.name])
+    assert busy.exit_code == 2 and "is still RUNNING" in busy.output and "OUT" not in busy.output, busy.output
 
 
 def test_resubmit_keeps_the_nodes_the_run_already_excluded(fake_sbatch, tmp_path, monkeypatch):

@@ -217,6 +217,7 @@ def test_a_time_limit_the_stop_signal_would_come_at_the_start_of_is_refused(fake
     result = CliRunner().invoke(main, ["submit", "--time", "1", "--", "python", "x.py"])
     assert result.exit_code == 2, result.output
     assert "the job would be told to stop as it starts (two hours: 2:00:00); nothing was submitted" in result.output
+    assert "warning" not in result.output and result.output.count("is 1 min to Slurm") == 1, result.output  # said once
     assert not (fake_bin / "sbatch.calls").exists()
     longer = CliRunner().invoke(main, ["submit", "--time", "2", "--", "python", "x.py"])  # stops after 60 s: warned
     assert longer.exit_code == 0 and "about 60 s after it starts" in longer.output, longer.output
