@@ -7,6 +7,7 @@ submitit is imported by the library modules these commands call, inside the comm
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -99,11 +100,14 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
 @click.option("--log-name", hidden=True, default="the terminal",
               help="Where the watch's output goes, as `status` names it (set by --detach).")
 @click.option("--force", is_flag=True, help="Submit again even after the run completed or failed by itself.")
+@click.option("--time", "-t", "time_limit", metavar="TIME",
+              help="The run's time limit from this resubmission on, e.g. 4:00:00 (sbatch's --time, in place of "
+                   "the script's; kept for later resubmissions and a watch's).")
 @click.option("--this-environment", "this_env", is_flag=True,
               help="Go on though variables the run was submitted with are unset in this shell (the job gets this "
                    "shell's environment).")
 def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: float, detach: bool, log_name: str,
-             force: bool, this_env: bool) -> None:
+             force: bool, this_env: bool, time_limit: str | None) -> None:
     """Continue RUN in a new job from its checkpoints (for clusters that do not requeue).
 
     Submits the run directory's job.sbatch again; the new job writes to the same run
@@ -129,22 +133,41 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     # Before anything is queued (a watch resubmits from this environment too); a resubmit says
     # first why it cannot go at all (the job still running), then this.
     refuse_env = (lambda: None) if this_env else (lambda: _refuse_unset_environment(run))
+    time_limit = _checked_time_limit(run, time_limit) if time_limit else None
     if not watch:
         done = lib.resubmit(run, force=force, say=lambda text: click.echo(f"slurmtrain: {text}", err=True),
-                            check=refuse_env)
-        click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done))
+                            check=refuse_env, time_limit=time_limit)
+        click.echo(f"resubmitted run {done.run.name} as job {done.job_id}" + _which_points(done)
+                   + (f", time limit {time_limit}" if time_limit else ""))
         return
     refuse_env()
     if detach:
-        who = watcher.detach(run, ["--max-resubmits", str(max_resubmits), "--poll", f"{poll_s:g}"])
+        who = watcher.detach(run, ["--max-resubmits", str(max_resubmits), "--poll", f"{poll_s:g}",
+                                   *(["--time", time_limit] if time_limit else [])])
         click.echo(f"watching run {run.name} in the background: {watcher.describe(who)}; stop it with "
                    f"`kill {who.get('pid')}`")
         return
     with watcher.claim(run, log_name, warn=click.echo):
-        outcome = lib.watch(run, max_resubmits=max_resubmits, poll_s=poll_s, say=click.echo)
+        outcome = lib.watch(run, max_resubmits=max_resubmits, poll_s=poll_s, say=click.echo, time_limit=time_limit)
     click.echo(f"run {run.name}: {outcome.kind}: {outcome.detail}")
     if outcome.kind != "completed":
         raise SystemExit(1)
+
+
+def _checked_time_limit(run, value: str) -> str:
+    """``--time VALUE`` checked as submit checks it, against the profile the run was submitted
+    with (its stop signal's lead): Slurm's form of it, or UsageError/ConfigError (exit 2)."""
+    from ..profile import load_profile
+    from ..render import short_time_limit
+    from .options import overrides
+    profile = Path(run.sweep_dir or run.path) / "profile.toml"  # a point's: its sweep's
+    # A job sbatch-ed by hand has none: its value is checked for its form only.
+    loaded = load_profile(str(profile) if profile.is_file() else "local",
+                          overrides(None, None, value, None, None, None, ()))
+    short = short_time_limit(loaded, starts=True) if profile.is_file() else None
+    if short:
+        raise UsageError(f"{short}; nothing was resubmitted")
+    return loaded.profile.slurm.time
 
 
 def _refuse_unset_environment(run) -> None:

@@ -128,12 +128,14 @@ def requeue_stranded(run: RunDir, end: JobEnd, say: Callable[[str], None],
 
 
 def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lambda text: None,
-             check: Callable[[], None] = lambda: None) -> Submitted:
+             check: Callable[[], None] = lambda: None, time_limit: str | None = None) -> Submitted:
     """sbatch the run's ``job.sbatch`` again as a new job continuing the same run.
 
     Refused while the run's job is still queued or running, and (unless ``force``)
     after it completed or failed by itself: resubmitting cannot fix a program's error.
     ``check``: the caller's own refusal (raises), once the run is found able to go on.
+    ``time_limit``: the run's jobs' time limit from now on (sbatch's ``--time``, kept in
+    the manifest for later resubmissions and a watch's), in place of the script's.
     A sweep: only its points that did not complete, each in its own run directory (a
     point's own error only with ``force``); a point of a sweep: that point.
     """
@@ -145,7 +147,7 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
         raise UsageError(f"run {run.name}: no {run.script.name} to resubmit ({run.path})")
     _refuse_unwritable(run)
     with _one_at_a_time(run):
-        return _resubmit(run, only, force, say, check)
+        return _resubmit(run, only, force, say, check, time_limit)
 
 
 def _refuse_unwritable(run: RunDir) -> None:
@@ -173,7 +175,7 @@ def _one_at_a_time(run: RunDir) -> Iterator[None]:
 
 
 def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], None],
-              check: Callable[[], None]) -> Submitted:
+              check: Callable[[], None], time_limit: str | None) -> Submitted:
     end = job_end(run)
     if end is not None and end.active:
         # A point waits for its own task only: the sweep's other points may still be queued.
@@ -190,6 +192,8 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
                              "nothing to continue (use --force to submit it again anyway)")
     check()
+    if time_limit:
+        run.update_manifest(time_limit=time_limit)
     afters = _afters_again(run, say)
     previous = run.job_id
     from .. import ledger
@@ -202,7 +206,7 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
         run.update_manifest(exclude=exclude)
     args = ((f"--exclude={','.join(exclude)}",) if exclude else ()) + \
         ((f"--array={','.join(str(t) for t in tasks)}{_throttle(run)}",) if tasks is not None else ()) + \
-        _where(run) + \
+        _where(run) + _time_limit(run) + \
         chain.sbatch_args(afters)
     done = submit_run(run, args, tasks=tasks)
     if chain.afters_of(run):  # what it waits for now (the runs waited for list it already)
@@ -253,6 +257,13 @@ def _task_state(job_id: str, task: int) -> str | None:
     return found.state.value if found is not None and found.state.is_active else None
 
 
+def _time_limit(run: RunDir) -> tuple[str, ...]:
+    """sbatch's ``--time`` where a resubmission changed the run's (``resubmit --time``): it
+    wins over the script's #SBATCH line; the supervisor asks Slurm for the end it sets."""
+    limit = run.manifest().get("time_limit")
+    return (f"--time={limit}",) if limit else ()
+
+
 def _where(run: RunDir) -> tuple[str, ...]:
     """sbatch's ``--chdir``: the job runs where the run was first submitted from, whatever
     the directory of this resubmission (a detached watch's is the run directory): the
@@ -296,9 +307,13 @@ def _points_again(run: RunDir, force: bool, only: int | None) -> tuple[int, ...]
 
 
 def watch(run: RunDir, max_resubmits: int = 10, poll_s: float = 15.0,
-          say: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep) -> classify.Outcome:
+          say: Callable[[str], None] = print, sleep: Callable[[float], None] = time.sleep,
+          time_limit: str | None = None) -> classify.Outcome:
     """Follow ``run``; after each resumable end (preempted, time limit, node failure)
-    submit it again, at most ``max_resubmits`` times. Returns the final outcome."""
+    submit it again, at most ``max_resubmits`` times (``time_limit``: theirs, as
+    :func:`resubmit`'s). Returns the final outcome."""
+    if time_limit:
+        run.update_manifest(time_limit=time_limit)
     resubmits = 0
     seen_job = None
     while True:

@@ -281,6 +281,30 @@ def test_resubmit_keeps_the_nodes_the_run_already_excluded(fake_sbatch, tmp_path
     assert submit.excluded_nodes(rundir.RunDir(run.path)) == "stnode1,stnode9"
 
 
+def test_resubmit_time_changes_the_runs_time_limit_from_then_on(fake_sbatch, tmp_path, monkeypatch):
+    """A long run's mind changed: `resubmit --time` gives sbatch the new limit (over the
+    script's #SBATCH line) and keeps it for the resubmissions after; a limit the stop signal
+    would come at the start of, or one Slurm cannot read, is refused with nothing queued."""
+    from slurmtrain.runs import resubmit
+    runs = tmp_path / "runs"
+    r = CliRunner().invoke(main, ["submit", "--runs-dir", str(runs), "--name", "long", "--time", "0:30:00", "--",
+                                  "python", "x.py"])
+    assert r.exit_code == 0, r.output
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    calls = fake_sbatch / "sbatch.calls"
+    sent = lambda: calls.read_text().splitlines()  # noqa: E731
+    before = len(sent())
+    for bad, said in (("1", "the job would be told to stop as it starts"), ("1h", "--time 1h")):
+        refused = CliRunner().invoke(main, ["resubmit", "--runs-dir", str(runs), "--time", bad, "long"])
+        assert refused.exit_code == 2 and said in refused.output and "Traceback" not in refused.output, refused.output
+    assert len(sent()) == before
+    went = CliRunner().invoke(main, ["resubmit", "--runs-dir", str(runs), "--time", "4:00:00", "long"])
+    assert went.exit_code == 0 and went.output.rstrip().endswith(", time limit 4:00:00"), went.output
+    assert "--time=4:00:00" in sent()[-1].split()
+    again = CliRunner().invoke(main, ["resubmit", "--runs-dir", str(runs), "long"])
+    assert again.exit_code == 0 and "--time=4:00:00" in sent()[-1].split(), (again.output, sent())
+
+
 def test_a_refusal_after_exclusion_points_at_the_ledger(fake_sbatch, tmp_path):
     (fake_sbatch / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
                                         "Requested node configuration is not available' >&2\nexit 1\n")
