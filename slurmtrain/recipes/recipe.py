@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Sequence
@@ -185,11 +186,33 @@ def load_recipe_sources(name_or_path: str, sets: Sequence[tuple[str, Any, str]] 
     data = _recipe_data(path, sources, [])
     for key, value, origin in sets:
         apply_set(data, key, value, sources, origin)
-    recipe = build(Recipe, data, sources)
+    try:
+        recipe = build(Recipe, data, sources)
+    except ConfigError as err:
+        raise _with_profile_pointer(err) from None
     _check_preset(recipe, sources)
     _check_engine(recipe, sources)
     _check_schedule(recipe, sources)
     return recipe, sources
+
+
+def _with_profile_pointer(err: ConfigError) -> ConfigError:
+    """An unknown recipe key that is a cluster profile's (``[train] checkpoint_every``,
+    a ``[resilience]`` table): the error says where it belongs."""
+    from ..profile import Profile
+    name = err.key.rsplit(".", 1)[-1]
+    if not err.message.startswith("unknown key") or not name:
+        return err
+    if "." not in err.key and name in {f.name for f in dataclasses.fields(Profile)}:
+        where = f"[{name}] is a section of the cluster profile, not of a recipe"
+    else:
+        owner = next((s for s, cls in typing.get_type_hints(Profile).items() if dataclasses.is_dataclass(cls)
+                      and name in {f.name for f in dataclasses.fields(cls)}), None)
+        if owner is None:
+            return err
+        where = (f"{name} is a cluster profile's key ({owner}.{name}): put it in the profile, or give it to "
+                 f"gen/submit as --set {owner}.{name}=VALUE")
+    return ConfigError(err.source, err.key, f"{err.message.split(';')[0]}; {where}")
 
 
 def notes(recipe: Recipe, sources: Sources) -> list[str]:

@@ -333,3 +333,16 @@ def test_a_trainer_run_dir_of_its_own_is_warned_of(work):
             "there, not in the run's directory") in result.stderr, result.stderr
     quiet = CliRunner().invoke(main, ["gen", "-p", "local", "--", "python", "-m", "slurmtrain.train", "--recipe", r])
     assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr
+
+
+def test_a_profile_key_in_a_recipe_says_where_it_belongs(work):
+    corpus(work / "corpus.jsonl")
+    line = one_error(gen("-p", "local", "--recipe", str(recipe(work / "r.toml", extra='checkpoint_every = "auto"\n'))))
+    assert line.endswith("train.checkpoint_every: unknown key; checkpoint_every is a cluster profile's key "
+                         "(resilience.checkpoint_every): put it in the profile, or give it to gen/submit as "
+                         "--set resilience.checkpoint_every=VALUE"), line
+    (work / "s.toml").write_text((work / "r.toml").read_text().replace('checkpoint_every = "auto"\n', "")
+                                 + '[resilience]\ncheckpoint_every = "auto"\n')
+    line = one_error(gen("-p", "local", "--recipe", str(work / "s.toml")))
+    assert line.endswith("resilience: unknown key; [resilience] is a section of the cluster profile, not of a "
+                         "recipe"), line
