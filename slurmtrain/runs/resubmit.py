@@ -29,7 +29,7 @@ from .. import events, ledger, perms
 from ..runfiles import METRICS_FILE
 from ..errors import SlurmError, UsageError
 from . import chain, classify, environ, slurmquery, sweeps
-from .rundir import POINTS, RunDir
+from .rundir import POINTS, RECIPE, RunDir
 from .states import JobState
 from .submit import Submitted, submit_run
 from ..eventlog import Ev
@@ -190,7 +190,8 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
                                     end.signal if end else None)
         if not force and outcome.kind not in CONTINUABLE:
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
-                             "nothing to continue (use --force to submit it again anyway)")
+                             + (_more_steps(run, outcome.step) or "nothing to continue (use --force to submit it "
+                                                                   "again anyway)"))
     check()
     if time_limit:
         run.update_manifest(time_limit=time_limit)
@@ -255,6 +256,20 @@ def _task_state(job_id: str, task: int) -> str | None:
     info = slurmquery.query([job_id]).get(job_id)
     found = info.task_infos().get(task) if info is not None else None
     return found.state.value if found is not None and found.state.is_active else None
+
+
+def _more_steps(run: RunDir, step: int | None) -> str | None:
+    """For a run that completed: its recipe.toml (the run's copy, edited since) asking for
+    more steps than it reached, said with how to go on."""
+    from .._toml import tomllib
+    try:
+        steps = tomllib.loads((run.path / RECIPE).read_text())["train"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(steps, int) or step is None or steps <= step:
+        return None
+    return (f"its {RECIPE} now asks for {steps} steps, past step {step} where it ended: --force continues "
+            "it from there")
 
 
 def _time_limit(run: RunDir) -> tuple[str, ...]:

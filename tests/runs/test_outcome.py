@@ -185,3 +185,25 @@ def test_runs_table_has_an_outcome_column(tmp_path, fake_slurm):
     got = {r.split()[0].rsplit("-", 2)[0]: r for r in rows if not r.startswith("*")}
     assert "FAILED*" in got["user-error"] and "user error" in got["user-error"]
     assert "watchdog" in got["watchdog"] and "cancelled" in got["scancel"]
+
+
+def test_resubmit_of_a_completed_run_whose_recipe_now_asks_for_more_steps_says_how_to_go_on(tmp_path, monkeypatch):
+    from slurmtrain import events
+    from slurmtrain.errors import UsageError
+    from slurmtrain.runs import resubmit, rundir
+
+    run = rundir.create(tmp_path, "long")
+    run.update_manifest(name=run.name, job_ids=["5"], state="submitted", nodes=1)
+    run.script.write_text("#!/bin/bash\n")
+    (run.path / rundir.RECIPE).write_text('[model]\npreset = "tiny"\n[train]\nsteps = 2300\n')
+    for name, fields in (("started", {"job_id": "5", "restart": 0}), ("finished", {"step": 2200}),
+                         ("finished", {"job_id": "5", "restart": 0, "exit_code": 0})):
+        events.append(run.path, name, **fields)
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    with pytest.raises(UsageError) as err:
+        resubmit.resubmit(run)
+    assert str(err.value).endswith("its recipe.toml now asks for 2300 steps, past step 2200 where it ended: --force "
+                                   "continues it from there"), err.value
+    (run.path / rundir.RECIPE).write_text('[model]\npreset = "tiny"\n[train]\nsteps = 2200\n')
+    with pytest.raises(UsageError, match=r"nothing to continue \(use --force"):
+        resubmit.resubmit(run)
