@@ -166,7 +166,8 @@ def _one_at_a_time(run: RunDir) -> Iterator[None]:
     """Two resubmits of one run (two terminals, two teammates) one after the other: the
     second sees the first's job queued and is refused, where both once queued a job and
     two jobs trained the run into the same checkpoints."""
-    fd = os.open(run.path / RESUBMIT_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    # Read-only: a lock needs no more, and a teammate's lock file (umask 022) opens so too.
+    fd = os.open(run.path / RESUBMIT_LOCK, os.O_RDONLY | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
