@@ -156,7 +156,7 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
     node's log follow.
     """
     from ..runs import track
-    from ..runs.logs import program_errors, script_error
+    from ..runs.logs import script_error
     from ..runs.rundir import RunDir
     from ..runs.states import JobState
 
@@ -179,15 +179,23 @@ def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> N
         # no program error, no launcher's report of one.
         if isinstance(target, RunDir) and st.state in (JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY) \
                 and st.program_exit_code != EXIT_STOPPED:
-            errors = program_errors(target, st.job_id)  # the program's words, above the launcher's
-            logs = track.failing_node_logs(target, st.job_id, lines)
-            for node, tail in sorted(logs.items(), key=lambda item: list(errors).index(item[0])
-                                     if item[0] in errors else len(errors)):  # the root cause's node first
-                if node in errors:
-                    click.echo(f"program error on {node}: {errors[node]}")
-                click.echo(f"last lines of {node}'s log ({target.node_logs(st.job_id)[node]}):")
-                for line in tail:
-                    click.echo(f"  {line}")
+            _print_failure(target, st.job_id, lines)
+
+
+def _print_failure(target, job_id: str | None, lines: int) -> None:
+    """The program's own error line above each failing node's last log lines, the root
+    cause's node first."""
+    from ..runs import track
+    from ..runs.logs import program_errors
+    errors = program_errors(target, job_id)  # the program's words, above the launcher's
+    logs = track.failing_node_logs(target, job_id, lines)
+    for node, tail in sorted(logs.items(), key=lambda item: list(errors).index(item[0])
+                             if item[0] in errors else len(errors)):
+        if node in errors:
+            click.echo(f"program error on {node}: {errors[node]}")
+        click.echo(f"last lines of {node}'s log ({target.node_logs(job_id)[node]}):")
+        for line in tail:
+            click.echo(f"  {line}")
 
 
 def _say_if_stranded(job_id: str, name: str, state, watched: dict | None) -> None:
