@@ -10,6 +10,7 @@ import os
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 import click
 
@@ -214,6 +215,17 @@ def _say_if_stranded(job_id: str, name: str, state, watched: dict | None) -> Non
         click.echo(f"warning    {found}: {fix}")
 
 
+def _exit_rows(st, row: Callable[[str, object], None]) -> None:
+    """The job's exit code and, where it differs, the program's own."""
+    row("exit code", "-" if st.exit_code is None else st.exit_code
+        if not st.signal else f"{st.exit_code} (signal {st.signal})")
+    if st.program_exit_code == EXIT_STOPPED:
+        row("program", f"exited {EXIT_STOPPED}: stopped after saving its checkpoint, as asked")
+    elif st.program_exit_code is not None and st.program_exit_code != st.exit_code:
+        row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
+                       "exit code is the launcher's or srun's, not the program's)")
+
+
 def _print_status(st) -> None:
     from ..runs.slurmquery import format_duration
 
@@ -242,13 +254,7 @@ def _print_status(st) -> None:
     for i, t in enumerate(st.tasks if not st.sweep else []):  # an array job's tasks, one line each
         click.echo(f"{'tasks' if i == 0 else '':<10} " + _task_line(t))
     row("elapsed", format_duration(st.elapsed_s))
-    row("exit code", "-" if st.exit_code is None else st.exit_code
-        if not st.signal else f"{st.exit_code} (signal {st.signal})")
-    if st.program_exit_code == EXIT_STOPPED:
-        row("program", f"exited {EXIT_STOPPED}: stopped after saving its checkpoint, as asked")
-    elif st.program_exit_code is not None and st.program_exit_code != st.exit_code:
-        row("program", f"exited {st.program_exit_code} (the launcher's report in the node log; the job's "
-                       "exit code is the launcher's or srun's, not the program's)")
+    _exit_rows(st, row)
     row("requeues", _requeues(st))
     if st.watcher is not None:
         from ..runs.watcher import describe as watched

@@ -125,7 +125,7 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
     One watch per run: a second is refused while the first runs (both would resubmit).
     A job with spares needs a watch for one fault: its batch host's death (docs/survival.md).
     """
-    from ..runs import resubmit as lib, watcher
+    from ..runs import resubmit as lib
 
     if detach and not watch:
         raise UsageError("--detach goes with --watch (a resubmit alone is over at once)")
@@ -141,6 +141,12 @@ def resubmit(ref: str, runs_dir: str, watch: bool, max_resubmits: int, poll_s: f
                    + (f", time limit {time_limit}" if time_limit else ""))
         return
     refuse_env()
+    _watch(run, max_resubmits, poll_s, detach, log_name, time_limit)
+
+
+def _watch(run, max_resubmits: int, poll_s: float, detach: bool, log_name: str, time_limit: str | None) -> None:
+    """`resubmit --watch`, here or (``detach``) in a session of its own."""
+    from ..runs import resubmit as lib, watcher
     if detach:
         who = watcher.detach(run, ["--max-resubmits", str(max_resubmits), "--poll", f"{poll_s:g}",
                                    *(["--time", time_limit] if time_limit else [])])
