@@ -329,6 +329,25 @@ def _check_container_without_runtime(p: Profile, sources: Sources) -> None:
                               "to run on the host")
 
 
+# apptainer/singularity options that keep the job's environment out of the container.
+_CLEAN_ENV = {"--cleanenv", "-e", "--containall", "-C"}
+
+
+def _check_clean_environment(p: Profile, sources: Sources) -> None:
+    """--cleanenv (-e, --containall): the ranks would not get SLURMTRAIN_RUN_DIR, the stop
+    file, the launcher's rank variables: the trainer checkpoints elsewhere, status sees no
+    heartbeat, doctor fails, all silently (seen on the container lane). Refused, with the
+    way to keep host variables out of the program that works."""
+    if p.container.runtime not in ("apptainer", "singularity"):
+        return
+    bad = [o for o in p.container.options if o.split("=", 1)[0] in _CLEAN_ENV]
+    if bad:
+        raise ConfigError(sources.of("container.options"), "container.options",
+                          f"{bad[0]} keeps the job's environment out of the container, and the ranks need it "
+                          "(SLURMTRAIN_RUN_DIR, the stop file, the launcher's rank variables, SLURM_*): leave it out; "
+                          "container.env sets what the program must see over the host's values")
+
+
 # InfiniBand verbs fields NCCL hands its values to: the QP timeout is 5 bits (4.096 us x 2^N),
 # the retry count 3; a value outside them is not what it says (NCCL's defaults: 20 and 7).
 _IB_RANGES = {"NCCL_IB_TIMEOUT": (1, 31), "NCCL_IB_RETRY_CNT": (0, 7)}
@@ -394,6 +413,7 @@ def _check_consistency(p: Profile, sources: Sources) -> None:
         raise ConfigError(sources.of("container.image"), "container.image",
                           f"required when container.runtime is {p.container.runtime!r}; expected an image path or name")
     _check_container_without_runtime(p, sources)
+    _check_clean_environment(p, sources)
     _check_fabric(p, sources)
     for key, mapping in (("env.vars", p.env.vars), ("container.env", p.container.env), ("fabric.env", p.fabric.env)):
         for var in mapping:

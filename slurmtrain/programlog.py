@@ -28,6 +28,9 @@ _MID_LINE = re.compile(r"(?<=\S)(\[[A-Za-z]*\d+\]:|Traceback \(most recent call 
 _LAUNCHER_EXCEPTIONS = tuple(e for spec in launchers.LAUNCHERS.values() for e in spec.own_exceptions)
 # Python itself, before any program ran: `python nosuch.py`, `python -m nosuch`.
 _NOT_STARTED = re.compile(r"^\S*python[\d.]*: (can't open file |No module named |Error while finding module spec)")
+# apptainer's (singularity's) own refusal to start the program: an image it cannot read, a
+# bind source that is not there ("FATAL:   container creation failed: mount ...").
+_RUNTIME_FATAL = re.compile(r"^FATAL:\s")
 # argparse's refusal of the command line: "usage: train.py ..." then "train.py: error: ..."
 _USAGE_ERROR = re.compile(r"^\S+: error: ")
 # A collective that failed because a peer went away (gloo, NCCL, c10d's store).
@@ -103,7 +106,7 @@ def program_error(lines: Iterable[str]) -> Error | None:
         seen.append(line)
         if line.startswith("usage: "):
             usage[key] = True
-        if line.startswith("slurmtrain: error:") or _NOT_STARTED.match(line) or \
+        if line.startswith("slurmtrain: error:") or _NOT_STARTED.match(line) or _RUNTIME_FATAL.match(line) or \
                 (usage.get(key) and _USAGE_ERROR.match(line)):
             root, in_traceback[key], usage[key] = line, False, False
         elif line.startswith("Traceback (most recent call last):"):

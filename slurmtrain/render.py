@@ -230,7 +230,12 @@ def _container_prefix(p: Profile, job: JobSpec) -> list[str]:
     c = p.container
     if c.runtime not in ("apptainer", "singularity"):
         return []
-    words: list[str] = [c.runtime, "exec"]
+    # container.env as APPTAINERENV_K=V (SINGULARITYENV_ for singularity) in the runtime's
+    # environment: its --env takes a comma-separated list, and split a value with a comma
+    # (one that then named no variable dropped every one of them, silently).
+    words: list[str] = ["env", *(expanding(f"{c.runtime.upper()}ENV_{k}={v}") for k, v in sorted(c.env.items()))] \
+        if c.env else []
+    words += [c.runtime, "exec"]
     if c.gpu and p.slurm.gpus_per_node:
         words.append("--nv")
     if c.home:
@@ -239,8 +244,6 @@ def _container_prefix(p: Profile, job: JobSpec) -> list[str]:
         words += ["--bind", expanding(b)]
     if _binds_run_dir(c.binds, job):
         words += ["--bind", Raw('"$SLURMTRAIN_RUN_DIR"')]
-    for k, v in sorted(c.env.items()):
-        words += ["--env", expanding(f"{k}={v}")]
     if c.workdir:
         words += ["--pwd", expanding(c.workdir)]
     words += [expanding(o) for o in c.options]
@@ -437,6 +440,8 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "stop_timeout": p.resilience.stop_timeout,
         "agent_preamble": launchers.get(p.launch.launcher).agent_preamble.format(stop_timeout=p.resilience.stop_timeout),
         "image_file": _image_file(p),
+        "image_expr": shell_words([expanding(_image_file(p))]) if _image_file(p) else "",
+        "container_runtime": p.container.runtime if p.container.runtime in ("apptainer", "singularity") else "",
         "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,

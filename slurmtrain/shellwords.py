@@ -22,9 +22,12 @@ def referenced(text: str) -> list[str]:
 
 
 def expanding(text: str) -> str:
-    """A profile's value whose ``$USER``, ``${SLURM_SUBMIT_DIR}``... the shell expands where
-    the line runs, and nothing else (no ``$(...)``, no backquotes, no globs): the text
-    around each reference quoted, the reference in double quotes."""
+    """A profile's value whose ``$USER``, ``${SLURM_SUBMIT_DIR}``... (and a leading ``~/``)
+    the shell expands where the line runs, and nothing else (no ``$(...)``, no backquotes,
+    no globs): the text around each reference quoted, the reference in double quotes."""
+    if text == "~" or text.startswith("~/"):  # as the shell does at a word's start: the user's home there
+        rest = expanding(text[1:]) if len(text) > 1 else ""
+        return Raw('"${HOME}"' + (rest if isinstance(rest, Raw) else shlex.quote(rest) if rest else ""))
     if not _REFERENCE.search(text):
         return text
     out, last = [], 0

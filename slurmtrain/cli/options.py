@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import os
 import re
 import shlex
 from pathlib import Path
@@ -267,9 +268,26 @@ def _warn_of_missing_image(loaded: LoadedProfile) -> None:
     if c.runtime not in ("apptainer", "singularity", "pyxis") or not c.image or "://" in c.image or "$" in c.image \
             or not as_file:
         return
-    if not Path(c.image).expanduser().exists():
-        where = "" if Path(c.image).is_absolute() else f" (a relative path: from {Path.cwd()}, where the job starts)"
+    image = Path(c.image).expanduser()
+    where = "" if image.is_absolute() else f" (a relative path: from {Path.cwd()}, where the job starts)"
+    if not image.exists():
         click.echo(f"slurmtrain: warning: container.image {c.image}: no such file on this machine{where}", err=True)
+    elif not os.access(image, os.R_OK):
+        from .. import perms
+        click.echo(f"slurmtrain: warning: container.image {c.image}: not readable by you ({perms.explain(image)}): "
+                   f"{c.runtime} refuses it on every node", err=True)
+    if c.runtime in ("apptainer", "singularity"):
+        _warn_of_missing_binds(c.binds, c.runtime)
+
+
+def _warn_of_missing_binds(binds: tuple[str, ...], runtime: str) -> None:
+    """A bind's source (``SRC[:DEST[:OPTS]]``) that is not here: the runtime refuses the
+    launch on every node ("mount source ... doesn't exist"), after the wait in the queue."""
+    sources = [b.split(":", 1)[0] for b in binds]
+    missing = [s for s in sources if s and "$" not in s and not Path(s).expanduser().exists()]
+    if missing:
+        click.echo(f"slurmtrain: warning: container.binds: no such file or folder on this machine: "
+                   f"{', '.join(missing)}; {runtime} refuses a missing bind source on every node", err=True)
 
 
 _LOCAL_RANK = re.compile(r"""["']--local[_-]rank["']""")

@@ -72,15 +72,24 @@ class StartUp:
         r = self.record
         # A setup that failed on every node says nothing of any one node: the profile's or the
         # program's doing (a missing interface, a module that is nowhere), not for the ledger.
-        everywhere = len(failed) > 1 and set(failed) >= set(missing) and not arrivals.arrived(self.arrived_dir)
+        passed = bool(arrivals.arrived(self.arrived_dir))
+        everywhere = len(failed) > 1 and set(failed) >= set(missing) and not passed
+        # The script's own checks (container.image, container.runtime, fabric.socket_ifname) test
+        # one profile value on every node: failing on one node while no other got past them, it
+        # is as likely the value as the node (the others' failures may come after the end).
+        unproven = {n for n, f in failed.items() if f.line.startswith(arrivals.CHECK) and not passed}
         for f in failed.values():
             r.event(Ev.SETUP_FAILED, node=f.node, line=f.line, exit_code=f.status)
-            if not everywhere:
+            if not everywhere and f.node not in unproven:
                 r.ledger_add(f.node, "setup", f.describe())
         if everywhere:
             first = next(iter(failed.values()))
             r.say(f"slurmtrain: error: setup failed on every node ({' '.join(failed)}), so no node is to blame; "
                   f"{first.node}: {first.describe()}; stopping the job")
+        elif unproven and set(unproven) == set(failed):
+            first = next(iter(failed.values()))
+            r.say(f"slurmtrain: error: {first.node}: {first.describe()}; no other node got past its checks before "
+                  "the launch ended, so no node is to blame (the profile's value, most likely); stopping the job")
         elif failed:
             why = "; ".join(f"{f.node}: {f.describe()}" for f in failed.values())
             r.say(f"slurmtrain: error: start-up watchdog: node(s) {' '.join(missing)} did not start: {why}; "

@@ -88,11 +88,13 @@ def test_profile_values_arrive_unchanged_in_container_and_env(tmp_path):
     ])
     (tmp_path / "img with space.sif").touch()  # each node checks its image is there
     records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))),
-                         env_keys="GREETING")
+                         env_keys="GREETING APPTAINERENV_MSG")
     argv = records["apptainer-nodeA"]["argv"]
     assert argv[:2] == ["exec", "--nv"]
     pairs = list(zip(argv, argv[1:]))
-    assert ("--env", f"MSG={hostile}") in pairs and ("--bind", "/data:/data:ro") in pairs
+    # container.env reaches apptainer as APPTAINERENV_MSG, whole (its --env splits at commas)
+    assert records["apptainer-nodeA"]["env"]["APPTAINERENV_MSG"] == hostile and "--env" not in argv
+    assert ("--bind", "/data:/data:ro") in pairs
     assert f"--fakeroot={hostile}" in argv and f"{tmp_path}/img with space.sif" in argv
     assert records["apptainer-nodeB"]["env"]["GREETING"] == hostile
 
@@ -109,12 +111,12 @@ def test_a_profiles_dollar_names_are_the_jobs_variables_and_nothing_else_runs(tm
     ])
     (tmp_path / "img.sif").touch()
     records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))),
-                         env_keys="HF_HOME", USER="alice", HOME="/home/alice")
+                         env_keys="HF_HOME APPTAINERENV_CACHE", USER="alice", HOME="/home/alice")
     argv = records["apptainer-nodeA"]["argv"]
     pairs = list(zip(argv, argv[1:]))
     assert ("--home", "/home/alice") in pairs and ("--bind", f"{tmp_path}:/workspace") in pairs, argv
     assert ("--bind", "/scratch/alice/c:/c:ro") in pairs, argv
-    assert ("--env", "CACHE=/scratch/alice/$(touch PWNED)`touch PWNED`*") in pairs, argv
+    assert records["apptainer-nodeA"]["env"]["APPTAINERENV_CACHE"] == "/scratch/alice/$(touch PWNED)`touch PWNED`*"
     assert records["apptainer-nodeB"]["env"]["HF_HOME"] == "/scratch/alice/hf /home/alice"
 
 
@@ -168,9 +170,40 @@ def test_a_missing_apptainer_image_is_each_nodes_setup_failure_named(tmp_path):
     died in apptainer, the cause in the node's log alone)."""
     profile = load_profile("hpc-apptainer", [f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]',
                                              f'container.image="{tmp_path}/gone.sif"'])
-    with pytest.raises(AssertionError, match=rf"error: .*: container.image {tmp_path}/gone.sif: no such file on node"):
+    with pytest.raises(AssertionError, match=rf"error: .*: container.image {tmp_path}/gone.sif: no such file, or not readable, on node"):
         run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))))
     assert not (tmp_path / "out" / "apptainer-nodeA.json").exists()  # apptainer never ran
+
+
+def test_a_comma_in_a_container_env_value_and_a_home_relative_path_arrive_as_written(tmp_path):
+    """Seen on the container lane: apptainer's --env split DATA_OPTS at its comma, and a
+    value naming no variable then dropped every container.env; `~/` in the image and a bind
+    was quoted as text, and every node failed to find it."""
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    (home / "img.sif").touch()
+    profile = load_profile("hpc-apptainer", [
+        f'launch.python="{FAKEBIN}/launcher-python"', 'launch.setup=[]', 'container.image="~/img.sif"',
+        'container.binds=["~/data:/data"]', 'container.env.DATA_OPTS="split=train,streaming=true"',
+        'container.env.XARGS="--lr=1,--wd=2"'])
+    records = run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))),
+                         env_keys="APPTAINERENV_DATA_OPTS APPTAINERENV_XARGS", HOME=str(home))
+    rec = records["apptainer-nodeA"]
+    assert rec["env"] == {"APPTAINERENV_DATA_OPTS": "split=train,streaming=true", "APPTAINERENV_XARGS": "--lr=1,--wd=2"}
+    pairs = list(zip(rec["argv"], rec["argv"][1:]))
+    assert ("--bind", f"{home}/data:/data") in pairs and f"{home}/img.sif" in rec["argv"], rec["argv"]
+
+
+def test_a_node_without_the_container_runtime_on_its_path_is_named(tmp_path):
+    """A `module load apptainer` forgotten: each node's setup says so, not exit 127 of a launch."""
+    (tmp_path / "bin").mkdir()
+    for tool in ("launcher-python", "srun", "scontrol", "squeue", "sleep", "argv-recorder"):
+        (tmp_path / "bin" / tool).symlink_to(FAKEBIN / tool)
+    profile = load_profile("hpc-apptainer", [f'launch.python="{tmp_path}/bin/launcher-python"', 'launch.setup=[]',
+                                             _image(tmp_path), 'container.runtime="singularity"'])
+    with pytest.raises(AssertionError, match=r"error: .*: container.runtime singularity: not on PATH \(a `module load` "
+                                             r"in launch.setup\?\) on node"):
+        run_script(tmp_path, render(profile, JobSpec(command=("python", "t.py"), run_dir=str(tmp_path / "r"))))
 
 
 def test_apptainer_binds_the_run_directory_gen_picks_at_run_time(tmp_path):
@@ -230,3 +263,15 @@ def test_srun_launcher_wraps_every_process_in_the_container(tmp_path, runtime):
         argv = records["apptainer-nodeA"]["argv"]
         assert argv[:1] == ["exec"] and argv[-3:] == [f"{FAKEBIN}/launcher-python", "t.py", "a b"]
         assert ("--bind", run_dir) in list(zip(argv, argv[1:]))
+
+
+@pytest.mark.parametrize("option", ["--cleanenv", "-e", "--containall", "-C"])
+def test_an_option_that_keeps_the_jobs_environment_out_of_the_container_is_refused(option):
+    """The ranks would run without SLURMTRAIN_RUN_DIR and the launcher's variables: the
+    trainer checkpointed into the submit directory, status saw nothing (container lane)."""
+    from slurmtrain.errors import ConfigError
+    with pytest.raises(ConfigError, match=rf"container.options: {option} keeps the job's environment out of the "
+                                          "container"):
+        load_profile("hpc-apptainer", [f'container.options=["{option}"]'])
+    load_profile("local", [f'container.options=["{option}"]', 'container.runtime="pyxis"',
+                           'container.image="nvcr.io#nvidia/pytorch:24.05-py3"'])  # pyxis's options are its own

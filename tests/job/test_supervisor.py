@@ -932,6 +932,23 @@ def test_a_node_still_in_its_setup_when_another_nodes_fails_is_not_blamed(rig):
     assert rig.summary() == "failed at start-up: setup failed on n2, exit status 4"
 
 
+def test_a_check_of_the_profile_failing_on_one_node_before_any_other_got_past_it_blames_none(rig):
+    """The script's own check (container.image) failed on n1; srun ended n2 before its check
+    said the same (seen on the container lane: n1 went into the ledger, and the next submit
+    found too few nodes). Nothing shows it is n1's: no ledger line, and it says so."""
+    check = "check: container.image /home/u/nope.sif: no such file on n1"
+    rig.task = Plan([(1, setup_fails("n1", 1, check)), (1, exits(1))])
+    assert rig.run() == 4
+    assert rig.ledger() == []
+    assert ("n1: container.image /home/u/nope.sif: no such file on n1; no other node got past its checks before the "
+            "launch ended, so no node is to blame") in rig.said()
+    # once another node got past the checks, the one that failed them is its node's doing
+    rig2_check = "check: fabric.socket_ifname=ib0: no such interface on n2 (it has: lo eth0)"
+    rig.task = Plan([(1, arrive("n1")), (2, setup_fails("n2", 1, rig2_check)), (2, exits(1))])
+    assert rig.run() == 4
+    assert rig.ledger() == [("n2", "setup")]
+
+
 def test_a_setup_that_fails_on_every_node_blames_none_and_says_so_in_one_line(rig):
     """The job script's check of fabric.socket_ifname (a profile naming an interface the
     nodes lack) fails the same on every node: the profile's doing, not the nodes'."""

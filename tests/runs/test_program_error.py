@@ -220,3 +220,11 @@ def test_a_quiet_exit_is_told_by_the_last_line_the_program_printed_before_the_la
     # nothing the program printed, or a clean exit: nothing to say
     assert said(["srun: error: stnode1: task 0: Exited with exit code 2"]) is None
     assert said(["step 3 | loss 2.1", "srun: Terminating StepId=12.0"]) is None
+
+
+def test_the_container_runtimes_refusal_is_the_programs_error():
+    """apptainer could not start the program (an unreadable image, a missing bind source):
+    its FATAL line, not "exit status 255"."""
+    fatal = "FATAL:   container creation failed: mount hook function failure: mount /home/u/nodata->/data error"
+    assert said(["INFO:    underlay of /etc/localtime required", fatal,
+                 "srun: error: stnode1: task 0: Exited with exit code 255"]) == fatal
