@@ -53,11 +53,14 @@ def _runs_dir_defaulted() -> bool:
 
 def _latest_training(found):
     """`doctor` keeps its checks' jobs as runs too, and a job sbatch refused is kept as a
-    run to say why: the latest run meant is a training that was submitted."""
+    run to say why: the latest run meant is a training that was submitted; in a runs
+    directory a team shares, one of this user's (the latest is a teammate's as often)."""
+    from .. import perms
     from ..doctor.run import DOCTOR_JOB_NAME
-    own = [r for r in found if r.manifest().get("job_name") != DOCTOR_JOB_NAME
-           and r.manifest().get("state") != "refused"]
-    return (own or found)[-1]
+    trained = [r for r in found if r.manifest().get("job_name") != DOCTOR_JOB_NAME
+               and r.manifest().get("state") != "refused"] or found
+    me = perms.me()
+    return ([r for r in trained if perms.owner(r.path) == me] or trained)[-1]
 
 
 def after_options(f):

@@ -252,3 +252,15 @@ def test_runs_of_more_than_one_person_say_whose_each_is(shared, fake_slurm):
     as_json = CliRunner().invoke(main, ["runs", "--runs-dir", str(shared), "--json"])
     users = {json.loads(line)["name"]: json.loads(line)["user"] for line in as_json.output.splitlines()}
     assert users == {mine.name: "root", theirs.name: f"uid {TEAMMATE}"}, as_json.output
+
+
+def test_a_bare_status_in_a_shared_runs_directory_is_of_ones_own_latest_run(shared, fake_slurm):
+    """A teammate submitted after you: `status` with no RUN is still yours."""
+    fake_slurm(scontrol="JobId=9 JobState=RUNNING Reason=None Requeue=1 Restarts=0 ExitCode=0:0 NumNodes=1")
+    mine = rundir.create(shared, "mine")
+    mine.update_manifest(name=mine.name, job_ids=["9"], state="submitted", nodes=1, submitted_at="2026-11-28T04:00:00")
+    theirs = teammates_run(shared, "theirs", job_id="9")  # the folder is the teammate's
+    rundir.RunDir(theirs.path).update_manifest(submitted_at="2026-11-28T05:00:00")
+    assert [r.name for r in rundir.list_runs(shared)] == [mine.name, theirs.name]  # theirs is the latest
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(shared)]).output
+    assert f"run        {mine.name}" in out, out
