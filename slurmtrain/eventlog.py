@@ -106,8 +106,8 @@ class Ev:
     # The CLI.
     SUBMITTED = "submitted"                # {job_id}
     SUBMIT_REFUSED = "submit_refused"      # {message}
-    CANCEL_REQUESTED = "cancel_requested"  # {job_id}
-    RESUBMITTED = "resubmitted"            # {job_id, previous_job_id}
+    CANCEL_REQUESTED = "cancel_requested"  # {job_id, user?}
+    RESUBMITTED = "resubmitted"            # {job_id, previous_job_id, user?}
     DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"  # {after, detail}: a chain's run waited for failed
     NODES_EXCLUDED = "nodes_excluded"      # {nodes, source}: submit/resubmit left the bad-node ledger's nodes out
     DOCTOR = "doctor"                      # {passed}: `slurmtrain doctor` ran its checks in this run
@@ -470,7 +470,8 @@ def outcome(start: Start, later: bool = False) -> Outcome:
                                            f"{e.get('restart', '?')}); not requeued again" + (f": {why}" if why else ""),
                        True, step, e)
     if (e := last(Ev.CANCEL_REQUESTED)) is not None:
-        return Outcome(CANCELLED, _with_step("cancelled by `slurmtrain cancel`", step), True, step, e)
+        who = f" ({e['user']})" if e.get("user") else ""
+        return Outcome(CANCELLED, _with_step(f"cancelled by `slurmtrain cancel`{who}", step), True, step, e)
     if (e := last(Ev.CANCELLED)) is not None:
         return Outcome(CANCELLED, _with_step("cancelled (scancel: the batch script got SIGTERM)", step),
                        True, step, e)

@@ -532,7 +532,8 @@ def cancel(refs: tuple[str, ...], runs_dir: str) -> None:
             continue
         # Only a cancel that happened is recorded: the event makes status report the run
         # as cancelled by the user.
-        events.append(run.path, Ev.CANCEL_REQUESTED, job_id=run.job_id)
+        from .. import perms
+        events.append(run.path, Ev.CANCEL_REQUESTED, job_id=run.job_id, user=perms.me())
         tasks = f", every one of its {run.array_size} tasks" if run.array_size else ""
         click.echo(f"cancelled job {run.job_id} ({run.name}{tasks})")
         _say_dependents(run)

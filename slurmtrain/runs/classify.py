@@ -179,7 +179,9 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
     if name == Ev.FAILED and e.get("error"):
         return f"failed with exit status {e.get('exit_code', '?')} ({e['error']}): not requeued"
     if name in _PHRASES:
-        return _PHRASES[name].format_map(_Fields(e))
+        # who asked, in a runs directory a team shares: the events of a resubmit and a cancel say
+        by = f" by {e['user']}" if name in (Ev.RESUBMITTED, Ev.CANCEL_REQUESTED) and e.get("user") else ""
+        return _PHRASES[name].format_map(_Fields(e)) + by
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
     return f"{name} {extra}".rstrip()
 

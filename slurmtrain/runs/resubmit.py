@@ -213,7 +213,7 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
     done = submit_run(run, args, tasks=tasks)
     if chain.afters_of(run):  # what it waits for now (the runs waited for list it already)
         run.update_manifest(after=[asdict(a) for a in afters])
-    events.append(run.path, Ev.RESUBMITTED, job_id=done.job_id, previous_job_id=previous or "")
+    events.append(run.path, Ev.RESUBMITTED, job_id=done.job_id, previous_job_id=previous or "", user=perms.me())
     drift = environ.drift(run.manifest().get("environment"))
     if drift:  # sbatch gave the job this shell's environment, not the submit's
         say(f"warning: job {done.job_id} has this shell's environment, not the one run {run.name} was submitted "

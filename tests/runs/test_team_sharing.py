@@ -264,3 +264,27 @@ def test_a_bare_status_in_a_shared_runs_directory_is_of_ones_own_latest_run(shar
     assert [r.name for r in rundir.list_runs(shared)] == [mine.name, theirs.name]  # theirs is the latest
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(shared)]).output
     assert f"run        {mine.name}" in out, out
+
+
+def test_the_history_says_who_resubmitted_and_who_cancelled(tmp_path, fake_slurm, monkeypatch):
+    from slurmtrain.runs import classify
+    from slurmtrain.runs import resubmit as resub
+
+    run = rundir.create(tmp_path, "r")
+    run.update_manifest(name=run.name, job_ids=["7"], state="submitted", nodes=1)
+    run.script.write_text("#!/bin/bash\n")
+    events.append(run.path, "preempted", job_id="7", exit_code=1)
+    fake_slurm(scontrol="JobId=7 JobState=PREEMPTED Reason=None Requeue=1 Restarts=0 ExitCode=0:15 NumNodes=1")
+
+    def queued(run, args, tasks=None):
+        run.update_manifest(job_ids=[*run.job_ids, "8"])
+        return type("D", (), {"job_id": "8"})()
+    monkeypatch.setattr(resub, "submit_run", queued)
+    resub.resubmit(run)
+    fake_slurm(scontrol="JobId=8 JobState=PENDING Reason=Priority Requeue=1 Restarts=0 ExitCode=0:0 NumNodes=1")
+    cancelled = CliRunner().invoke(main, ["cancel", "--runs-dir", str(tmp_path), run.name])
+    assert cancelled.exit_code == 0, cancelled.output
+    said = classify.history(run.path)
+    assert any(line.endswith("resubmitted as job 8 (after job 7) by root") for line in said), said
+    assert any(line.endswith("cancel requested for job 8 by root") for line in said), said
+    assert classify.classify(run.path).detail.startswith("cancelled by `slurmtrain cancel` (root)")
