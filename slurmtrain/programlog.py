@@ -1,6 +1,6 @@
 """What a failed program said, read from a node's log: the supervisor (``job/``) names the
 node of a failure by it, ``status`` (``runs/logs.py``) shows it. A floor module: the
-standard library and the launcher registry only.
+standard library, the launcher registry and the event log's exit codes only.
 
 A program's own error and a peer's, seen through a collective, look alike in a log: when
 one rank raises, every other rank's next collective fails with "Connection closed by
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, NamedTuple
 
 from . import launchers
+from .eventlog import EXIT_STOPPED
 
 # What launchers put before each line of a task's output: torchrun's "[rank0]:" and
 # "[default0]:" (--tee), srun --label's "0: ".
@@ -138,7 +139,8 @@ def _quiet_exit(seen: list[str]) -> Error | None:
     """A program that exited non-zero without a traceback: its last line before the
     launcher's word of it, in the words ``status`` shows (it may be its reason, or only its
     last progress line: said as what it is)."""
-    report = next((i for i, line in enumerate(seen) if _EXITED.search(line)), None)
+    report = next((i for i, line in enumerate(seen) if (m := _EXITED.search(line))
+                   and next(c for c in m.groups() if c) != str(EXIT_STOPPED)), None)  # a stop is no error
     if report is None:
         return None
     code = next(c for c in _EXITED.search(seen[report]).groups() if c)

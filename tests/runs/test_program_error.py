@@ -220,6 +220,7 @@ def test_a_quiet_exit_is_told_by_the_last_line_the_program_printed_before_the_la
     # nothing the program printed, or a clean exit: nothing to say
     assert said(["srun: error: stnode1: task 0: Exited with exit code 2"]) is None
     assert said(["step 3 | loss 2.1", "srun: Terminating StepId=12.0"]) is None
+    assert said(["checkpoint saved: step_53", "srun: error: stnode1: task 0: Exited with exit code 75"]) is None
 
 
 def test_the_container_runtimes_refusal_is_the_programs_error():
