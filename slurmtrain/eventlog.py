@@ -470,8 +470,8 @@ def outcome(start: Start, later: bool = False) -> Outcome:
                                            f"{e.get('restart', '?')}); not requeued again" + (f": {why}" if why else ""),
                        True, step, e)
     if (e := last(Ev.CANCEL_REQUESTED)) is not None:
-        who = f" ({e['user']})" if e.get("user") else ""
-        return Outcome(CANCELLED, _with_step(f"cancelled by `slurmtrain cancel`{who}", step), True, step, e)
+        return Outcome(CANCELLED, _with_step("cancelled by `slurmtrain cancel`" + (f" ({e['user']})" if e.get("user")
+                                                                                  else ""), step), True, step, e)
     if (e := last(Ev.CANCELLED)) is not None:
         return Outcome(CANCELLED, _with_step("cancelled (scancel: the batch script got SIGTERM)", step),
                        True, step, e)
