@@ -433,6 +433,11 @@ def _checkpoint_step(start: Start) -> int | None:
     return None
 
 
+def _by(e: dict[str, Any]) -> str:
+    """`` (bob)``: who asked, where the event says (a runs directory a team shares)."""
+    return f" ({e['user']})" if e.get("user") else ""
+
+
 def _with_step(text: str, step: int | None) -> str:
     return text if step is None else f"{text}; last checkpoint at step {step}"
 
@@ -470,8 +475,7 @@ def outcome(start: Start, later: bool = False) -> Outcome:
                                            f"{e.get('restart', '?')}); not requeued again" + (f": {why}" if why else ""),
                        True, step, e)
     if (e := last(Ev.CANCEL_REQUESTED)) is not None:
-        return Outcome(CANCELLED, _with_step("cancelled by `slurmtrain cancel`" + (f" ({e['user']})" if e.get("user")
-                                                                                  else ""), step), True, step, e)
+        return Outcome(CANCELLED, _with_step(f"cancelled by `slurmtrain cancel`{_by(e)}", step), True, step, e)
     if (e := last(Ev.CANCELLED)) is not None:
         return Outcome(CANCELLED, _with_step("cancelled (scancel: the batch script got SIGTERM)", step),
                        True, step, e)
