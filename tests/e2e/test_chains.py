@@ -34,10 +34,15 @@ def first(evs: list[dict], name: str) -> float:
 
 
 def test_a_chain_runs_in_order_and_a_failed_link_cancels_what_waits_for_it(tmp_path):
-    marker = tmp_path / "made-by-a"
-    a = submit(tmp_path, *ONE, "--name", "a", *py(f"import time, pathlib; time.sleep(4); pathlib.Path({str(marker)!r}).touch()"))
+    marker, go = tmp_path / "made-by-a", tmp_path / "go-a"
+    # `a` ends once `b` waits for it (CI's busy machine once took longer to submit `b` than a
+    # fixed sleep of `a`, and `a` had completed: nothing to wait for).
+    a = submit(tmp_path, *ONE, "--name", "a", *py(
+        f"import time, pathlib; t = time.time()\nwhile not pathlib.Path({str(go)!r}).exists() and time.time() - t < 120:"
+        f" time.sleep(0.2)\npathlib.Path({str(marker)!r}).touch()"))
     b_out = cli(tmp_path, "submit", *ONE, "--name", "b", "--after", a,
                 *py(f"import pathlib, sys; sys.exit(0 if pathlib.Path({str(marker)!r}).exists() else 5)"))
+    go.touch()
     assert b_out.returncode == 0, b_out.stdout + b_out.stderr
     assert f"waits until {a} (job " in b_out.stdout and ") completes" in b_out.stdout
     b = Path(next(line.split(": ", 1)[1] for line in b_out.stdout.splitlines() if line.startswith("run directory: "))).name
