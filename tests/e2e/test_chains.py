@@ -46,7 +46,10 @@ def test_a_chain_runs_in_order_and_a_failed_link_cancels_what_waits_for_it(tmp_p
     assert b_out.returncode == 0, b_out.stdout + b_out.stderr
     assert f"waits until {a} (job " in b_out.stdout and ") completes" in b_out.stdout
     b = Path(next(line.split(": ", 1)[1] for line in b_out.stdout.splitlines() if line.startswith("run directory: "))).name
-    bad = submit(tmp_path, *ONE, "--name", "bad", *py("import time, sys; time.sleep(3); sys.exit(1)"))
+    go_bad = tmp_path / "go-bad"  # `bad` fails once both runs after it wait for it, as `a` above
+    bad = submit(tmp_path, *ONE, "--name", "bad", *py(
+        f"import time, sys, pathlib; t = time.time()\nwhile not pathlib.Path({str(go_bad)!r}).exists() and "
+        "time.time() - t < 120: time.sleep(0.2)\nsys.exit(1)"))
     never = submit(tmp_path, *ONE, "--name", "never", "--after", bad, *py("print('must not run')"))
     anyway = submit(tmp_path, *ONE, "--name", "anyway", "--after-any", bad, *py("print('ran anyway')"))
 
@@ -54,6 +57,7 @@ def test_a_chain_runs_in_order_and_a_failed_link_cancels_what_waits_for_it(tmp_p
     waiting = statuses(tmp_path, [never])[never]
     if waiting["state"] == "PENDING":
         assert waiting["note"].startswith(f"waits until {bad} (job "), waiting
+    go_bad.touch()
 
     final = wait_final(tmp_path, [a, b, bad, anyway], timeout=240)
     # Written by bad's own supervisor as it ended, before anyone asked about `never`.
