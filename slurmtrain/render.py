@@ -487,12 +487,33 @@ def warnings(loaded: LoadedProfile) -> list[str]:
     out += [f"env.vars.{k} = {p.env.vars[k]!r} is replaced by container.env.{k} = {v!r} (profile {loaded.name}): "
             f"container.env is set over the job's environment, the program sees it; give the value there"
             for k, v in sorted(p.container.env.items()) if p.env.vars.get(k, v) != v]
+    out += _container_warnings(p, loaded.name)
     window = launchers.get(p.launch.launcher).term_window
     if window is not None and r.stop_timeout > window:
         out.append(f"the launcher {p.launch.launcher} (launch.launcher, --launcher): at preemption (SIGTERM) it "
                    f"kills its workers after {window} s, less than resilience.stop_timeout "
                    f"({r.stop_timeout} s); a longer checkpoint is cut short there (the torchrun and srun "
                    "launchers honour stop_timeout)")
+    return out
+
+
+def _container_warnings(p: Profile, name: str) -> list[str]:
+    """apptainer/singularity keys that run, but not as a hand-written line would have meant."""
+    c, out = p.container, []
+    if c.runtime not in ("apptainer", "singularity"):
+        return out
+    out += [f"container.options entry {o!r} (profile {name}) holds a space: it reaches {c.runtime} as one argument; "
+            "an option and its value are two entries (or OPTION=VALUE)" for o in c.options
+            if " " in o.strip() and o.startswith("-") and "=" not in o.split()[0]]
+    if c.workdir and any(o.split("=", 1)[0] == "--pwd" for o in c.options):
+        out.append(f"container.options has --pwd and container.workdir is {c.workdir!r} (profile {name}): the line "
+                   "gets two --pwd; keep container.workdir")
+    if c.workdir and not c.workdir.startswith(("/", "$", "~")):
+        out.append(f"container.workdir {c.workdir!r} (profile {name}) is relative: {c.runtime}'s --pwd is a path "
+                   "inside the image; write it whole (\"/workspace\")")
+    if "CUDA_VISIBLE_DEVICES" in c.env:
+        out.append(f"container.env.CUDA_VISIBLE_DEVICES (profile {name}) is set for every rank inside the image, "
+                   "over what Slurm gives each task: leave GPU visibility to Slurm and the launcher")
     return out
 
 
@@ -506,8 +527,9 @@ def _unset_references(p: Profile, name: str) -> list[str]:
     script at once (``NAME: unbound variable``), before anything runs."""
     out = []
     for key, value in _expanded_values(p):
-        # container.env goes to apptainer's --env (expanded inside, on the node) except where
-        # the script exports it (no container, pyxis): see _env_exports
+        # container.env goes to apptainer as APPTAINERENV_ words of the task's line (expanded on
+        # the node, as the task starts) except where the script exports it (no container,
+        # pyxis): see _env_exports
         exported = key.startswith("env.vars.") or (key.startswith("container.env.")
                                                    and p.container.runtime in ("none", "pyxis"))
         if not exported:

@@ -275,3 +275,23 @@ def test_an_option_that_keeps_the_jobs_environment_out_of_the_container_is_refus
         load_profile("hpc-apptainer", [f'container.options=["{option}"]'])
     load_profile("local", [f'container.options=["{option}"]', 'container.runtime="pyxis"',
                            'container.image="nvcr.io#nvidia/pytorch:24.05-py3"'])  # pyxis's options are its own
+
+
+def test_container_keys_that_run_but_not_as_meant_are_warned_of(tmp_path):
+    from slurmtrain.render import warnings
+    (tmp_path / "img.sif").touch()
+    loaded = load_profile("hpc-apptainer", [f'container.image="{tmp_path}/img.sif"', 'container.binds=[]',
+                                            'container.options=["--bind /x:/y", "--pwd=/a", "--fakeroot=a b"]',
+                                            'container.workdir="proj"', 'container.env.CUDA_VISIBLE_DEVICES="0"'])
+    said = [w for w in warnings(loaded) if w.startswith("container.")]
+    assert said == [
+        "container.options entry '--bind /x:/y' (profile hpc-apptainer) holds a space: it reaches apptainer as one "
+        "argument; an option and its value are two entries (or OPTION=VALUE)",
+        "container.options has --pwd and container.workdir is 'proj' (profile hpc-apptainer): the line gets two "
+        "--pwd; keep container.workdir",
+        "container.workdir 'proj' (profile hpc-apptainer) is relative: apptainer's --pwd is a path inside the image; "
+        "write it whole (\"/workspace\")",
+        "container.env.CUDA_VISIBLE_DEVICES (profile hpc-apptainer) is set for every rank inside the image, over what "
+        "Slurm gives each task: leave GPU visibility to Slurm and the launcher"], said
+    quiet = load_profile("hpc-apptainer", [f'container.image="{tmp_path}/img.sif"'])
+    assert not [w for w in warnings(quiet) if w.startswith("container.")]
