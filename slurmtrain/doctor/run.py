@@ -7,6 +7,7 @@ Torch-free: torch runs only in :mod:`.node`, on the nodes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -85,6 +86,7 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
     rows = report.rows(_nodes(run.path), report.load_results(run.path / "doctor"), chosen,
                        report.Expect(loaded.profile.slurm.gpus_per_node, loaded.profile.fabric.expected_busbw_gbps),
                        arrivals.arrived(marks), arrivals.setup_failures(marks))
+    rows = _with_node_errors(rows, run.logs, job_id)
     if not _nodes(run.path):
         rows.append(Row("(job)", "setup", "-", FAIL, f"the doctor job {job_id} never started its nodes; see {run.logs}"))
     config = slurmversion.config_text()  # one ask, for the version and the slurm rows; "" if no answer
@@ -107,6 +109,18 @@ def doctor(loaded: LoadedProfile, chosen: tuple[str, ...], runs_dir: str | os.Pa
         say(f"doctor: {', '.join(spared)} failed on every node: the profile's or the environment's doing, not a "
             "node's; no node put in the bad-node ledger for it")
     events.append(run.path, Ev.DOCTOR, passed=not out.failed)
+    return out
+
+
+def _with_node_errors(rows: list[Row], logs: Path, job_id: str) -> list[Row]:
+    """A node that started and wrote no result: what its log says went wrong there (the
+    container runtime's FATAL line, a traceback's last line), not only where to look."""
+    from .. import programlog
+    out = []
+    for r in rows:
+        said = programlog.program_error(programlog.tail_lines(logs / f"{job_id}-{r.node}.out")) \
+            if r.check == "checks" and r.verdict == FAIL else None
+        out.append(dataclasses.replace(r, detail=f"{said.line} (its log: {logs}/{job_id}-{r.node}.out)") if said else r)
     return out
 
 

@@ -581,3 +581,17 @@ def test_a_check_failed_on_every_node_puts_no_node_in_the_ledger():
     assert [(r.node, r.check) for r in _nodes_to_blame(every)] == [("n2", "matmul")]
     alone = [Row("n1", "setup", "-", FAIL, "exit 127")]  # one node checked: its own failure
     assert [(r.node, r.check) for r in _nodes_to_blame(alone)] == [("n1", "setup")]
+
+
+def test_a_node_that_wrote_no_result_is_told_by_its_logs_error(tmp_path):
+    """doctor in an image whose bind source is missing: "checks: no result" named nothing;
+    the node's log held apptainer's FATAL line."""
+    from slurmtrain.doctor.report import FAIL, PASS, Row
+    from slurmtrain.doctor.run import _with_node_errors
+    fatal = "FATAL:   container creation failed: mount /home/u/nodata->/data error: no such file or directory"
+    (tmp_path / "7-n1.out").write_text(f"INFO:    starting\n{fatal}\nsrun: error: n1: task 0: Exited with exit code 255\n")
+    rows = [Row("n1", "setup", "started", PASS), Row("n1", "checks", "no result", FAIL, "see its log"),
+            Row("n2", "checks", "no result", FAIL, "see its log")]
+    out = _with_node_errors(rows, tmp_path, "7")
+    assert out[0] == rows[0] and out[2] == rows[2]  # n2 has no log: as it was
+    assert out[1].detail == f"{fatal} (its log: {tmp_path}/7-n1.out)"
