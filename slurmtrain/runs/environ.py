@@ -20,7 +20,14 @@ from typing import Mapping
 _VOLATILE = re.compile(r"(_|PWD|OLDPWD|SHLVL|COLUMNS|LINES|PS[1-4]|PROMPT_COMMAND|MAIL|HOSTNAME|STY|WINDOW|"
                        r"LS_COLORS|COLORTERM|GPG_TTY|KRB5CCNAME|HIST\w*|TERM\w*|SSH_\w+|XDG_\w+|TMUX\w*|DISPLAY|"
                        r"DBUS_\w+|SLURM_\w+|SLURMD_\w+|SLURMTRAIN_SLURM_TRACE|OMPI_\w+|PMI\w*|VSCODE_\w+|"
-                       r"PYENV_DIR|CONDA_PROMPT_MODIFIER)")  # pyenv sets PYENV_DIR to the directory it runs in
+                       r"PYENV_DIR|CONDA_PROMPT_MODIFIER|"  # pyenv sets PYENV_DIR to the directory it runs in
+                       r"HOME|USER|LOGNAME)")  # the same for one user; a teammate's resubmit has their own
+
+
+def _kept(recorded: Mapping[str, str]) -> dict[str, str]:
+    """A recorded digest without what is volatile now (a run's manifest from before a name
+    joined _VOLATILE still holds it)."""
+    return {n: v for n, v in recorded.items() if not _VOLATILE.fullmatch(n)}
 
 
 def digest(env: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -34,7 +41,7 @@ def drift(recorded: Mapping[str, str] | None, env: Mapping[str, str] = os.enviro
     nothing did (or nothing was recorded: a run submitted before the digest was kept)."""
     if not recorded:
         return None
-    now = digest(env)
+    recorded, now = _kept(recorded), digest(env)
     unset = sorted(recorded.keys() - now.keys())
     changed = sorted(n for n in recorded.keys() & now.keys() if recorded[n] != now[n])
     new = sorted(now.keys() - recorded.keys())
@@ -45,7 +52,7 @@ def drift(recorded: Mapping[str, str] | None, env: Mapping[str, str] = os.enviro
 
 def unset_here(recorded: Mapping[str, str] | None, env: Mapping[str, str] = os.environ) -> list[str]:
     """The variables the run was submitted with that this shell does not set."""
-    return sorted((recorded or {}).keys() - digest(env).keys())
+    return sorted(_kept(recorded or {}).keys() - digest(env).keys())
 
 
 def refuse_unset(run_name: str, recorded: Mapping[str, str] | None) -> str | None:

@@ -265,6 +265,10 @@ def resolve(ref: str, runs_dir: str | os.PathLike) -> RunDir:
     found = _match(ref, elsewhere, "the runs you submitted elsewhere")
     if found is not None:
         return found
+    hidden = [d for d in unreadable_runs(root) if d.name.startswith(ref)]  # a teammate's private run
+    if hidden:
+        raise UsageError(f"run {ref!r}: {hidden[-1].name} under {root} is not readable by you "
+                         f"({perms.whose(hidden[-1])})")
     raise UsageError(f"run {ref!r}: no such run directory, and no run under {root} (nor any you submitted "
                      "elsewhere) has that name or job id (see `slurmtrain runs --runs-dir DIR`)")
 

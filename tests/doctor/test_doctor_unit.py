@@ -237,6 +237,10 @@ def test_a_resubmission_from_a_shell_with_another_environment_is_warned_of(fake_
     said: list[str] = []
     resubmit.resubmit(rundir.RunDir(run.path), say=said.append)
     assert said == []  # the same shell: nothing to say
+    for name in ("HOME", "USER", "LOGNAME"):  # a teammate's resubmit: their own, by nature
+        monkeypatch.setenv(name, "/home/bob" if name == "HOME" else "bob")
+    resubmit.resubmit(rundir.RunDir(run.path), say=said.append)
+    assert said == []
     monkeypatch.delenv("OUT")
     monkeypatch.setenv("STEPS", "10")
     monkeypatch.setenv("PWD", "/elsewhere")  # differs between any two shells: not counted

@@ -132,6 +132,10 @@ def test_a_private_run_in_a_shared_runs_directory_is_left_out_not_an_error(share
     assert f"1 folder(s) under {shared} you cannot read, left out: {private.name} (it is uid {TEAMMATE}'s" \
         in listed.output, listed.output
     assert status.exit_code == 0 and mine.name in status.output, status.output
+    with acting_as(NOBODY):
+        by_name = CliRunner().invoke(main, ["status", "--runs-dir", str(shared), "priv"])
+    assert by_name.exit_code == 2 and f"run 'priv': {private.name} under {shared} is not readable by you (it is " \
+        f"uid {TEAMMATE}'s" in by_name.output, by_name.output
 
 
 def test_a_run_after_a_teammates_run_it_cannot_tell_is_refused_before_it_is_made(shared):
