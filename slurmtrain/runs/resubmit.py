@@ -145,7 +145,6 @@ def resubmit(run: RunDir, force: bool = False, say: Callable[[str], None] = lamb
         run = RunDir(run.sweep_dir)
     if not run.script.is_file():
         raise UsageError(f"run {run.name}: no {run.script.name} to resubmit ({run.path})")
-    _refuse_unwritable(run)
     with _one_at_a_time(run):
         return _resubmit(run, only, force, say, check, time_limit)
 
@@ -167,7 +166,11 @@ def _one_at_a_time(run: RunDir) -> Iterator[None]:
     second sees the first's job queued and is refused, where both once queued a job and
     two jobs trained the run into the same checkpoints."""
     # Read-only: a lock needs no more, and a teammate's lock file (umask 022) opens so too.
-    fd = os.open(run.path / RESUBMIT_LOCK, os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(run.path / RESUBMIT_LOCK, os.O_RDONLY | os.O_CREAT, 0o666)
+    except PermissionError:  # a folder this user cannot write: refused inside, before sbatch
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -193,6 +196,7 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
                              + (_more_steps(run, outcome.step) or "nothing to continue (use --force to submit it "
                                                                    "again anyway)"))
+    _refuse_unwritable(run)  # after why it cannot go at all (its job still running)
     check()
     if time_limit:
         run.update_manifest(time_limit=time_limit)

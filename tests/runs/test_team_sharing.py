@@ -89,7 +89,11 @@ def test_a_teammates_run_is_refused_before_sbatch_and_nothing_is_queued(shared, 
         resub.resubmit(run)
     assert str(err.value).startswith(f"{run.path / 'events.jsonl'}: not writable by you (it is uid {TEAMMATE}'s"), err
     assert queued == [] and (run.path / "events.jsonl").read_text() == before
-    assert not (run.path / resub.RESUBMIT_LOCK).exists()  # refused before even the lock
+    # a job still running is said first: that refusal needs no write
+    fake_slurm(scontrol="JobId=7 JobState=RUNNING Reason=None Requeue=1 Restarts=0 ExitCode=0:0 NumNodes=1")
+    run.path.chmod(0o755)  # not even the lock file can be made
+    with acting_as(NOBODY), pytest.raises(UsageError, match=r"job 7 is still RUNNING"):
+        resub.resubmit(run)
 
 
 def test_two_resubmits_of_one_run_go_one_after_the_other(tmp_path, fake_slurm, monkeypatch):
