@@ -63,6 +63,16 @@ def teammates_run(root: Path, name: str, job_id: str = "7") -> rundir.RunDir:
     return run
 
 
+def preempted_run(root: Path, fake_slurm) -> rundir.RunDir:
+    """A run of this user's whose job 7 was preempted and not requeued: resubmit continues it."""
+    run = rundir.create(root, "r")
+    run.update_manifest(name=run.name, job_ids=["7"], state="submitted", nodes=1)
+    run.script.write_text("#!/bin/bash\n")
+    events.append(run.path, "preempted", job_id="7", exit_code=1)
+    fake_slurm(scontrol="JobId=7 JobState=PREEMPTED Reason=None Requeue=1 Restarts=0 ExitCode=0:15 NumNodes=1")
+    return run
+
+
 def test_whose_names_the_owner_the_group_the_mode_and_the_fix(shared):
     f = shared / "events.jsonl"
     f.write_text("")
@@ -100,11 +110,7 @@ def test_two_resubmits_of_one_run_go_one_after_the_other(tmp_path, fake_slurm, m
     """The second waits for the first's check and sbatch (and then sees its job queued)."""
     from slurmtrain.runs import resubmit as resub
 
-    run = rundir.create(tmp_path, "r")
-    run.update_manifest(name=run.name, job_ids=["7"], state="submitted", nodes=1)
-    run.script.write_text("#!/bin/bash\n")
-    events.append(run.path, "preempted", job_id="7", exit_code=1)
-    fake_slurm(scontrol="JobId=7 JobState=PREEMPTED Reason=None Requeue=1 Restarts=0 ExitCode=0:15 NumNodes=1")
+    run = preempted_run(tmp_path, fake_slurm)
     queued = []
     monkeypatch.setattr(resub, "submit_run", lambda *a, **k: queued.append(a) or type("D", (), {"job_id": "8"})())
     with resub._one_at_a_time(run):  # the first resubmit, between its check and its sbatch
@@ -278,11 +284,7 @@ def test_the_history_says_who_resubmitted_and_who_cancelled(tmp_path, fake_slurm
     from slurmtrain.runs import classify
     from slurmtrain.runs import resubmit as resub
 
-    run = rundir.create(tmp_path, "r")
-    run.update_manifest(name=run.name, job_ids=["7"], state="submitted", nodes=1)
-    run.script.write_text("#!/bin/bash\n")
-    events.append(run.path, "preempted", job_id="7", exit_code=1)
-    fake_slurm(scontrol="JobId=7 JobState=PREEMPTED Reason=None Requeue=1 Restarts=0 ExitCode=0:15 NumNodes=1")
+    run = preempted_run(tmp_path, fake_slurm)
 
     def queued(run, args, tasks=None):
         run.update_manifest(job_ids=[*run.job_ids, "8"])
