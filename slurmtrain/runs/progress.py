@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import eventlog
 from ..runfiles import METRICS_FILE
-from .rundir import MANIFEST, RunDir, events_of
+from .rundir import MANIFEST, PROFILE, RunDir, events_of
 
 
 def read_metrics(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -61,6 +61,7 @@ class Snapshot:
     saved: int | None = None   # the step of the latest checkpoint the events record
     trainer: bool = False      # the built-in trainer's run (it writes metrics once it trains)
     waiting: str | None = None  # why no step runs now: queued, or stopped and queued to start again
+    starts_left: int | None = None  # the starts after this one the ETA needs at the job's time limit
 
 
 def snapshot(run_dir: Path) -> Snapshot:
@@ -89,10 +90,39 @@ def snapshot(run_dir: Path) -> Snapshot:
     eta = None
     if step is not None and total and last.get("step_time") is not None:
         eta = max(total - step, 0) * last["step_time"]
+    more = _starts_left(run_dir, manifest, evs, eta) if outcome.kind == eventlog.RUNNING and not waiting else None
     return Snapshot(step=step, total=total, loss=last.get("loss"),
                     eval_loss=evals[-1]["eval_loss"] if evals else None,
                     tokens_per_s=last.get("tokens_per_s"), eta_s=eta, finished=ended == eventlog.COMPLETED,
-                    ended=ended, news=news, saved=outcome.step, trainer=trainer, waiting=waiting)
+                    ended=ended, news=news, saved=outcome.step, trainer=trainer, waiting=waiting, starts_left=more)
+
+
+def _starts_left(run_dir: Path, manifest: dict[str, Any], evs: list[dict[str, Any]], eta: float | None,
+                 now: float | None = None) -> int | None:
+    """How many more starts the training left (``eta`` seconds) needs past this job's time
+    limit (resubmit --time's, else the profile's slurm.time); None where none is known, or
+    where this start will do."""
+    import math
+    import time
+
+    from .._toml import tomllib
+    from ..profile import limit_seconds
+    limit = manifest.get("time_limit")
+    if not limit:
+        try:
+            limit = tomllib.loads((run_dir / PROFILE).read_text()).get("slurm", {}).get("time")
+        except (OSError, ValueError):
+            return None
+    try:
+        seconds = (limit_seconds(str(limit)) or (None,))[0] if limit else None
+    except ValueError:
+        return None
+    starts = eventlog.split(evs)
+    began = (starts[-1].started or {}).get("time") if starts else None
+    if eta is None or not seconds or not isinstance(began, (int, float)):
+        return None
+    left = seconds - ((time.time() if now is None else now) - began)
+    return math.ceil((eta - left) / seconds) if eta > left else None
 
 
 def _duration(seconds: float) -> str:
@@ -140,7 +170,9 @@ def progress_line(snap: Snapshot, note: bool = True, cli: str = "slurmtrain", re
     elif snap.waiting:
         parts.append(snap.waiting)
     elif snap.eta_s is not None:
-        parts.append(f"ETA {_duration(snap.eta_s)}")
+        more = (f" of training, {snap.starts_left} more start{'s' if snap.starts_left > 1 else ''} at the job's "
+                "time limit (and their waits in the queue)") if snap.starts_left else ""
+        parts.append(f"ETA {_duration(snap.eta_s)}{more}")
     return " | ".join(parts)
 
 

@@ -180,3 +180,18 @@ def test_a_save_is_left_out_of_the_step_time_and_the_steps_before_it_kept(monkey
         meter.add(tokens=10, samples=1)
     tok_s, samples_s, step_time = meter.rates()
     assert step_time == 2.0 and tok_s == 5.0 and samples_s == 0.5
+
+
+def test_watch_says_how_many_more_starts_the_eta_needs_at_the_jobs_time_limit(tmp_path):
+    """A long run under a short limit: its ETA is training time; the starts it still needs
+    (each with its wait in the queue) are said beside it."""
+    import time
+
+    run = fake_run(tmp_path)  # step 30 of 100 at 2 s a step: 140 s to go
+    (run / "profile.toml").write_text('[slurm]\ntime = "1"\n')  # 60 s a job
+    events.append(run, "started", job_id="5", restart=0, nodes="n1", when=time.time() - 30)
+    once = CliRunner().invoke(main, ["watch", str(run), "--once"])
+    assert "ETA 2m20s of training, 2 more starts at the job's time limit" in once.output, once.output
+    (run / "profile.toml").write_text('[slurm]\ntime = "10"\n')  # this job will do
+    once = CliRunner().invoke(main, ["watch", str(run), "--once"])
+    assert once.output.rstrip().endswith("ETA 2m20s"), once.output
