@@ -139,11 +139,10 @@ def _quiet_exit(seen: list[str]) -> Error | None:
     """A program that exited non-zero without a traceback: its last line before the
     launcher's word of it, in the words ``status`` shows (it may be its reason, or only its
     last progress line: said as what it is)."""
-    report = next((i for i, line in enumerate(seen) if (m := _EXITED.search(line))
-                   and next(c for c in m.groups() if c) != str(EXIT_STOPPED)), None)  # a stop is no error
+    codes = ((i, next(c for c in m.groups() if c)) for i, line in enumerate(seen) if (m := _EXITED.search(line)))
+    report, code = next(((i, c) for i, c in codes if c != str(EXIT_STOPPED)), (None, None))  # a stop is no error
     if report is None:
         return None
-    code = next(c for c in _EXITED.search(seen[report]).groups() if c)
     said = next((line.strip() for line in reversed(seen[:report])
                  if line.strip() and not line[0].isspace() and not line.startswith(LAUNCH_MARK)
                  and not _NOT_PROGRAMS.match(line)), None)

@@ -27,6 +27,7 @@ _GOES_ON = (REQUEUE_LIMIT, PREEMPTED, TIME_LIMIT, NODE_FAILURE)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
 def runs_cmd(runs_dir: str, as_json: bool) -> None:
     """List the runs under --runs-dir with their Slurm state (one query to Slurm)."""
+    from .. import perms
     from ..runs import rundir, track
     from ..runs.slurmquery import format_duration
     from ..tracking import short
@@ -34,7 +35,6 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
     found = rundir.list_runs(runs_dir)
     hidden = rundir.unreadable_runs(runs_dir)
     if hidden:  # a teammate's private run in a shared runs directory
-        from .. import perms
         click.echo(f"{len(hidden)} folder(s) under {os.path.abspath(runs_dir)} you cannot read, left out: "
                    + "; ".join(f"{p.name} ({perms.whose(p)})" for p in hidden[:3])
                    + (f"; and {len(hidden) - 3} more" if len(hidden) > 3 else ""), err=True)
@@ -51,7 +51,6 @@ def runs_cmd(runs_dir: str, as_json: bool) -> None:
         if sweeps.points(run):
             st.sweep = sweeps.rows(run, st.tasks)
             st.outcome = sweeps.counts(st.sweep)
-    from .. import perms
     owners = [perms.owner(r.path) for r in found]  # who submitted each: a runs directory a team shares
     if as_json:
         for st, user in zip(rows, owners):
