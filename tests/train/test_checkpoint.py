@@ -103,3 +103,72 @@ def test_a_resume_with_another_data_recipe_is_said(tmp_path):
     from slurmtrain.runs.classify import _resumed
     assert _resumed({"step": 120, "seconds": 0.2, "data_changed": "train.global_batch_size 8 -> 16"}).endswith(
         ", with another data recipe than it was saved with (train.global_batch_size 8 -> 16)")
+
+
+def test_background_saves_reuse_their_host_buffers_and_each_holds_its_own_step(tmp_path, monkeypatch):
+    """The state is staged into the same host buffers at every background save (pinned on a
+    GPU): each checkpoint still holds the weights and the data position of its own step."""
+    from dataclasses import asdict
+
+    from slurmtrain.train.distributed import close_world, init_world
+    from slurmtrain.train.engines import dcp as dcp_mod
+    from slurmtrain.train.model import Transformer
+    from slurmtrain.recipes.presets import get_preset
+
+    for k in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    init_world()
+    try:
+        args = get_preset("tiny")
+        model = Transformer(args)
+        model.init_weights(seed=0)
+        optim = torch.optim.AdamW(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 1.0)
+        consumed = {"n": 0}
+
+        class Data:
+            def state_dict(self):
+                return {"consumed": consumed["n"]}
+
+        state = dcp_mod.DcpState(model, optim, sched, async_save=True)
+        assert isinstance(state._stager, dcp_mod.ReusedStaging) and not state._stager.pin  # no GPU
+        saver = ck.Checkpointer(tmp_path, state, Data(), {"model_args": asdict(args)}, keep_last=3)
+        expected, buffers = {}, []
+        for step in (1, 2, 3):
+            if step > 1:  # a step of training between the saves: new weights, AdamW's moments
+                model(torch.randint(0, args.vocab_size, (1, 8))).float().mean().backward()
+                optim.step()
+                optim.zero_grad()
+            consumed["n"] = step * 10
+            saver.save(step)
+            expected[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            buffers.append(state._stager.state_dict_cache)
+        saver.wait()
+    finally:
+        close_world()
+    assert buffers[0] is buffers[1] is buffers[2]  # the same layout: the same buffers
+    assert not torch.equal(expected[1]["output.weight"], expected[3]["output.weight"])
+    for step, weights in expected.items():
+        path = tmp_path / "checkpoints" / f"step_{step}"
+        saved = dcp_mod.consolidated(path)
+        assert set(saved) == set(weights)
+        assert all(torch.equal(saved[k], v) for k, v in weights.items()), step
+        train = {"train": {"step": -1, "data": {"consumed": -1}}}
+        dcp_mod.dcp.load(train, checkpoint_id=str(path), no_dist=True)
+        assert train["train"] == {"step": step, "data": {"consumed": step * 10}}
+
+
+def test_the_staging_buffers_are_made_again_for_another_layout():
+    from slurmtrain.train.engines.dcp import ReusedStaging
+
+    stager = ReusedStaging(pin=False)
+    a, b = torch.arange(4.0), torch.ones(3)
+    first = stager.stage({"a": a, "n": 1})
+    assert torch.equal(first["a"], a) and first["a"].data_ptr() != a.data_ptr() and first["n"] == 1
+    a += 1
+    again = stager.stage({"a": a, "n": 2})
+    assert again["a"].data_ptr() == first["a"].data_ptr() and torch.equal(again["a"], a) and again["n"] == 2
+    more = stager.stage({"a": a, "b": b, "n": 3})  # a key more (the moments after a first step)
+    assert torch.equal(more["b"], b) and more["a"].data_ptr() != first["a"].data_ptr()
+    grown = stager.stage({"a": torch.zeros(6), "b": b, "n": 4})  # a tensor of another shape
+    assert grown["a"].shape == (6,) and not grown["a"].any()
