@@ -112,6 +112,7 @@ class DcpState:
         # Async saves run on a gloo group of their own, beside the training's collectives.
         self._async_pg = dist.new_group(backend="gloo") if async_save else None
         self._stager = ReusedStaging(pin=_on_gpu(model)) if async_save else None
+        self._taking = ReusedStaging(pin=_on_gpu(model))  # the copies in node memory: buffers of their own
 
     def _state(self, client: dict[str, Any]) -> dict[str, Any]:
         return {"model": _ModelState(self.model), "optim": _OptimState(self.model, self.optim),
@@ -127,10 +128,13 @@ class DcpState:
         return None
 
     def local_state(self, client: dict[str, Any]) -> dict[str, Any]:
-        """This rank's part of everything, on the CPU: for a copy in node memory."""
+        """This rank's part of everything, on the CPU: for a copy in node memory. The copy is
+        taken into the same host buffers each time (pinned on a GPU), which the memory tier
+        writes out before it takes the next one (``MemoryTier.keep`` finishes the last first)."""
         state = self._state(client)
-        return {"model": _local(state["model"].state_dict()), "optim": _local(state["optim"].state_dict()),
-                "train": _local(state["train"]), "rng": state["rng"]}
+        return self._taking.stage({"model": _views(state["model"].state_dict()),
+                                   "optim": _views(state["optim"].state_dict()),
+                                   "train": state["train"], "rng": state["rng"]})
 
     def load_local(self, saved: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
         """Restore what :meth:`local_state` took (same layout); returns the client state."""
@@ -160,16 +164,16 @@ class DcpState:
         return state["train"]
 
 
-def _local(obj: Any) -> Any:
-    """A CPU copy of ``obj`` with each DTensor's local shard in its place (memtier.py)."""
+def _views(obj: Any) -> Any:
+    """``obj`` with each DTensor's local shard in its place (no copy: ``local_state`` copies)."""
     if isinstance(obj, DTensor):
-        return obj.to_local().detach().to("cpu", copy=True)
+        return obj.to_local().detach()
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
+        return obj.detach()
     if isinstance(obj, dict):
-        return {k: _local(v) for k, v in obj.items()}
+        return {k: _views(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_local(v) for v in obj)
+        return type(obj)(_views(v) for v in obj)
     return obj
 
 
