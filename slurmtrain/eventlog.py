@@ -77,7 +77,7 @@ class Ev:
     RESTARTED = "restarted"                # after `started` when restart > 0
     SIGNAL = "signal"                      # {signal}: the stop signal reached the script
     PREEMPTED = "preempted"                # {exit_code}: Slurm signalled the tasks (PreemptTime)
-    REQUEUE = "requeue"                    # {exit_code}: written just before `scontrol requeue`
+    REQUEUE = "requeue"                    # {exit_code, counted?}: written just before `scontrol requeue`
     REQUEUED_BY_SLURM = "requeued_by_slurm"  # requeued from outside the script: `by` says who; `silent`: said
                                              # at the next start for one that ended without a word (its batch host died)
     REQUEUE_FAILED = "requeue_failed"      # {message}: scontrol refused the requeue
@@ -361,6 +361,29 @@ def saved_in_run(evs: Iterable[Event], task: int | None = None) -> bool:
     program is still loading (before its first save of this start) must not end the run.
     For an array, of task ``task`` only. The job's supervisor asks it before a requeue."""
     return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in of_task(evs, task))
+
+
+def _best_step(evs: Iterable[Event]) -> int | None:
+    return max((e["step"] for e in evs if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
+                and isinstance(e.get("step"), int)), default=None)
+
+
+def progressed_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
+    """The program reported a checkpoint since the latest start past every one it reported
+    before that start: the start moved the run on (a program that starts over from step 0
+    at every start, or resumes and saves nothing new, does not)."""
+    evs = of_task(evs, task)
+    latest = max((i for i, e in enumerate(evs) if e.get("event") == Ev.STARTED), default=-1)
+    now, before = _best_step(evs[latest + 1:]), _best_step(evs[:latest])
+    return now is not None and (before is None or now > before)
+
+
+def free_requeues(evs: Iterable[Event], job_id: str, task: int | None = None) -> int:
+    """Job ``job_id``'s requeues that do not count toward resilience.max_requeues
+    (``requeue`` with ``counted: false``: a stop that was no preemption, after a start that
+    moved the run on). Slurm's restart count less these is the count the limit is for."""
+    return sum(1 for e in of_task(evs, task)
+               if e.get("event") == Ev.REQUEUE and e.get("counted") is False and str(e.get("job_id")) == str(job_id))
 
 
 # ---- outcomes ------------------------------------------------------------------------

@@ -140,7 +140,9 @@ class ResilienceSection(Frozen):
     requeue: bool = field("let Slurm requeue the job after preemption or node failure", True)
     signal: str = field("warning signal sent before the time limit (USR2: NCCL and torchrun leave it alone)", "USR2", check=_SIGNAL)
     signal_seconds: int = field("seconds before the time limit that the warning signal arrives", 120, check=positive)
-    max_requeues: int = field("stop requeueing after this many requeues", 10, check=non_negative)
+    max_requeues: int = field("stop requeueing after this many requeues (0: never requeue); a requeue at the time "
+                              "limit after a start that saved a newer checkpoint does not count, so a run longer "
+                              "than its time limit goes on while each start moves it on", 10, check=non_negative)
     hang_timeout: int = field("seconds without a heartbeat from any rank (the built-in trainer, slurmtrain.stop."
                               "heartbeat, the HF and Lightning callbacks) before the launch counts as hung: stacks "
                               "recorded, launched again in the job (0: 10x the slowest gap between heartbeats, at "

@@ -59,12 +59,13 @@ class Facts:
     slurm_requeued: bool          # a SIGTERM came because the job was requeued from outside the script
     cancelled: bool               # a SIGTERM came from scancel
     preempted: bool               # Slurm preempted the job, signalling only the tasks
-    restarts: int                 # this start's restart count
+    restarts: int                 # the requeues so far that count toward max_requeues (eventlog.free_requeues)
     max_requeues: int
     requeue_always: bool          # resilience.requeue_when = "always"
     hung: bool = False            # the supervisor ended the launch: no rank reported progress
     down_nodes: tuple[str, ...] = ()  # ... and, then, the job's nodes that Slurm held down: a node failure
     stray_kill: bool = False      # Slurm's kill of an earlier start's step ended it (Record.stray_kill)
+    progressed: bool = False      # this start saved past every checkpoint before it (eventlog.progressed_since_start)
     error: str | None = None      # what the program said of its failure in its failing node's log
 
 
@@ -171,14 +172,20 @@ def after_launch(f: Facts) -> Verdict:
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (resilience.requeue_when = \"always\" "
                        "requeues anyway; docs/survival.md)")
-    if f.restarts >= f.max_requeues:
+    # A stop that is no preemption (the time limit's warning) after a start that moved the
+    # run on is the run going on as planned: its requeue does not count, so a run longer than
+    # its time limit is requeued for as long as each start saves something new.
+    free = f.progressed and not f.preempted and f.max_requeues > 0
+    if f.restarts >= f.max_requeues and not free:
         return Verdict("end", eventlog.REQUEUE_LIMIT, "stopped; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT,
                        events + [(Ev.REQUEUE_LIMIT, {"max_requeues": f.max_requeues})],
                        say + f"slurmtrain: stopped, but the requeue limit is reached (max_requeues={f.max_requeues})")
     return Verdict("requeue", eventlog.PREEMPTED if f.preempted else eventlog.TIME_LIMIT,
                    "stopped after a checkpoint; requeued", f.status,
-                   events + [(Ev.REQUEUE, {"exit_code": f.status, **({"saved": True} if f.saved else {})})],
-                   say + f"slurmtrain: stopped after a checkpoint (exit {f.status}); requeueing the job")
+                   events + [(Ev.REQUEUE, {"exit_code": f.status, **({"saved": True} if f.saved else {}),
+                                           **({"counted": False} if free else {})})],
+                   say + f"slurmtrain: stopped after a checkpoint (exit {f.status}); requeueing the job"
+                   + (" (not counted toward max_requeues: this start saved a newer checkpoint)" if free else ""))
 
 
 # ---- the supervisor's state machine ----------------------------------------------------

@@ -33,6 +33,12 @@ class Requeue:
         self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
         self.said = False                # ... and the `requeued_by_slurm` event is written
 
+    def counted(self) -> int:
+        """The requeues so far that count toward resilience.max_requeues: Slurm's restart
+        count less the requeues after a start that moved the run on (eventlog.free_requeues)."""
+        evs = events.read(self.cfg.run_dir)
+        return self.job.restarts - eventlog.free_requeues(evs, self.job.job_id, self.job.array_task)
+
     def by_slurm(self, final: bool = False) -> None:
         """Who requeued the job: Slurm after a node failure (a node of the job is down, or srun
         said "Node failure on <node>") or someone's `scontrol requeue` (an administrator, another
@@ -118,7 +124,7 @@ class Requeue:
     def do_requeue_without(self, bad: tuple[str, ...], what: str, reason: str, cause: dict[str, str] | None = None) -> Over:
         """Requeue with ``bad`` excluded, unless the requeue limit is reached; ``cause``: what
         ended the launch, when one did (decide.launch_fault)."""
-        if self.job.restarts >= self.cfg.max_requeues:
+        if self.counted() >= self.cfg.max_requeues:
             self.record.event(Ev.REQUEUE_LIMIT, max_requeues=self.cfg.max_requeues, **(cause or {}))
             return Over(f"{what}; requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
         out, waits = self.fitting(list(bad))

@@ -128,8 +128,8 @@ class Supervisor:
 
     def begin(self) -> decide.Began | decide.Over:
         j, c = self.job, self.cfg
-        if j.restarts > c.max_requeues:
-            self.say(f"slurmtrain: requeue limit reached ({j.restarts} requeues, max_requeues={c.max_requeues}); "
+        if (counted := self.requeue.counted()) > c.max_requeues:
+            self.say(f"slurmtrain: requeue limit reached ({counted} counted requeues, max_requeues={c.max_requeues}); "
                      "not starting again")
             self.record.event(Ev.REQUEUE_LIMIT, max_requeues=c.max_requeues)
             return decide.Over("not started again: requeue limit reached", eventlog.EXIT_REQUEUE_LIMIT)
@@ -308,9 +308,9 @@ class Supervisor:
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
             preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
-            restarts=self.job.restarts, max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
+            restarts=self.requeue.counted(), max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
-            stray_kill=stray, error=error)
+            stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task))
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

@@ -217,6 +217,29 @@ def test_a_stop_below_the_requeue_limit_is_requeued():
     assert "requeueing the job" in v.say
 
 
+@pytest.mark.parametrize("restarts", [0, 3, 12])
+def test_a_stop_after_a_start_that_moved_the_run_on_is_requeued_and_not_counted(restarts):
+    """A run longer than its time limit: each start that saved past the newest checkpoint
+    before it is requeued, however many requeues came before (a 14-day run with daily limits
+    outlived max_requeues = 10 on day 11)."""
+    v = decide.after_launch(replace(STOPPED, restarts=restarts, progressed=True))
+    assert (v.action, v.kind, v.code) == ("requeue", "time limit", 143)
+    assert v.events == [("requeue", {"exit_code": 143, "saved": True, "counted": False})]
+    assert "not counted toward max_requeues: this start saved a newer checkpoint" in v.say
+
+
+def test_a_preemption_counts_toward_the_requeue_limit_even_after_progress():
+    v = decide.after_launch(replace(STOPPED, stop_requested=False, preempted=True, restarts=3, progressed=True))
+    assert (v.action, v.code) == ("end", 3) and v.events[-1] == ("requeue_limit", {"max_requeues": 3})
+    v = decide.after_launch(replace(STOPPED, stop_requested=False, preempted=True, restarts=2, progressed=True))
+    assert v.action == "requeue" and "counted" not in v.events[-1][1]
+
+
+def test_max_requeues_0_never_requeues_even_after_progress():
+    v = decide.after_launch(replace(STOPPED, max_requeues=0, progressed=True))
+    assert (v.action, v.code) == ("end", 3)
+
+
 def test_the_supervisor_imports_no_torch_and_refuses_to_run_outside_a_job():
     """It runs on the batch host for the job's whole life: light (no torch, numpy, click,
     jinja2, submitit), and outside a job script it says what is missing instead of a traceback."""

@@ -836,13 +836,48 @@ def test_past_the_requeue_limit_the_job_does_not_start(rig):
     assert rig.slurm.calls == [] and rig.launched == []
 
 
+def earlier_start(rig: Rig, restart: int, saved: int, counted: bool = True) -> None:
+    """Events of start ``restart`` of the job, before this one: a checkpoint of ``saved``,
+    then a requeue (``counted: false`` when it did not count toward max_requeues)."""
+    ident = {"job_id": JOB, "restart": restart, "launch": 1}
+    events.append(rig.run_dir, "started", **ident, nodes=" ".join(rig.slurm.nodes))
+    events.append(rig.run_dir, "checkpoint_saved", step=saved)
+    events.append(rig.run_dir, "requeue", **ident, exit_code=75, saved=True, **({} if counted else {"counted": False}))
+
+
 def test_a_stop_at_the_requeue_limit_is_not_requeued(rig):
     rig.restarts = 10
+    earlier_start(rig, 9, saved=6)  # this start saves steps 5 and 6 again: nothing new
     rig.stopped_at(10)
     assert rig.run(max_requeues=10) == 3
-    assert rig.names() == ["started", "restarted", "signal", "requeue_limit"]
+    assert rig.names()[2:] == ["started", "restarted", "signal", "requeue_limit"]  # after the earlier start's
     assert rig.summary() == "stopped; requeue limit reached, exit status 3"
     assert "requeue" not in rig.slurm.names()
+
+
+def test_a_stop_after_a_start_that_saved_something_new_is_requeued_past_the_limit(rig):
+    """The time limit's stop after a newer checkpoint than any before: a run longer than its
+    time limit goes on, and its requeue is not counted."""
+    rig.restarts = 10
+    earlier_start(rig, 9, saved=3)
+    rig.stopped_at(10)
+    requeued_cleanly(rig, rig.run(max_requeues=10))
+    assert rig.events()[-1] == {**rig.events()[-1], "event": "requeue", "restart": 10, "counted": False}
+    assert "requeue" in rig.slurm.names()
+    assert "not counted toward max_requeues" in rig.said()
+
+
+def test_requeues_that_did_not_count_leave_the_limit_for_the_others(rig):
+    """Slurm's restart count is 12, two of them after starts that moved the run on: 10
+    counted, the limit's, so this start runs (a start past it does not: above)."""
+    rig.restarts = 12
+    for restart, counted in ((3, False), (7, False)):
+        earlier_start(rig, restart, saved=restart * 10, counted=counted)
+    earlier_start(rig, 11, saved=100, counted=False)  # another job's free requeue does not count for this one
+    events.append(rig.run_dir, "requeue", job_id="99", restart=0, launch=1, exit_code=75, counted=False)
+    rig.task = Plan([JOINS, SAVES, (5, exits(0))])
+    assert rig.run(max_requeues=10) == 0
+    assert "requeue_limit" not in rig.names()
 
 
 def test_a_stop_with_nothing_saved_is_not_requeued(rig):

@@ -180,3 +180,22 @@ def test_a_failure_names_its_own_launchs_error_not_an_earlier_one_restarted_from
     out = eventlog.latest(evs)
     assert out.kind == K.USER_ERROR and out.detail == (
         "the command failed with exit status 1 (rank 0 was killed by SIGKILL); not requeued"), out.detail
+
+
+def test_a_start_moved_the_run_on_only_past_every_checkpoint_before_it():
+    from slurmtrain.eventlog import free_requeues, progressed_since_start
+
+    first = [{"event": "started", "job_id": "5"}, {"event": "checkpoint_saved", "step": 40},
+             {"event": "stopped", "step": 50}, {"event": "requeue", "job_id": "5", "counted": False}]
+    assert progressed_since_start(first[:2]) and progressed_since_start(first)
+    again = first + [{"event": "started", "job_id": "5"}, {"event": "resumed", "step": 50}]
+    assert not progressed_since_start(again)                                      # nothing saved yet
+    assert not progressed_since_start(again + [{"event": "stopped", "step": 50}])  # the same step again
+    assert not progressed_since_start(again + [{"event": "checkpoint_saved", "step": 20}])  # started over
+    assert progressed_since_start(again + [{"event": "checkpoint_saved", "step": 60}])
+    assert not progressed_since_start([{"event": "started"}, {"event": "stopped"}])  # no step: not known
+    # another array task's checkpoint is not this task's progress
+    tasks = [{"event": "started", "array_task": 1}, {"event": "checkpoint_saved", "step": 9, "array_task": 0}]
+    assert not progressed_since_start(tasks, 1)
+    assert free_requeues(again, "5") == 1 and free_requeues(again, "6") == 0
+    assert free_requeues(again + [{"event": "requeue", "job_id": "5"}], "5") == 1  # counted: not free

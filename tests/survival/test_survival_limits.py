@@ -17,8 +17,8 @@ import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (TRAIN, describe, events, job_field, kill_machine, named, rank_pids, run_cli, submit,
-                           take_all_nodes, wait_job_gone, wait_until)
+from survival_util import (TRAIN, describe, events, job_field, kill_machine, named, rank_pids, run_cli, slurm,
+                           submit, take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -89,3 +89,32 @@ def test_requeue_limit_stops_with_a_status_that_says_so(workdir, runs_dir):
     assert outcome.kind == classify.REQUEUE_LIMIT and "max_requeues=1" in outcome.detail, outcome
     assert named(run, "requeue_limit"), describe(run)
     assert any("requeue limit reached" in line for line in classify.history(run))
+
+
+def _saved_in_start(run: Path, k: int) -> bool:
+    """A checkpoint since the run's ``k``-th start."""
+    evs, starts = events(run), 0
+    for e in evs:
+        starts += e.get("event") == "started"
+        if starts == k and e.get("event") == "checkpoint_saved":
+            return True
+    return False
+
+
+def test_time_limit_stops_after_new_checkpoints_do_not_count_toward_the_limit(workdir, runs_dir):
+    """max_requeues = 1 and the time limit's warning twice (USR2 to the batch shell, as Slurm
+    sends it), each after a checkpoint newer than any before: a run longer than its time limit.
+    Both requeues go through and neither counts; the run completes."""
+    run, job = submit(runs_dir, workdir, ["--max-requeues", "1", "--name", "long-run"],
+                      TRAIN + ["--train-steps", "120", "--save-steps", "20"])
+    for k in (1, 2):
+        wait_until(run, f"a checkpoint in start {k}", lambda: len(named(run, "started")) == k
+                   and _saved_in_start(run, k), 240, job)
+        slurm("scancel", "--batch", "--signal=USR2", job)
+        wait_until(run, f"requeue {k}", lambda: len(named(run, "requeue")) == k, 120, job)
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+    assert [e.get("counted") for e in named(run, "requeue")] == [False, False], describe(run)
+    assert job_field(job, "Restarts") == "2" and not named(run, "requeue_limit")
+    assert named(run, "finished")[0]["step"] == 120
+    log = "".join(p.read_text() for p in sorted((run / "logs").glob("job-*.out")))
+    assert log.count("not counted toward max_requeues: this start saved a newer checkpoint") == 2, log[-3000:]
