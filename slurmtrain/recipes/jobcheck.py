@@ -54,6 +54,7 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
     for point in job.sweep or (None,):  # every point of a sweep is a recipe of its own
         recipe, sources = load_recipe_sources(ref, recipe_sets(args) + _point_sets(point))
         said += [n for n in notes(recipe, sources) if n not in said]
+        _check_checkpoint_dir(recipe.train.checkpoint_dir, sources.of("train.checkpoint_dir"), env)
         try:
             check_pipeline(recipe, sources, p.slurm.nodes * procs,
                            f"{p.slurm.nodes} nodes x {procs} processes per node, from profile {loaded.name}")
@@ -75,6 +76,15 @@ def check_job(loaded: LoadedProfile, job: JobSpec, submit_dir: Path | None = Non
             hint = f" ({where})" if is_relative(args.init_ckpt, env) else ""
             raise ConfigError("--init-ckpt", "", f"no such folder: {ckpt}{hint}")
     return said
+
+
+def _check_checkpoint_dir(where: str, source: str, env: dict[str, str]) -> None:
+    """A relative train.checkpoint_dir is refused here, not at the job's start (the trainer's
+    own check: it may start in another folder than the submit's)."""
+    from .inputs import is_relative
+    if where and _knowable(where, env) and is_relative(where, env):
+        raise ConfigError(source, "train.checkpoint_dir", f"{where!r} is relative: give an absolute path (or one "
+                          "from $VARIABLE or ~, as the node sees it), where the checkpoints go")
 
 
 def _point_sets(point) -> list[tuple[str, object, str]]:

@@ -82,6 +82,10 @@ class TrainSection:
     save_steps: int = field("save a checkpoint every this many steps (0: only at the end)", 0,
                             check=non_negative)
     keep_last: int = field("complete checkpoints to keep", 2, check=positive)
+    checkpoint_dir: str = field("where the checkpoints go, when not in the run directory (a scratch file "
+                                "system; $VARIABLES and ~ are the node's): <checkpoint_dir>/<run name>, "
+                                "linked from the run directory's checkpoints, where resume, status and "
+                                "export find them (empty: in the run directory)", "")
     async_save: bool = field("save checkpoints in the background (dcp.async_save): training "
                              "waits only while a copy of the state is taken (fsdp2 and the torch "
                              "pipeline; DeepSpeed saves in the foreground)", True)

@@ -81,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     from .distributed import close_world, env_world_size, init_world
     from .tracking import close_trackers
     trainer.preflight(recipe, sources, env_world_size())
+    _checkpoint_home(run_dir, recipe.train.checkpoint_dir, make=env_rank() == 0)
     _check_writable(run_dir)
     world = init_world()
     clean = False
@@ -119,6 +120,58 @@ def _check_writable(run_dir: Path) -> None:
     if why:
         raise UsageError(f"{folder}: the checkpoints cannot be written there ({why}); give --run-dir a folder "
                          "this job can write")
+
+
+def checkpoint_home(run_dir: Path, where: str) -> Path:
+    """train.checkpoint_dir's folder for the run: <checkpoint_dir>/<run name> (a sweep's
+    point: <sweep>-<point>, its run directory being <sweep>/points/<point>)."""
+    from ..errors import UsageError
+    name = f"{run_dir.parent.parent.name}-{run_dir.name}" if run_dir.parent.name == "points" else run_dir.name
+    expanded = os.path.expanduser(os.path.expandvars(where))
+    if "$" in expanded:
+        raise UsageError(f"train.checkpoint_dir = {where!r}: {expanded} names a variable that is not set on "
+                         "this node")
+    if not os.path.isabs(expanded):
+        raise UsageError(f"train.checkpoint_dir = {where!r}: give an absolute path (or one from $VARIABLE or ~): "
+                         "the trainer may start in another folder than you submitted from")
+    return Path(expanded) / name
+
+
+def _checkpoint_home(run_dir: Path, where: str, make: bool) -> None:
+    """train.checkpoint_dir: the run directory's ``checkpoints`` a link to the run's folder
+    there, so that resume, pruning, status and export find the checkpoints where they always
+    look. Refused where the run's checkpoints are elsewhere already (moving them is the
+    user's call: they may be terabytes). ``make``: rank 0 makes the folder and the link."""
+    from ..errors import UsageError
+    from .checkpoint import checkpoints_dir
+    if not where:
+        return
+    home, link = checkpoint_home(run_dir, where), checkpoints_dir(run_dir)
+    if link.is_symlink():
+        if link.resolve() != home.resolve():
+            raise UsageError(f"{link} links to {os.readlink(link)}, but train.checkpoint_dir puts this run's "
+                             f"checkpoints in {home}: move them there and remove the link, or set "
+                             "train.checkpoint_dir back")
+        return
+    if link.is_dir() and any(link.iterdir()):
+        raise UsageError(f"{link} holds this run's checkpoints, but train.checkpoint_dir puts them in {home}: "
+                         f"move them there (and remove the empty {link}), or leave train.checkpoint_dir out")
+    if not make:
+        return
+    owner = home / ".slurmtrain-run"  # two runs sent to one folder would prune each other's saves
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        if owner.exists() and owner.read_text().strip() != str(run_dir):
+            raise UsageError(f"train.checkpoint_dir: {home} holds the checkpoints of {owner.read_text().strip()}; "
+                             "give this run another name or another train.checkpoint_dir")
+        owner.write_text(f"{run_dir}\n")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if link.is_dir():
+            link.rmdir()  # empty (checked above)
+        link.symlink_to(home, target_is_directory=True)
+    except OSError as err:
+        raise UsageError(f"train.checkpoint_dir: cannot make {home} and link it from {link}: "
+                         f"{err.strerror or err}") from None
 
 
 def _tag_records(rank: int) -> None:

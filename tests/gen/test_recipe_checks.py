@@ -346,3 +346,11 @@ def test_a_profile_key_in_a_recipe_says_where_it_belongs(work):
     line = one_error(gen("-p", "local", "--recipe", str(work / "s.toml")))
     assert line.endswith("resilience: unknown key; [resilience] is a section of the cluster profile, not of a "
                          "recipe"), line
+
+
+def test_a_relative_checkpoint_dir_is_refused_before_the_queue(work):
+    corpus(work / "demo" / "corpus.jsonl")
+    line = one_error(gen("-p", "local", "--recipe", "tiny-demo", "--set", "train.checkpoint_dir=ckpt"))
+    assert "train.checkpoint_dir: 'ckpt' is relative: give an absolute path" in line, line
+    for fine in ("/scratch/ckpt", "$SCRATCH_UNSET_HERE/ckpt", "~/ckpt"):  # a variable only the node knows: its to check
+        assert gen("-p", "local", "--recipe", "tiny-demo", "--set", f"train.checkpoint_dir={fine}").exit_code == 0, fine
