@@ -406,11 +406,14 @@ def _stop_cause(start: Start) -> tuple[str, str]:
 
 def requeued_how(e: Event) -> str:
     """How a ``requeue`` event's requeue went: without nodes, or keeping one the partition
-    cannot spare (``waits_for``: the job starts once it is back in service)."""
+    cannot spare (``waits_for``: the job starts once it is back in service), or not counted
+    toward the requeue limit (``counted: false``)."""
     waits = str(e.get("waits_for") or "").split()
     if waits:
         them = "them" if len(waits) > 1 else "it"
         return f"requeued, to start when {back_in_service(waits)} (too few nodes without {them})"
+    if e.get("counted") is False:
+        return "requeued (not counted toward max_requeues: the start saved a newer checkpoint)"
     return f"requeued without {e['exclude']}" if e.get("exclude") else "requeued"
 
 
