@@ -363,6 +363,18 @@ def saved_in_run(evs: Iterable[Event], task: int | None = None) -> bool:
     return any(e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED) for e in of_task(evs, task))
 
 
+def time_in_starts(evs: Iterable[Event], now: float | None = None) -> tuple[int, float]:
+    """How many starts of the job script ran, and their time in all: each from its
+    ``started`` to its last event, the latest to ``now`` while the job runs (``now`` given).
+    The time in the queue between them is left out. Not for an array (split its tasks)."""
+    starts = [s for s in split(evs) if s.started is not None]
+    total = 0.0
+    for i, s in enumerate(starts):
+        end = now if now is not None and i == len(starts) - 1 else float(s.events[-1].get("time", 0.0))
+        total += max(0.0, end - float(s.started.get("time", end)))
+    return len(starts), total
+
+
 def _best_step(evs: Iterable[Event]) -> int | None:
     return max((e["step"] for e in evs if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
                 and isinstance(e.get("step"), int)), default=None)

@@ -93,6 +93,21 @@ def _jobs(st) -> list[dict]:
     return list(seen.values())
 
 
+def _elapsed(st) -> str:
+    """Slurm's elapsed time of the latest start and, for a run of several, its starts' time
+    in all (the queue between them left out): a 14-day run of daily jobs is not "1 day"."""
+    import time
+
+    from ..eventlog import time_in_starts
+    from ..runs.slurmquery import format_duration
+    if st.tasks or st.sweep:
+        return format_duration(st.elapsed_s)
+    starts, total = time_in_starts(st.events, time.time() if st.state.is_active else None)
+    if starts < 2:
+        return format_duration(st.elapsed_s)
+    return f"{format_duration(st.elapsed_s)} (this start); {format_duration(int(total))} in {starts} starts"
+
+
 def _requeues(st) -> str:
     """Slurm's requeues of the current job, and the run's jobs where it had more than one
     (a resubmission starts a new job, whose count starts again at 0)."""
@@ -252,7 +267,7 @@ def _print_status(st) -> None:
             click.echo(f"{'points' if i == 0 else '':<10} {line}")
     for i, t in enumerate(st.tasks if not st.sweep else []):  # an array job's tasks, one line each
         click.echo(f"{'tasks' if i == 0 else '':<10} " + _task_line(t))
-    row("elapsed", format_duration(st.elapsed_s))
+    row("elapsed", _elapsed(st))
     _exit_rows(st, row)
     row("requeues", _requeues(st))
     if st.watcher is not None:

@@ -6,6 +6,7 @@ tests/survival/test_network_faults_e2e.py."""
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from runs_fakes import recorded_run, unended_run
@@ -240,3 +241,20 @@ def test_the_watch_continues_a_run_that_reached_its_requeue_limit(tmp_path, fake
     monkeypatch.setattr(resubmit, "job_end", lambda _run: resubmit.JobEnd(job, "FAILED", 3, False))
     resubmitted, said = watch_until_resubmitted(run, monkeypatch)
     assert resubmitted and any(line.startswith(f"job {job} ended: requeue limit") for line in said), said
+
+
+def test_status_gives_the_time_of_every_start_beside_the_latest_ones(tmp_path, fake_slurm):
+    from slurmtrain import events
+    from slurmtrain.eventlog import time_in_starts
+
+    run, job = recorded_run(tmp_path, "preempted_then_completed")
+    evs = events.read(run.path)
+    starts, total = time_in_starts(evs)
+    started = [e["time"] for e in evs if e["event"] == "started"]
+    ends = [max(e["time"] for e in evs if started[0] <= e["time"] < started[1]), evs[-1]["time"]]
+    assert starts == 2 and total == pytest.approx((ends[0] - started[0]) + (ends[1] - started[1]))
+    assert time_in_starts(evs, now=started[1] + 100) == (2, pytest.approx(ends[0] - started[0] + 100))
+    fake_slurm(scontrol=scontrol(job, "COMPLETED"))
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    line = next(x for x in out.splitlines() if x.startswith("elapsed"))
+    assert line.endswith(" in 2 starts") and "(this start); " in line, out
