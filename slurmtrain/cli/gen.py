@@ -35,7 +35,27 @@ def gen(plain: bool, **opts) -> None:
     check_deepspeed_config(loaded, job)
     script = render(loaded, job)
     warn_about_command(loaded, job, recipe_notes)
+    _warn_of_ledger(loaded)
     click.echo(script, nl=False)
+
+
+def _warn_of_ledger(loaded) -> None:
+    """`submit` leaves out the bad-node ledger's nodes (sbatch --exclude); a script from
+    `gen`, submitted by hand, would not: say which, and how."""
+    import os
+
+    from .. import ledger
+    runs_dir = os.environ.get("SLURMTRAIN_RUNS_DIR") or "runs"
+    try:
+        nodes = ledger.excluded(runs_dir, loaded.profile.resilience.bad_node_hours)
+    except OSError:
+        return  # an unreadable ledger is `submit`'s to report
+    if nodes:
+        them = ",".join(nodes)
+        click.echo(f"slurmtrain: warning: the bad-node ledger ({ledger.path(runs_dir)}"
+                   f"{', and the site ledger' if ledger.read_site() else ''}) lists {them}: `slurmtrain submit` "
+                   f"leaves them out, this script does not (submit it with `sbatch --exclude={them}`, or see "
+                   "`slurmtrain nodes`)", err=True)
 
 
 @main.group()

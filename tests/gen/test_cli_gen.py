@@ -349,3 +349,20 @@ def test_slurmtrains_own_option_after_the_dashes_is_noted(tmp_path, monkeypatch)
             "launcher torchrun)") in said, said
     quiet = CliRunner().invoke(main, ["gen", "--profile", "local", "--", "python", "train.py", "--lr", "3"]).stderr
     assert "after `--`" not in quiet, quiet
+
+
+def test_gen_says_which_bad_nodes_submit_would_leave_out_and_this_script_does_not(tmp_path, monkeypatch):
+    from slurmtrain import ledger
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SLURMTRAIN_RUNS_DIR", raising=False)
+    monkeypatch.delenv(ledger.SITE_VAR, raising=False)
+    clean = CliRunner().invoke(main, ["gen", "-p", "local", "--", "true"])
+    assert clean.exit_code == 0 and "ledger" not in clean.stderr
+    ledger.add(tmp_path / "runs", "stnode2", "doctor: GPU 3 missing", source="doctor")
+    ledger.add(tmp_path / "runs", "stnode5", "hung twice", source="hang")
+    result = CliRunner().invoke(main, ["gen", "-p", "local", "--", "true"])
+    assert result.exit_code == 0 and "--exclude" not in result.stdout  # the script is as it was
+    assert ("slurmtrain: warning: the bad-node ledger (runs/bad-nodes.jsonl) lists "
+            "stnode2,stnode5: `slurmtrain submit` leaves them out, this script does not (submit it with "
+            "`sbatch --exclude=stnode2,stnode5`, or see `slurmtrain nodes`)") in result.stderr, result.stderr
