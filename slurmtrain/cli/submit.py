@@ -37,6 +37,19 @@ def _without_runs_dir(argv: list[str]) -> list[str]:
     return out
 
 
+def _cadence_line(loaded, job) -> str | None:
+    """What resilience.checkpoint_every = "auto" will do, for the built-in trainer (said at
+    submit: the trainer chooses on the nodes, from what it measures)."""
+    from ..recipes.jobcheck import trainer_args
+    r, nodes = loaded.profile.resilience, loaded.profile.slurm.nodes
+    if r.checkpoint_every != "auto" or trainer_args(job) is None:
+        return None
+    return (f"checkpoints: checkpoint_every = \"auto\": the first at the recipe's save_steps (100 if it has none), "
+            f"then every sqrt(2 x the save's measured stall x {r.node_mtbf_hours / max(1, nodes):,.0f} h between "
+            f"faults: node_mtbf_hours {r.node_mtbf_hours:,.0f} / {nodes} node(s), shorter as faults come); "
+            "`slurmtrain status` shows each choice")
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @runs_dir_option
 @after_options
@@ -78,6 +91,8 @@ def submit(runs_dir: str, after: tuple[str, ...], after_ok: tuple[str, ...], aft
         from ..runs.chain import waiting_note
         click.echo(waiting_note(afters, "Dependency"))
     click.echo(f"run directory: {done.run.path}")
+    if (line := _cadence_line(loaded, job)) is not None:
+        click.echo(line)
     click.echo(f"follow it: {cli} status{hint} {done.run.name}; {cli} logs{hint} -f {done.run.name}")
     if loaded.profile.slurm.spare_nodes:
         click.echo(f"with spares, the job outlives any node but its batch host; to requeue it if that one dies: "

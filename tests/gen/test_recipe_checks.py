@@ -354,3 +354,16 @@ def test_a_relative_checkpoint_dir_is_refused_before_the_queue(work):
     assert "train.checkpoint_dir: 'ckpt' is relative: give an absolute path" in line, line
     for fine in ("/scratch/ckpt", "$SCRATCH_UNSET_HERE/ckpt", "~/ckpt"):  # a variable only the node knows: its to check
         assert gen("-p", "local", "--recipe", "tiny-demo", "--set", f"train.checkpoint_dir={fine}").exit_code == 0, fine
+
+
+def test_submit_says_what_an_automatic_checkpoint_cadence_will_do(work):
+    corpus(work / "demo" / "corpus.jsonl")
+    auto = ["--set", 'resilience.checkpoint_every="auto"', "--set", "resilience.node_mtbf_hours=8000"]
+    result = CliRunner().invoke(main, ["submit", "-p", "local", "-N", "2", *auto, "--recipe", "tiny-demo"])
+    assert result.exit_code == 0, result.output
+    assert ('checkpoints: checkpoint_every = "auto": the first at the recipe\'s save_steps (100 if it has none), '
+            "then every sqrt(2 x the save's measured stall x 4,000 h between faults: node_mtbf_hours 8,000 / 2 "
+            "node(s), shorter as faults come); `slurmtrain status` shows each choice") in result.stdout, result.output
+    plain = CliRunner().invoke(main, ["submit", "-p", "local", "--recipe", "tiny-demo"])
+    own = CliRunner().invoke(main, ["submit", "-p", "local", *auto, "--", "python3", "-c", "pass"])
+    assert "checkpoint_every" not in plain.output and "checkpoint_every" not in own.output
