@@ -172,3 +172,22 @@ def test_the_staging_buffers_are_made_again_for_another_layout():
     assert torch.equal(more["b"], b) and more["a"].data_ptr() != first["a"].data_ptr()
     grown = stager.stage({"a": torch.zeros(6), "b": b, "n": 4})  # a tensor of another shape
     assert grown["a"].shape == (6,) and not grown["a"].any()
+
+
+def test_staging_goes_on_in_pageable_memory_where_none_can_be_pinned(monkeypatch, caplog):
+    from slurmtrain.train.engines import dcp as dcp_mod
+
+    real = dcp_mod._create_cpu_state_dict
+
+    def no_pinned(state, pin_memory=False, share_memory=False):
+        if pin_memory:
+            raise RuntimeError("CUDA error: out of memory\nmore")
+        return real(state, pin_memory=False)
+
+    monkeypatch.setattr(dcp_mod, "_create_cpu_state_dict", no_pinned)
+    stager = dcp_mod.ReusedStaging(pin=True)
+    a = torch.ones(256, 1024)  # 1 MiB
+    staged = stager.stage({"a": a, "n": 1})
+    assert torch.equal(staged["a"], a) and stager.pin is False
+    assert "could not pin 1 MiB of host memory for the checkpoints' copies (CUDA error: out of memory): using " \
+           "pageable memory" in caplog.text

@@ -75,6 +75,26 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def _size(state_dict: dict[str, Any]) -> str:
+    tensors: list[torch.Tensor] = []
+    _iterate(state_dict, tensors.append)
+    size = sum(t.numel() * t.element_size() for t in tensors)
+    return f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
+
+
+def _iterate(obj: Any, visit) -> None:
+    if isinstance(obj, DTensor):
+        visit(obj.to_local())
+    elif isinstance(obj, torch.Tensor):
+        visit(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _iterate(v, visit)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _iterate(v, visit)
+
+
 def _on_gpu(model: torch.nn.Module) -> bool:
     return any(p.device.type == "cuda" for p in model.parameters())
 
@@ -98,8 +118,18 @@ class ReusedStaging(BlockingAsyncStager):
                 return _copy_state_dict(state_dict, self.state_dict_cache, type_check=False)
             except (CompanionMismatch, RuntimeError):  # another layout, or a tensor of another shape
                 self.state_dict_cache = None
-        self.state_dict_cache = _create_cpu_state_dict(state_dict, pin_memory=self.pin)
+        self.state_dict_cache = self._buffers(state_dict)
         return _copy_state_dict(state_dict, self.state_dict_cache, type_check=False)
+
+    def _buffers(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        if self.pin:
+            try:
+                return _create_cpu_state_dict(state_dict, pin_memory=True)
+            except RuntimeError as err:  # page-locked memory is a node's scarcer kind
+                log.warning("could not pin %s of host memory for the checkpoints' copies (%s): using pageable "
+                            "memory, slower to copy into", _size(state_dict), str(err).splitlines()[0])
+                self.pin = False
+        return _create_cpu_state_dict(state_dict, pin_memory=False)
 
 
 class DcpState:
