@@ -106,7 +106,8 @@ class ReusedStaging(BlockingAsyncStager):
     memory it runs at the link's speed, and on the CPU the fresh pages cost their first
     touch. The buffers are overwritten by the next save only: the Checkpointer waits for
     the save in flight before it begins another. They are made again if the state's
-    layout changed (the optimizer's moments appear after the first step)."""
+    layout changed (keys, or a tensor's shape), and in pageable memory where none can be
+    pinned (said once)."""
 
     def __init__(self, pin: bool):
         super().__init__(cache_staged_state_dict=True, type_check=False)
