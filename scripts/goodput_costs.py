@@ -81,8 +81,9 @@ def costs(params: float, gpus: int, r: dict[str, float]) -> tuple[dict, list[str
     stall = gpu_bytes / r["d2h"]
     memory_stall = stall  # the device-to-host copy, as the background save's; the rest in its thread
     durable_load = max(gpu_bytes / r["durable"], params * BYTES_PER_PARAM / FS_AGGREGATE_BPS)
-    out = {"checkpoint_s": round(stall, 3), "memory_stall_s": round(memory_stall, 3),
-           "memory_load_s": round(gpu_bytes / r["peer"], 3), "load_s": round(durable_load, 3),
+    sig = lambda x: float(f"{x:.4g}")  # noqa: E731  (a stall of milliseconds keeps its digits)
+    out = {"checkpoint_s": sig(stall), "memory_stall_s": sig(memory_stall),
+           "memory_load_s": sig(gpu_bytes / r["peer"]), "load_s": sig(durable_load),
            "restart_s": RESTART_S, "hang_timeout_s": HANG_FLOOR_S}
     gib = gpu_bytes / 2 ** 30
     lines = [f"state: {params:.3g} parameters x {BYTES_PER_PARAM} bytes over {gpus:,} GPUs = {gib:.2f} GiB a GPU",

@@ -216,7 +216,8 @@ def _with_profile_pointer(err: ConfigError) -> ConfigError:
             return err
         where = (f"{name} is a cluster profile's key ({owner}.{name}): put it in the profile, or give it to "
                  f"gen/submit as --set {owner}.{name}=VALUE")
-    return ConfigError(err.source, err.key, f"{err.message.split(';')[0]}; {where}")
+    # A near recipe key ("did you mean checkpoint_dir?") is no answer to a key of the profile.
+    return ConfigError(err.source, err.key, f"{err.message.split(';')[0].split(' (did you mean')[0]}; {where}")
 
 
 def notes(recipe: Recipe, sources: Sources) -> list[str]:
