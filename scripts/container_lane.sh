@@ -33,7 +33,9 @@ STATE=/var/lib/slurmtrain-sandbox-containers      # the lane's sandbox, inside t
 IMAGE_LIBS="libffi8 libssl3t64 libsqlite3-0 libreadline8t64 libncursesw6 libbz2-1.0 liblzma5 zlib1g libgomp1 libuuid1 libgdbm6t64 libexpat1 libnsl2 libtirpc3t64 procps"
 PY=${PYTHON:-python3}
 PREFIX=$("$PY" -c 'import sys; print(sys.base_prefix)')  # the Python bound into the tree and the image
-STAMP="apptainer/unstable openssh-server $USER_NAME:$USER_ID $LAPTOP_USER:$LAPTOP_ID $(cat "$BASE/.slurmtrain-stamp" 2>/dev/null)"
+# `|| true`: on a fresh machine there is no tree yet, and under `set -e` a failed command
+# substitution in an assignment ends the script without a word (the lanes failed so, silently).
+STAMP="apptainer/unstable openssh-server $USER_NAME:$USER_ID $LAPTOP_USER:$LAPTOP_ID $(cat "$BASE/.slurmtrain-stamp" 2>/dev/null || true)"
 IMAGE_STAMP="trixie minbase $IMAGE_LIBS python=$PREFIX slim"
 
 step() { printf '\n==> container lane: %s\n' "$*"; }

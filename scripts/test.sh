@@ -63,7 +63,8 @@ lanes() {
   SECONDS=0
   clog=$(mktemp /tmp/slurmtrain-container-lane.XXXXXX)
   if [ "${SLURMTRAIN_CONTAINER_LANE:-}" != 0 ]; then
-    SLURMTRAIN_CONTAINER_PREPARE_ONLY=1 bash scripts/container_lane.sh || return 1
+    SLURMTRAIN_CONTAINER_PREPARE_ONLY=1 bash scripts/container_lane.sh \
+      || { echo "lanes: building the lanes' Debian 13 trees failed (exit $?): no lane ran"; return 1; }
     bash scripts/container_lane.sh >"$clog" 2>&1 &
     cpid=$!
   fi
