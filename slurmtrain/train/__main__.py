@@ -140,23 +140,14 @@ def checkpoint_home(run_dir: Path, where: str) -> Path:
 def _checkpoint_home(run_dir: Path, where: str, make: bool) -> None:
     """train.checkpoint_dir: the run directory's ``checkpoints`` a link to the run's folder
     there, so that resume, pruning, status and export find the checkpoints where they always
-    look. Refused where the run's checkpoints are elsewhere already (moving them is the
-    user's call: they may be terabytes). ``make``: rank 0 makes the folder and the link."""
+    look. ``make``: rank 0 makes the folder and the link."""
     from ..errors import UsageError
     from .checkpoint import checkpoints_dir
     if not where:
         return
     home, link = checkpoint_home(run_dir, where), checkpoints_dir(run_dir)
-    if link.is_symlink():
-        if link.resolve() != home.resolve():
-            raise UsageError(f"{link} links to {os.readlink(link)}, but train.checkpoint_dir puts this run's "
-                             f"checkpoints in {home}: move them there and remove the link, or set "
-                             "train.checkpoint_dir back")
-        return
-    if link.is_dir() and any(link.iterdir()):
-        raise UsageError(f"{link} holds this run's checkpoints, but train.checkpoint_dir puts them in {home}: "
-                         f"move them there (and remove the empty {link}), or leave train.checkpoint_dir out")
-    if not make:
+    _check_home(run_dir, where, home, link)
+    if not make or link.is_symlink():
         return
     owner = home / ".slurmtrain-run"  # two runs sent to one folder would prune each other's saves
     try:
@@ -167,11 +158,41 @@ def _checkpoint_home(run_dir: Path, where: str, make: bool) -> None:
         owner.write_text(f"{run_dir}\n")
         run_dir.mkdir(parents=True, exist_ok=True)
         if link.is_dir():
-            link.rmdir()  # empty (checked above)
+            link.rmdir()  # empty (checked)
         link.symlink_to(home, target_is_directory=True)
     except OSError as err:
         raise UsageError(f"train.checkpoint_dir: cannot make {home} and link it from {link}: "
                          f"{err.strerror or err}") from None
+
+
+def _check_home(run_dir: Path, where: str, home: Path, link: Path) -> None:
+    """Refused before the first step: the run's checkpoints somewhere else already (moving
+    them is the user's call: they may be terabytes), their folder gone (a scratch purge: the
+    run would train again from step 0, silently), or a folder that would hold the link itself."""
+    from ..errors import UsageError
+    key = f"train.checkpoint_dir = {where!r}" + (f" (here {home.parent})" if where != str(home.parent) else "")
+    if home.resolve() == run_dir.resolve() or home.resolve() in run_dir.resolve().parents:
+        raise UsageError(f"{key}: the run's checkpoint folder {home} would be the run directory or hold it; "
+                         "give checkpoints a folder of their own")
+    if link.is_symlink():
+        if link.resolve() != home.resolve():
+            raise UsageError(f"{link} links to {os.readlink(link)}, but {key} puts this run's checkpoints in "
+                             f"{home}: move them there and remove the link, or set it back as it was")
+        if not link.exists():
+            saved = _saved_steps(run_dir)
+            raise UsageError(f"{link} links to {home}, which is gone (a scratch file system's purge?)"
+                             + (f", though this run saved checkpoints up to step {max(saved)}" if saved else "")
+                             + f": restore them there, or remove the link {link} to train this run again from step 0")
+    elif link.is_dir() and any(link.iterdir()):
+        raise UsageError(f"{link} holds this run's checkpoints, but {key} puts them in {home}: move them there "
+                         f"(and remove the empty {link}), or leave train.checkpoint_dir out")
+
+
+def _saved_steps(run_dir: Path) -> list[int]:
+    from .. import events
+    from ..eventlog import Ev
+    return [e["step"] for e in events.read(run_dir) if e.get("event") == Ev.CHECKPOINT_SAVED
+            and isinstance(e.get("step"), int)]
 
 
 def _tag_records(rank: int) -> None:

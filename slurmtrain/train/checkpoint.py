@@ -297,6 +297,7 @@ class Checkpointer:
         elif path is not None:
             step, source, fields, client = durable, str(path), {}, self.engine.load(path, template)
         else:
+            self._none_found()
             return 0
         self.data.load_state_dict(client["data"])
         seconds = round(time.perf_counter() - began, 3)
@@ -307,6 +308,15 @@ class Checkpointer:
                           **({"data_changed": ", ".join(changed)} if changed else {}),
                           **({"schedule_changed": ", ".join(schedule)} if schedule else {}))
         return step
+
+    def _none_found(self) -> None:
+        """A run whose history has saves, with none left to resume from (its checkpoints
+        removed, or purged from a scratch file system): it trains from step 0, said."""
+        saved = [e["step"] for e in events.read(self.run_dir) if e.get("event") == Ev.CHECKPOINT_SAVED
+                 and isinstance(e.get("step"), int)] if self.rank == 0 else []
+        if saved:
+            log.warning("no complete checkpoint in %s, though this run saved checkpoints up to step %d (removed, "
+                        "or purged?): it trains again from step 0", checkpoints_dir(self.run_dir), max(saved))
 
     def _follow_recipe(self, path: Path | None) -> list[str]:
         """The recipe's optimizer and schedule values, where they changed since ``path`` was

@@ -191,3 +191,37 @@ def test_staging_goes_on_in_pageable_memory_where_none_can_be_pinned(monkeypatch
     assert torch.equal(staged["a"], a) and stager.pin is False
     assert "could not pin 1 MiB of host memory for the checkpoints' copies (CUDA error: out of memory): using " \
            "pageable memory" in caplog.text
+
+
+def test_a_run_with_saves_in_its_history_and_none_left_says_it_trains_from_step_0(tmp_path, monkeypatch, caplog):
+    from dataclasses import asdict
+
+    from slurmtrain import events
+    from slurmtrain.train.distributed import close_world, init_world
+    from slurmtrain.train.engines.dcp import DcpState
+    from slurmtrain.train.model import Transformer
+    from slurmtrain.recipes.presets import get_preset
+
+    for k in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    init_world()
+    try:
+        args = get_preset("tiny")
+        model = Transformer(args)
+        optim = torch.optim.AdamW(model.parameters())
+        sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 1.0)
+
+        class Data:
+            def state_dict(self):
+                return {}
+
+        saver = ck.Checkpointer(tmp_path, DcpState(model, optim, sched, async_save=False), Data(),
+                                {"model_args": asdict(args)}, keep_last=1)
+        assert saver.resume() == 0 and "no complete checkpoint" not in caplog.text  # a new run: nothing to say
+        events.append(tmp_path, "checkpoint_saved", step=150)
+        events.append(tmp_path, "checkpoint_saved", step=200)
+        assert saver.resume() == 0
+    finally:
+        close_world()
+    assert (f"no complete checkpoint in {tmp_path / 'checkpoints'}, though this run saved checkpoints up to step 200 "
+            "(removed, or purged?): it trains again from step 0") in caplog.text

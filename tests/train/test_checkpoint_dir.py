@@ -35,15 +35,51 @@ def test_the_link_is_made_once_and_checked_at_every_start(tmp_path):
     (link / "step_5").mkdir()
     assert (scratch / "a" / "step_5").is_dir()
     _checkpoint_home(run, str(scratch), make=True)  # the next start: as it is
-    with pytest.raises(UsageError, match=rf"{link} links to {scratch / 'a'}, but train.checkpoint_dir puts this "
-                                         rf"run's checkpoints in {tmp_path / 'other' / 'a'}: move them there"):
+    with pytest.raises(UsageError, match=rf"{link} links to {scratch / 'a'}, but train.checkpoint_dir = "
+                                         rf"'{tmp_path / 'other'}' puts this run's checkpoints in "
+                                         rf"{tmp_path / 'other' / 'a'}: move them there"):
         _checkpoint_home(run, str(tmp_path / "other"), make=True)
+
+
+def test_a_changed_variable_is_named_with_its_value_here(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "a"
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "s1"))
+    _checkpoint_home(run, "$SCRATCH/ckpt", make=True)
+    monkeypatch.setenv("SCRATCH", str(tmp_path / "s2"))
+    with pytest.raises(UsageError, match=rf"but train.checkpoint_dir = '\$SCRATCH/ckpt' \(here {tmp_path / 's2' / 'ckpt'}\)"
+                                         rf" puts this run's checkpoints in {tmp_path / 's2' / 'ckpt' / 'a'}"):
+        _checkpoint_home(run, "$SCRATCH/ckpt", make=True)
+
+
+def test_a_purged_checkpoint_folder_stops_the_start_instead_of_training_from_step_0(tmp_path):
+    from slurmtrain import events
+
+    run, scratch = tmp_path / "runs" / "a", tmp_path / "scratch"
+    _checkpoint_home(run, str(scratch), make=True)
+    events.append(run, "checkpoint_saved", step=200)
+    (scratch / "a" / ".slurmtrain-run").unlink()
+    (scratch / "a").rmdir()  # the scratch file system's purge
+    for rank0 in (True, False):
+        with pytest.raises(UsageError, match=rf"{run / 'checkpoints'} links to {scratch / 'a'}, which is gone \(a "
+                                             r"scratch file system's purge\?\), though this run saved checkpoints up "
+                                             r"to step 200: restore them there, or remove the link"):
+            _checkpoint_home(run, str(scratch), make=rank0)
+    assert (run / "checkpoints").is_symlink() and not scratch.joinpath("a").exists()  # nothing made meanwhile
+
+
+def test_the_run_directory_itself_is_no_checkpoint_folder(tmp_path):
+    runs = tmp_path / "runs"
+    with pytest.raises(UsageError, match="would be the run directory or hold it"):
+        _checkpoint_home(runs / "a", str(runs), make=True)
+    with pytest.raises(UsageError, match="would be the run directory or hold it"):
+        _checkpoint_home(tmp_path / "a" / "a", str(tmp_path), make=True)  # tmp/a, the run directory's parent
+    _checkpoint_home(runs / "a", str(tmp_path), make=True)  # tmp/a beside the runs: fine
 
 
 def test_checkpoints_in_the_run_directory_are_not_left_behind_unsaid(tmp_path):
     run = tmp_path / "a"
     (run / "checkpoints" / "step_5").mkdir(parents=True)
-    with pytest.raises(UsageError, match=r"holds this run's checkpoints, but train.checkpoint_dir puts them in"):
+    with pytest.raises(UsageError, match=r"holds this run.s checkpoints, but train.checkpoint_dir = .* puts them in"):
         _checkpoint_home(run, str(tmp_path / "scratch"), make=True)
     (run / "checkpoints" / "step_5").rmdir()  # an empty folder is replaced by the link
     _checkpoint_home(run, str(tmp_path / "scratch"), make=True)
@@ -82,6 +118,6 @@ def test_the_trainer_saves_there_resumes_from_there_and_export_finds_them(tmp_pa
     args, state = load_consolidated(tmp_path / "run")
     assert state and args.n_layers > 0
     proc = train([*common[:-1], "train.checkpoint_dir=/elsewhere"], tmp_path, nproc=1, SCRATCH=str(scratch))
-    assert proc.returncode != 0 and "but train.checkpoint_dir puts this run's checkpoints in /elsewhere/run" in \
+    assert proc.returncode != 0 and "but train.checkpoint_dir = '/elsewhere' puts this run's checkpoints in /elsewhere/run" in \
         proc.stdout + proc.stderr, show(proc)
     assert os.path.isdir(scratch / "ckpt" / "run" / "step_14")
