@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -273,8 +274,24 @@ def _more_steps(run: RunDir, step: int | None) -> str | None:
         return None
     if not isinstance(steps, int) or step is None or steps <= step:
         return None
+    fixed = _steps_in_command(run)
+    if fixed is not None:  # the job's command sets them: the recipe's steps never reach it
+        return (f"its {RECIPE} now asks for {steps} steps, but the job's command sets {fixed} ({run.script.name}), "
+                f"and it ended at step {step}: nothing to continue (submit a new run to train further)")
     return (f"its {RECIPE} now asks for {steps} steps, past step {step} where it ended: --force continues "
             "it from there")
+
+
+_STEPS_SET = re.compile(r"(?:--train-steps[= ]'?|train\.steps=)(\d+)")
+
+
+def _steps_in_command(run: RunDir) -> str | None:
+    """``train.steps=N`` or ``--train-steps N`` in the job script's trainer command, the last one."""
+    try:
+        found = _STEPS_SET.findall(run.script.read_text())
+    except OSError:
+        return None
+    return f"train.steps={found[-1]}" if found else None
 
 
 def _time_limit(run: RunDir) -> tuple[str, ...]:

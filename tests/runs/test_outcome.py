@@ -207,3 +207,12 @@ def test_resubmit_of_a_completed_run_whose_recipe_now_asks_for_more_steps_says_h
     (run.path / rundir.RECIPE).write_text('[model]\npreset = "tiny"\n[train]\nsteps = 2200\n')
     with pytest.raises(UsageError, match=r"nothing to continue \(use --force"):
         resubmit.resubmit(run)
+    # The job's own command sets the steps (submit --set train.steps=2200): the recipe's 2300
+    # never reach it, and --force would end at once.
+    (run.path / rundir.RECIPE).write_text('[model]\npreset = "tiny"\n[train]\nsteps = 2300\n')
+    run.script.write_text("#!/bin/bash\nexec python3 -m slurmtrain.train --recipe recipe.toml --set train.steps=2200\n")
+    with pytest.raises(UsageError) as err:
+        resubmit.resubmit(run)
+    assert str(err.value).endswith("its recipe.toml now asks for 2300 steps, but the job's command sets "
+                                   "train.steps=2200 (job.sbatch), and it ended at step 2200: nothing to continue "
+                                   "(submit a new run to train further)"), err.value
