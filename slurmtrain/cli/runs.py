@@ -112,12 +112,32 @@ def _requeues(st) -> str:
     """Slurm's requeues of the current job, and the run's jobs where it had more than one
     (a resubmission starts a new job, whose count starts again at 0)."""
     text = "-" if st.restarts is None else str(st.restarts)
+    text += _counted(st)
     jobs = _jobs(st)
     if len(jobs) > 1:
         again = len(jobs) - 1
         text += (f" in job {st.job_id}, the run's latest of {len(jobs)} jobs ({again} resubmission"
                  f"{'s' if again > 1 else ''})")
     return text
+
+
+def _counted(st) -> str:
+    """Where some of the job's requeues did not count toward resilience.max_requeues (a
+    time limit's, after a start that moved the run on): how many did, of how many allowed."""
+    import re
+
+    from ..eventlog import free_requeues
+    if not st.restarts or not st.job_id or st.tasks:
+        return ""
+    free = free_requeues(st.events, st.job_id)
+    if not free:
+        return ""
+    try:
+        limit = re.search(r"--max-requeues (\d+)", (Path(st.run) / "job.sbatch").read_text())
+    except (OSError, TypeError):
+        limit = None
+    of = f" of max_requeues {limit[1]}" if limit else ""
+    return f" ({st.restarts - free} counted{of}; {free} after starts that saved a newer checkpoint, not counted)"
 
 
 def _submitted(st) -> str:

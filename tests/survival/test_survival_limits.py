@@ -118,5 +118,8 @@ def test_time_limit_stops_after_new_checkpoints_do_not_count_toward_the_limit(wo
     assert named(run, "finished")[0]["step"] == 120
     log = "".join(p.read_text() for p in sorted((run / "logs").glob("job-*.out")))
     assert log.count("not counted toward max_requeues: this start saved a newer checkpoint") == 2, log[-3000:]
+    status = run_cli(["status", str(run)], cwd=workdir).stdout
+    assert ("requeues   2 (0 counted of max_requeues 1; 2 after starts that saved a newer checkpoint, not counted)"
+            in status), status
     history = "\n".join(classify.history(run))
     assert history.count("requeueing (not counted toward max_requeues: the start saved a newer checkpoint)") == 2, history
