@@ -375,7 +375,8 @@ def time_in_starts(evs: Iterable[Event], now: float | None = None) -> tuple[int,
     return len(starts), total
 
 
-def _best_step(evs: Iterable[Event]) -> int | None:
+def best_saved_step(evs: Iterable[Event]) -> int | None:
+    """The newest step the program reported a checkpoint of (``checkpoint_saved``, ``stopped``)."""
     return max((e["step"] for e in evs if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
                 and isinstance(e.get("step"), int)), default=None)
 
@@ -386,7 +387,7 @@ def progressed_since_start(evs: Iterable[Event], task: int | None = None) -> boo
     at every start, or resumes and saves nothing new, does not)."""
     evs = of_task(evs, task)
     latest = max((i for i, e in enumerate(evs) if e.get("event") == Ev.STARTED), default=-1)
-    now, before = _best_step(evs[latest + 1:]), _best_step(evs[:latest])
+    now, before = best_saved_step(evs[latest + 1:]), best_saved_step(evs[:latest])
     return now is not None and (before is None or now > before)
 
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
-from .. import events, ledger, perms
+from .. import eventlog, events, ledger, perms
 from ..runfiles import METRICS_FILE
 from ..errors import SlurmError, UsageError
 from . import chain, classify, environ, slurmquery, sweeps
@@ -195,8 +195,8 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
                                     end.signal if end else None)
         if not force and outcome.kind not in CONTINUABLE:
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
-                             + (_more_steps(run, outcome.step) or "nothing to continue (use --force to submit it "
-                                                                   "again anyway)"))
+                             + (_more_steps(run, outcome.step) or _after_failure(run, outcome.kind)
+                                or "nothing to continue (use --force to submit it again anyway)"))
     _refuse_unwritable(run)  # after why it cannot go at all (its job still running)
     check()
     if time_limit:
@@ -280,6 +280,16 @@ def _more_steps(run: RunDir, step: int | None) -> str | None:
                 f"and it ended at step {step}: nothing to continue (submit a new run to train further)")
     return (f"its {RECIPE} now asks for {steps} steps, past step {step} where it ended: --force continues "
             "it from there")
+
+
+def _after_failure(run: RunDir, kind: str) -> str | None:
+    """A run that failed after it saved: --force continues it from its newest checkpoint,
+    once what failed is fixed (it is not "nothing to continue")."""
+    if kind == classify.COMPLETED:
+        return None
+    step = eventlog.best_saved_step(events.read(run.path))
+    return None if step is None else (f"fix what failed, then --force continues it from its newest checkpoint "
+                                      f"(step {step})")
 
 
 _STEPS_SET = re.compile(r"(?:--train-steps[= ]'?|train\.steps=)(\d+)")

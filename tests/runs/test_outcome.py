@@ -216,3 +216,21 @@ def test_resubmit_of_a_completed_run_whose_recipe_now_asks_for_more_steps_says_h
     assert str(err.value).endswith("its recipe.toml now asks for 2300 steps, but the job's command sets "
                                    "train.steps=2200 (job.sbatch), and it ended at step 2200: nothing to continue "
                                    "(submit a new run to train further)"), err.value
+
+
+def test_resubmit_of_a_run_that_failed_after_saving_says_force_continues_it(tmp_path, monkeypatch):
+    from slurmtrain import events
+    from slurmtrain.errors import UsageError
+    from slurmtrain.runs import resubmit, rundir
+
+    run = rundir.create(tmp_path, "broke")
+    run.update_manifest(name=run.name, job_ids=["6"], state="submitted", nodes=1)
+    run.script.write_text("#!/bin/bash\n")
+    for name, fields in (("started", {"job_id": "6", "restart": 0}), ("checkpoint_saved", {"step": 114}),
+                         ("failed", {"job_id": "6", "restart": 0, "exit_code": 2})):
+        events.append(run.path, name, **fields)
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    with pytest.raises(UsageError) as err:
+        resubmit.resubmit(run)
+    assert str(err.value).endswith("; fix what failed, then --force continues it from its newest checkpoint "
+                                   "(step 114)"), err.value
