@@ -102,6 +102,8 @@ def test_the_trainer_saves_on_the_chosen_interval_on_every_rank(tmp_path):
         every, last = choices.get(step, every), step
 
 
+@pytest.mark.slow  # two ranks of the trainer: about 8 s, the fast lane's longest
+@pytest.mark.torch
 def test_copies_in_node_memory_follow_a_cadence_of_their_own(tmp_path):
     """train.memory_steps under checkpoint_every = "auto": the first copy at the recipe's
     memory_steps, then the Young-Daly interval from what a copy stalls, every rank the same;
