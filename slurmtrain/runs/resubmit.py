@@ -195,7 +195,8 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
                                     end.signal if end else None)
         if not force and outcome.kind not in CONTINUABLE:
             raise UsageError(f"run {run.name} ended: {outcome.kind} ({outcome.detail}); "
-                             + (_more_steps(run, outcome.step) or _after_failure(run, outcome.kind)
+                             + ((_more_steps(run, outcome.step) if outcome.kind == classify.COMPLETED
+                                 else _after_failure(run))
                                 or "nothing to continue (use --force to submit it again anyway)"))
     _refuse_unwritable(run)  # after why it cannot go at all (its job still running)
     check()
@@ -282,11 +283,9 @@ def _more_steps(run: RunDir, step: int | None) -> str | None:
             "it from there")
 
 
-def _after_failure(run: RunDir, kind: str) -> str | None:
+def _after_failure(run: RunDir) -> str | None:
     """A run that failed after it saved: --force continues it from its newest checkpoint,
     once what failed is fixed (it is not "nothing to continue")."""
-    if kind == classify.COMPLETED:
-        return None
     step = eventlog.best_saved_step(events.read(run.path))
     return None if step is None else (f"fix what failed, then --force continues it from its newest checkpoint "
                                       f"(step {step})")
