@@ -48,7 +48,9 @@ The first lane's state directory is ``/var/lib/slurmtrain-sandbox`` unless
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -60,6 +62,7 @@ from lanes import FIRST_LANE_DIR, SECOND_LANE_DIR, lane
 # The runs a user submitted, remembered for lookups from any directory (slurmtrain/recent.py): the
 # tests' own, apart from the machine user's, and each test's apart from the others' (below).
 os.environ["SLURMTRAIN_STATE_DIR"] = tempfile.mkdtemp(prefix="slurmtrain-state-")
+atexit.register(shutil.rmtree, os.environ["SLURMTRAIN_STATE_DIR"], True)  # one a process: /tmp kept them all
 
 
 @pytest.fixture(autouse=True)
