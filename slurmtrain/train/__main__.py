@@ -179,20 +179,14 @@ def _check_home(run_dir: Path, where: str, home: Path, link: Path) -> None:
             raise UsageError(f"{link} links to {os.readlink(link)}, but {key} puts this run's checkpoints in "
                              f"{home}: move them there and remove the link, or set it back as it was")
         if not link.exists():
-            saved = _saved_steps(run_dir)
+            from .. import eventlog, events
+            saved = eventlog.best_saved_step(events.read(run_dir))
             raise UsageError(f"{link} links to {home}, which is gone (a scratch file system's purge?)"
-                             + (f", though this run saved checkpoints up to step {max(saved)}" if saved else "")
+                             + (f", though this run saved checkpoints up to step {saved}" if saved is not None else "")
                              + f": restore them there, or remove the link {link} to train this run again from step 0")
     elif link.is_dir() and any(link.iterdir()):
         raise UsageError(f"{link} holds this run's checkpoints, but {key} puts them in {home}: move them there "
                          f"(and remove the empty {link}), or leave train.checkpoint_dir out")
-
-
-def _saved_steps(run_dir: Path) -> list[int]:
-    from .. import events
-    from ..eventlog import Ev
-    return [e["step"] for e in events.read(run_dir) if e.get("event") == Ev.CHECKPOINT_SAVED
-            and isinstance(e.get("step"), int)]
 
 
 def _tag_records(rank: int) -> None:

@@ -312,11 +312,11 @@ class Checkpointer:
     def _none_found(self) -> None:
         """A run whose history has saves, with none left to resume from (its checkpoints
         removed, or purged from a scratch file system): it trains from step 0, said."""
-        saved = [e["step"] for e in events.read(self.run_dir) if e.get("event") == Ev.CHECKPOINT_SAVED
-                 and isinstance(e.get("step"), int)] if self.rank == 0 else []
-        if saved:
+        from ..eventlog import best_saved_step
+        saved = best_saved_step(events.read(self.run_dir)) if self.rank == 0 else None
+        if saved is not None:
             log.warning("no complete checkpoint in %s, though this run saved checkpoints up to step %d (removed, "
-                        "or purged?): it trains again from step 0", checkpoints_dir(self.run_dir), max(saved))
+                        "or purged?): it trains again from step 0", checkpoints_dir(self.run_dir), saved)
 
     def _follow_recipe(self, path: Path | None) -> list[str]:
         """The recipe's optimizer and schedule values, where they changed since ``path`` was
