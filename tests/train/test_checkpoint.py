@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -110,20 +111,9 @@ def test_background_saves_reuse_their_host_buffers_and_each_holds_its_own_step(t
     GPU): each checkpoint still holds the weights and the data position of its own step."""
     from dataclasses import asdict
 
-    from slurmtrain.train.distributed import close_world, init_world
     from slurmtrain.train.engines import dcp as dcp_mod
-    from slurmtrain.train.model import Transformer
-    from slurmtrain.recipes.presets import get_preset
 
-    for k in ("RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(k, raising=False)
-    init_world()
-    try:
-        args = get_preset("tiny")
-        model = Transformer(args)
-        model.init_weights(seed=0)
-        optim = torch.optim.AdamW(model.parameters(), lr=0.1)
-        sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 1.0)
+    with one_rank_tiny(monkeypatch, lr=0.1) as (args, model, optim, sched):
         consumed = {"n": 0}
 
         class Data:
@@ -144,8 +134,6 @@ def test_background_saves_reuse_their_host_buffers_and_each_holds_its_own_step(t
             expected[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
             buffers.append(state._stager.state_dict_cache)
         saver.wait()
-    finally:
-        close_world()
     assert buffers[0] is buffers[1] is buffers[2]  # the same layout: the same buffers
     assert not torch.equal(expected[1]["output.weight"], expected[3]["output.weight"])
     for step, weights in expected.items():
@@ -197,20 +185,9 @@ def test_a_run_with_saves_in_its_history_and_none_left_says_it_trains_from_step_
     from dataclasses import asdict
 
     from slurmtrain import events
-    from slurmtrain.train.distributed import close_world, init_world
     from slurmtrain.train.engines.dcp import DcpState
-    from slurmtrain.train.model import Transformer
-    from slurmtrain.recipes.presets import get_preset
 
-    for k in ("RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(k, raising=False)
-    init_world()
-    try:
-        args = get_preset("tiny")
-        model = Transformer(args)
-        optim = torch.optim.AdamW(model.parameters())
-        sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 1.0)
-
+    with one_rank_tiny(monkeypatch) as (args, model, optim, sched):
         class Data:
             def state_dict(self):
                 return {}
@@ -221,7 +198,25 @@ def test_a_run_with_saves_in_its_history_and_none_left_says_it_trains_from_step_
         events.append(tmp_path, "checkpoint_saved", step=150)
         events.append(tmp_path, "checkpoint_saved", step=200)
         assert saver.resume() == 0
-    finally:
-        close_world()
     assert (f"no complete checkpoint in {tmp_path / 'checkpoints'}, though this run saved checkpoints up to step 200 "
             "(removed, or purged?): it trains again from step 0") in caplog.text
+
+
+@contextlib.contextmanager
+def one_rank_tiny(monkeypatch, lr: float = 1e-3):
+    """The tiny model, AdamW and a constant schedule on a one-process group (gloo)."""
+    from slurmtrain.train.distributed import close_world, init_world
+    from slurmtrain.train.model import Transformer
+    from slurmtrain.recipes.presets import get_preset
+
+    for k in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    init_world()
+    try:
+        args = get_preset("tiny")
+        model = Transformer(args)
+        model.init_weights(seed=0)
+        optim = torch.optim.AdamW(model.parameters(), lr=lr)
+        yield args, model, optim, torch.optim.lr_scheduler.LambdaLR(optim, lambda s: 1.0)
+    finally:
+        close_world()
