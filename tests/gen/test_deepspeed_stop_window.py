@@ -35,6 +35,7 @@ def agent(launcher: str, stop_timeout: int) -> str:
     return re.search(r"SLURMTRAIN_AGENT='(.*?)'\n", result.stdout, re.S)[1]
 
 
+@pytest.mark.slow  # real processes waiting out a stop window: about 3 s
 def test_the_deepspeed_agent_waits_the_stop_window_for_its_workers(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
     code = agent("deepspeed", 3)

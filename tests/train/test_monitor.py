@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from slurmtrain import events
@@ -73,6 +74,7 @@ def test_plot_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
 
 
+@pytest.mark.slow  # builds the demo corpus: about 3.5 s
 def test_demo_corpus(tmp_path):
     out = tmp_path / "demo" / "corpus.jsonl"
     result = CliRunner().invoke(main, ["demo-corpus", str(out), "--max-mb", "0.2"])
