@@ -65,6 +65,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+# The exit statuses (exits.py owns them: the renderer needs the stop's on gen's path, where
+# this module is not imported); here for every reader of events.
+from .exits import EXIT_FAILED, EXIT_OK, EXIT_REQUEUE_LIMIT, EXIT_START_UP, EXIT_STOPPED  # noqa: F401
+
 Event = dict[str, Any]
 
 # ---- event names ---------------------------------------------------------------------
@@ -127,6 +131,7 @@ ALL_EVENTS = SCRIPT_EVENTS | PROGRAM_EVENTS | CLI_EVENTS
 COMPLETED = "completed"
 PREEMPTED = "preempted"
 TIME_LIMIT = "time limit"
+ASKED = "stopped on request"  # the stop signal long before the time limit's warning: a person's, or the site's
 NODE_FAILURE = "node failure"
 USER_ERROR = "user error"
 CANCELLED = "cancelled"
@@ -144,28 +149,15 @@ CRASH = "crash"          # a rank failed by itself
 NODE_LOST = "node lost"  # the node probe found a node dead (HANG: no rank reported progress)
 LAUNCH_FAILED = "launch failed"  # srun could not start the tasks on a node ({nodes}): nothing ran
 
-KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
+KINDS = (COMPLETED, PREEMPTED, TIME_LIMIT, ASKED, NODE_FAILURE, USER_ERROR, CANCELLED, REQUEUE_LIMIT,
          WATCHDOG, STOPPED_UNSAVED, HANG, REQUEUED, RUNNING, UNKNOWN)
 # Which task's end an array reports when its tasks ended differently: a failure of the
 # command says what to fix, a stop or cancel only what happened to it.
-WORST_FIRST = (USER_ERROR, WATCHDOG, HANG, REQUEUE_LIMIT, STOPPED_UNSAVED, NODE_FAILURE, TIME_LIMIT, PREEMPTED,
+WORST_FIRST = (USER_ERROR, WATCHDOG, HANG, REQUEUE_LIMIT, STOPPED_UNSAVED, NODE_FAILURE, TIME_LIMIT, ASKED, PREEMPTED,
                REQUEUED, CANCELLED, UNKNOWN, RUNNING, COMPLETED)
 # Ends after which the run goes on by itself once a new job is submitted: a stop that is
 # not the program's fault.
-STOP_KINDS = frozenset({PREEMPTED, TIME_LIMIT, NODE_FAILURE, REQUEUED})
-
-# ---- exit statuses --------------------------------------------------------------------
-# The batch step's (its summary line's) and the stop contract's, one definition each: the
-# supervisor exits with them, the stop contract's programs with EXIT_STOPPED, and `status`
-# reads them back once Slurm has forgotten the job.
-
-EXIT_OK = 0             # finished; or requeued (the job comes back), or a requeue refused (`resubmit`)
-EXIT_FAILED = 1         # the supervisor could not go on: no node list, a requeue without bad nodes failed
-EXIT_REQUEUE_LIMIT = 3  # stopped, or nodes lost, at resilience.max_requeues
-EXIT_START_UP = 4       # the start-up watchdog: a node never joined, or a setup line failed
-EXIT_STOPPED = 75       # a program's "stopped after a checkpoint; requeue me" (sysexits' EX_TEMPFAIL)
-# (Any other status is the launch's own: the program's, or srun's 143 after a SIGTERM.)
-
+STOP_KINDS = frozenset({PREEMPTED, TIME_LIMIT, ASKED, NODE_FAILURE, REQUEUED})
 
 
 @dataclass(frozen=True)
@@ -191,6 +183,7 @@ ENDINGS: dict[str, Ending] = {
     CANCELLED: Ending("CANCELLED", None),
     PREEMPTED: Ending("COMPLETED", EXIT_OK),
     TIME_LIMIT: Ending("COMPLETED", EXIT_OK),
+    ASKED: Ending("COMPLETED", EXIT_OK),
     NODE_FAILURE: Ending("COMPLETED", None),  # Slurm requeued the job: the script's end is no end
     REQUEUED: Ending("COMPLETED", None),
 }
@@ -447,8 +440,8 @@ def signal_cause(e: Event) -> tuple[str, str]:
     term = name in ("TERM", "SIGTERM")
     if e.get("cause") == STOP_ASKED:
         left = int(e.get("before_end") or 0)
-        return PREEMPTED, (f"the stop signal SIG{name} came {left // 60} min before the time limit, not as Slurm's "
-                           "warning: someone asked for the stop (scancel --signal, or the site)")
+        return ASKED, (f"the stop signal SIG{name} came {left // 60} min before the time limit, not as Slurm's "
+                       "warning: someone asked for the stop (scancel --signal, or the site)")
     if e.get("cause") == TIME_LIMIT and term:
         return TIME_LIMIT, "SIGTERM at the job's planned end: the time limit"
     if e.get("cause") == TIME_LIMIT or (e.get("cause") is None and not term):

@@ -18,6 +18,7 @@ from functools import lru_cache
 from . import __version__, command, resources, sbatchextra, tracking
 from .command import Program
 from .errors import UsageError
+from .exits import EXIT_STOPPED
 from . import launchers
 from . import shellwords
 from .shellwords import Raw, expanding, inside_double_quotes, shell_form, shell_words
@@ -443,6 +444,7 @@ def context(loaded: LoadedProfile, job: JobSpec) -> dict:
         "image_expr": shell_words([expanding(_image_file(p))]) if _image_file(p) else "",
         "container_runtime": p.container.runtime if p.container.runtime in ("apptainer", "singularity") else "",
         "stop_signal_expr": _stop_signal_expr(p.resilience.signal),
+        "stop_exit_code": EXIT_STOPPED,
         "requeue_when": p.resilience.requeue_when,
         "launcher": p.launch.launcher,
         "L": launchers.get(p.launch.launcher),  # its shape, for the templates (launchers/)

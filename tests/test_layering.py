@@ -27,7 +27,7 @@ import pytest
 from import_graph import PACKAGE, circles, graph
 
 FLOORS = {
-    0: {"slurmtrain", "_toml", "errors", "resources", "schema", "events", "eventlog", "slurmtext", "slurmversion",
+    0: {"slurmtrain", "_toml", "errors", "resources", "schema", "events", "eventlog", "exits", "slurmtext", "slurmversion",
         "heartbeat", "nodememory", "arrivals", "ledger", "dependents", "command", "sweep", "tracking", "shellwords", "launchers",
         "programlog", "runfiles", "recent", "dsconfig", "sbatchextra", "perms"},
     1: {"profile", "render", "stop"},

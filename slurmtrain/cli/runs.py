@@ -16,10 +16,10 @@ import click
 
 from .base import main
 from .refs import follow_up, resolve_run, runs_dir_option
-from ..eventlog import EXIT_STOPPED, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, TIME_LIMIT, Ev
+from ..eventlog import EXIT_STOPPED, REQUEUE_LIMIT, STOP_KINDS, Ev
 
 # Final outcomes that were no program's fault: `resubmit` continues them (runs/resubmit.py).
-_GOES_ON = (REQUEUE_LIMIT, PREEMPTED, TIME_LIMIT, NODE_FAILURE)
+_GOES_ON = STOP_KINDS | {REQUEUE_LIMIT}
 
 
 @main.command("runs")

@@ -15,8 +15,10 @@ AGENT = [Raw('"$SLURMTRAIN_AGENT"'), "torch.distributed.run", Raw('--nnodes="$SL
          Raw('--nproc-per-node="$SLURMTRAIN_PROCS_PER_NODE"')]
 PROGRAM = {"module": ["-m"], "exec": ["--no-python"], "script": []}
 # A failed worker: torchrun exits 1 with its own traceback (ChildFailedError) and a summary
-# whose "Root Cause" gives the worker's exit status.
-ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):.*?exitcode\s*:\s*(-?\d+)", re.S)
+# whose "Root Cause" gives the worker's exit status; workers that stopped as the stop
+# contract says: the job script's agent's one line instead (templates/task.j2).
+ROOT_CAUSE = re.compile(r"(?:Root Cause \(first observed failure\):.*?exitcode"
+                        r"|the workers stopped after a checkpoint \(exitcode)\s*:\s*(-?\d+)", re.S)
 # Its own exceptions: a worker failed; the agent got a signal (srun ending the step after
 # another node's task failed).
 OWN_EXCEPTIONS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",

@@ -17,8 +17,8 @@ from signal import Signals
 from typing import Any
 
 from .. import eventlog
-from ..eventlog import (CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, REQUEUED, RUNNING,  # noqa: F401,E501
-                        STOPPED_UNSAVED, TIME_LIMIT, UNKNOWN, USER_ERROR, WATCHDOG, Ev, Outcome)
+from ..eventlog import (ASKED, CANCELLED, COMPLETED, HANG, KINDS, NODE_FAILURE, PREEMPTED, REQUEUE_LIMIT, REQUEUED, RUNNING,  # noqa: F401,E501
+                        STOP_KINDS, STOPPED_UNSAVED, TIME_LIMIT, UNKNOWN, USER_ERROR, WATCHDOG, Ev, Outcome)
 from .rundir import RunDir, events_of
 
 # Slurm's word for how a job ended -> our kind, where it says more than the events can.

@@ -33,12 +33,12 @@ from . import chain, classify, environ, slurmquery, sweeps
 from .rundir import POINTS, RECIPE, RunDir
 from .states import JobState
 from .submit import Submitted, submit_run
-from ..eventlog import Ev
+from ..eventlog import STOP_KINDS, Ev
 
 RESUBMIT_LOCK = ".resubmit.lock"  # held while one resubmit of the run checks and queues
 
-# Outcomes after which the run should go on in a new job.
-RESUMABLE = frozenset({classify.PREEMPTED, classify.TIME_LIMIT, classify.NODE_FAILURE, classify.REQUEUED})
+# Outcomes after which the run should go on in a new job: the stops.
+RESUMABLE = STOP_KINDS
 # ... and those `resubmit` takes without --force (not a program's own end).
 CONTINUABLE = RESUMABLE | {classify.REQUEUE_LIMIT, classify.UNKNOWN, classify.RUNNING, classify.CANCELLED}
 

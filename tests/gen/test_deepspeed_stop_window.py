@@ -49,3 +49,21 @@ def test_the_deepspeed_agent_waits_the_stop_window_for_its_workers(tmp_path):
 def test_no_agent_preamble_ends_the_shell_word_it_is_written_in():
     from slurmtrain import launchers
     assert all("'" not in launchers.get(name).agent_preamble for name in launchers.names())
+
+
+@pytest.mark.slow  # torchrun and two workers, twice: about 6 s each
+@pytest.mark.parametrize("codes, status, traceback", [
+    ("75 75", 75, False),  # every worker stopped as the stop contract says: one line, its status
+    ("3 75", 1, True),     # a failure among them is torchrun's, as it was: traceback, Root Cause, exit 1
+])
+def test_the_torchrun_agent_passes_a_stop_on_in_one_line(tmp_path, codes, status, traceback):
+    from slurmtrain.launchers.torchrun import ROOT_CAUSE
+    workers = f"codes=({codes}); exit ${{codes[$LOCAL_RANK]}}"
+    proc = subprocess.run([sys.executable, "-c", agent("torchrun", 30), "torch.distributed.run", "--nnodes=1",
+                           "--nproc-per-node=2", "--no-python", "bash", "-c", workers],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == status, proc.stderr
+    assert ("Traceback" in proc.stderr) is traceback, proc.stderr
+    assert ROOT_CAUSE.search(proc.stderr)[1] in ("75", "3")  # status still reads the program's own code
+    if not traceback:
+        assert "the workers stopped after a checkpoint (exitcode: 75)" in proc.stderr.splitlines()[-1]

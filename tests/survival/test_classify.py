@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from slurmtrain import eventlog
 from slurmtrain.runs import classify
 
 
@@ -156,7 +157,8 @@ def test_a_stop_signal_someone_sent_is_not_called_the_time_limit(tmp_path):
     run = write(tmp_path, "submitted", START, ("signal", {"signal": "USR2", "cause": "asked", "before_end": 1700}),
                 ("stopped", {"step": 12}), ("requeue", {"exit_code": 143}))
     out = classify.classify(run)
-    assert out.kind == classify.PREEMPTED, out
+    assert out.kind == classify.ASKED == "stopped on request", out  # neither a preemption nor the limit
+    assert out.kind in classify.STOP_KINDS and eventlog.ENDINGS[out.kind] == eventlog.Ending("COMPLETED", 0)
     assert out.detail.startswith("the stop signal SIGUSR2 came 28 min before the time limit, not as Slurm's warning: "
                                  "someone asked for the stop (scancel --signal, or the site)"), out.detail
     assert not any("time limit:" in line for line in classify.history(run)), classify.history(run)

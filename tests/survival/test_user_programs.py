@@ -54,7 +54,7 @@ def test_hugging_face_trainer_survives_preemption_and_a_stop_asked_for(workdir, 
     assert wait_job_gone(job, run, 600) == "COMPLETED", describe(run)
 
     kinds = [o.kind for o in classify.ends(run)]
-    assert kinds == [classify.PREEMPTED, classify.PREEMPTED, classify.COMPLETED], describe(run)  # the 2nd: asked
+    assert kinds == [classify.PREEMPTED, classify.ASKED, classify.COMPLETED], describe(run)
     stopped, resumed = named(run, "stopped"), named(run, "resumed")
     assert len(stopped) == len(resumed) == 2, describe(run)
     # the Trainer's global step carries on from each stop's checkpoint
