@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
 
 from .. import eventlog, events, ledger, perms
-from ..runfiles import METRICS_FILE
+from ..runfiles import CHECKPOINTS, METRICS_FILE, gone_checkpoints
 from ..errors import SlurmError, UsageError
 from . import chain, classify, environ, slurmquery, sweeps
 from .rundir import POINTS, RECIPE, RunDir
@@ -154,11 +154,29 @@ def _refuse_unwritable(run: RunDir) -> None:
     """Refuse before sbatch what would fail after it (a teammate's run made under umask 022):
     the new job queued, its events unwritten, the job itself failing at its first event."""
     points = [p for p in (run.path / POINTS).iterdir() if p.is_dir()] if (run.path / POINTS).is_dir() else []
-    paths = [run.path, run.path / events.EVENTS_FILE, run.logs, run.path / "checkpoints", run.path / ".submitit",
+    paths = [run.path, run.path / events.EVENTS_FILE, run.logs, run.path / CHECKPOINTS, run.path / ".submitit",
              run.path / METRICS_FILE, *points, *(p / events.EVENTS_FILE for p in points)]
     bad = perms.unwritable(paths)
     if bad is not None:
         raise UsageError(perms.refusal(bad, f"resubmitting run {run.name}"))
+
+
+def _refuse_gone_checkpoints(run: RunDir, tasks: tuple[int, ...] | None) -> None:
+    """A run whose checkpoints were purged (train.checkpoint_dir on scratch) would be refused
+    by the trainer at its start, after the queue wait: refused here. Of a sweep, the points
+    that go again."""
+    dirs = [run.path] if tasks is None else [run.path / POINTS / pt["label"] for pt in sweeps.points(run)
+                                             if pt["task"] in tasks]
+    for path in dirs:
+        target = gone_checkpoints(path)
+        if target is None:
+            continue
+        saved = eventlog.best_saved_step(events.read(path))
+        raise UsageError(f"run {path.name}: its {CHECKPOINTS} link to {target} points to nothing now (a scratch "
+                         "file system's purge?)" + (f", though it saved checkpoints up to step {saved}"
+                                                    if saved is not None else "")
+                         + f"; its job would refuse to start: restore them there, or remove the link "
+                         f"{path / CHECKPOINTS} to train it again from step 0")
 
 
 @contextlib.contextmanager
@@ -199,6 +217,7 @@ def _resubmit(run: RunDir, only: int | None, force: bool, say: Callable[[str], N
                                  else _after_failure(run))
                                 or "nothing to continue (use --force to submit it again anyway)"))
     _refuse_unwritable(run)  # after why it cannot go at all (its job still running)
+    _refuse_gone_checkpoints(run, tasks)
     check()
     if time_limit:
         run.update_manifest(time_limit=time_limit)

@@ -28,6 +28,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from .. import events, heartbeat
 from ..errors import ConfigError
+from ..runfiles import CHECKPOINTS
 from ..eventlog import Ev
 from .memtier import MemoryTier
 
@@ -39,7 +40,7 @@ SLOW_SAVE_S = 15.0  # debug.slow_save_at_step: how much longer that background s
 
 
 def checkpoints_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return Path(run_dir) / CHECKPOINTS
 
 
 _UNREMOVABLE: set[Path] = set()  # said once each

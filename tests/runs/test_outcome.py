@@ -187,19 +187,27 @@ def test_runs_table_has_an_outcome_column(tmp_path, fake_slurm):
     assert "watchdog" in got["watchdog"] and "cancelled" in got["scancel"]
 
 
-def test_resubmit_of_a_completed_run_whose_recipe_now_asks_for_more_steps_says_how_to_go_on(tmp_path, monkeypatch):
+def ended_run(tmp_path, monkeypatch, name: str, job: str, *evs):
+    """A run whose job ``job`` started and wrote ``evs``, Slurm having forgotten it."""
     from slurmtrain import events
+    from slurmtrain.runs import resubmit, rundir
+
+    run = rundir.create(tmp_path, name)
+    run.update_manifest(name=run.name, job_ids=[job], state="submitted", nodes=1)
+    run.script.write_text("#!/bin/bash\n")
+    for event, fields in (("started", {"job_id": job, "restart": 0}), *evs):
+        events.append(run.path, event, **fields)
+    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    return run
+
+
+def test_resubmit_of_a_completed_run_whose_recipe_now_asks_for_more_steps_says_how_to_go_on(tmp_path, monkeypatch):
     from slurmtrain.errors import UsageError
     from slurmtrain.runs import resubmit, rundir
 
-    run = rundir.create(tmp_path, "long")
-    run.update_manifest(name=run.name, job_ids=["5"], state="submitted", nodes=1)
-    run.script.write_text("#!/bin/bash\n")
+    run = ended_run(tmp_path, monkeypatch, "long", "5", ("finished", {"step": 2200}),
+                    ("finished", {"job_id": "5", "restart": 0, "exit_code": 0}))
     (run.path / rundir.RECIPE).write_text('[model]\npreset = "tiny"\n[train]\nsteps = 2300\n')
-    for name, fields in (("started", {"job_id": "5", "restart": 0}), ("finished", {"step": 2200}),
-                         ("finished", {"job_id": "5", "restart": 0, "exit_code": 0})):
-        events.append(run.path, name, **fields)
-    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
     with pytest.raises(UsageError) as err:
         resubmit.resubmit(run)
     assert str(err.value).endswith("its recipe.toml now asks for 2300 steps, past step 2200 where it ended: --force "
@@ -219,18 +227,41 @@ def test_resubmit_of_a_completed_run_whose_recipe_now_asks_for_more_steps_says_h
 
 
 def test_resubmit_of_a_run_that_failed_after_saving_says_force_continues_it(tmp_path, monkeypatch):
-    from slurmtrain import events
     from slurmtrain.errors import UsageError
-    from slurmtrain.runs import resubmit, rundir
+    from slurmtrain.runs import resubmit
 
-    run = rundir.create(tmp_path, "broke")
-    run.update_manifest(name=run.name, job_ids=["6"], state="submitted", nodes=1)
-    run.script.write_text("#!/bin/bash\n")
-    for name, fields in (("started", {"job_id": "6", "restart": 0}), ("checkpoint_saved", {"step": 114}),
-                         ("failed", {"job_id": "6", "restart": 0, "exit_code": 2})):
-        events.append(run.path, name, **fields)
-    monkeypatch.setattr(resubmit, "job_end", lambda run: None)
+    run = ended_run(tmp_path, monkeypatch, "broke", "6", ("checkpoint_saved", {"step": 114}),
+                    ("failed", {"job_id": "6", "restart": 0, "exit_code": 2}))
     with pytest.raises(UsageError) as err:
         resubmit.resubmit(run)
     assert str(err.value).endswith("; fix what failed, then --force continues it from its newest checkpoint "
                                    "(step 114)"), err.value
+
+
+def test_resubmit_of_a_run_whose_checkpoints_were_purged_is_refused_before_it_queues(tmp_path, monkeypatch):
+    """train.checkpoint_dir on scratch, purged while the run waited: the trainer would refuse
+    the start after the queue wait; resubmit refuses it at once, naming the link's target."""
+    from slurmtrain.errors import UsageError
+    from slurmtrain.runs import resubmit
+
+    run = ended_run(tmp_path, monkeypatch, "scratchy", "7", ("checkpoint_saved", {"step": 40}),
+                    ("signal", {"signal": "USR2", "cause": "time limit"}), ("stopped", {"step": 41}),
+                    ("checkpoint_saved", {"step": 41}), ("requeue_failed", {"message": "x"}),
+                    ("requeue", {"job_id": "7", "restart": 0, "exit_code": 75}))
+    scratch = tmp_path / "scratch" / run.name
+    scratch.mkdir(parents=True)
+    (run.path / "checkpoints").symlink_to(scratch, target_is_directory=True)
+    queued = []
+    monkeypatch.setattr(resubmit, "submit_run", lambda *a, **kw: queued.append(a) or (_ for _ in ()).throw(
+        RuntimeError("queued")))
+    with pytest.raises(RuntimeError, match="queued"):  # the link's folder is there: on to sbatch
+        resubmit.resubmit(run)
+    scratch.rmdir()
+    queued.clear()
+    with pytest.raises(UsageError) as err:
+        resubmit.resubmit(run)
+    assert str(err.value) == (f"run {run.name}: its checkpoints link to {scratch} points to nothing now (a scratch "
+                              "file system's purge?), though it saved checkpoints up to step 41; its job would refuse "
+                              f"to start: restore them there, or remove the link {run.path / 'checkpoints'} to train "
+                              "it again from step 0"), err.value
+    assert not queued
