@@ -107,6 +107,7 @@ class Ev:
     STOPPED = "stopped"                    # {step}: saved; leaving with exit 75
     CHECKPOINT_INTERVAL = "checkpoint_interval"  # {steps, after_step, seconds, cost_s, step_s, job_mtbf_h, nodes, faults, node_hours, tier?}: tier "memory" for the copies in node memory
     TRAIN_ERROR = "train_error"            # {step, error}
+    MEMORY_OFF = "memory_off"              # {step, error}: a copy in node memory could not be written; no more this launch
     # The CLI.
     SUBMITTED = "submitted"                # {job_id}
     SUBMIT_REFUSED = "submit_refused"      # {message}
@@ -121,7 +122,8 @@ SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
                            Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.STRAGGLER, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
-PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.CHECKPOINT_INTERVAL, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR})
+PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.CHECKPOINT_INTERVAL, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR,
+                            Ev.MEMORY_OFF})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED, Ev.DEPENDENCY_NEVER_SATISFIED,
                         Ev.NODES_EXCLUDED, Ev.DOCTOR})
 ALL_EVENTS = SCRIPT_EVENTS | PROGRAM_EVENTS | CLI_EVENTS

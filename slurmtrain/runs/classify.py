@@ -96,6 +96,8 @@ _PHRASES = {
     Ev.REQUEUE_LIMIT: "requeue limit reached (max_requeues={max_requeues}): not requeued",
     Ev.FAILED: "failed with exit status {exit_code}: not requeued",
     Ev.TRAIN_ERROR: "training error at step {step}: {error}",
+    Ev.MEMORY_OFF: ("no more copies in node memory this launch: the copy of step {step} could not be written "
+                    "({error}); durable checkpoints go on"),
     Ev.WATCHDOG_TIMEOUT: "start-up watchdog: node(s) {missing} did not join",
     Ev.SETUP_FAILED: "a setup line failed on {node} (exit status {exit_code}): {line}",
     Ev.PREFLIGHT_PASSED: "preflight gate passed on {nodes}",

@@ -173,6 +173,7 @@ class Checkpointer:
         self._pending: _Save | None = None  # the save in flight (one at a time)
         self.last_saved = -1  # the newest durable save's step (begun), or the one resumed from
         self.last_kept = -1   # the newest copy in node memory (train.memory_steps), or the one resumed from
+        self._memory_off_said = False
 
     # ------------------------------------------------------------------ save
 
@@ -337,12 +338,29 @@ class Checkpointer:
         loop waits for the state to be taken; the write and the send go on beside it)."""
         with heartbeat.busy("save"):
             self.memory.keep(step, {"step": step, "data": self.data.state_dict()})
+        if self._say_memory_off():
+            return
         self.last_kept = step
 
     def clear_memory(self) -> None:
         """The run finished or stopped: its copies in node memory go (a collective)."""
         if self.memory is not None:
             self.memory.clear()
+            self._say_memory_off()
+
+    def _say_memory_off(self) -> bool:
+        """The tier turned itself off (a copy could not be written): said once, by rank 0, in
+        the log and as an event; training goes on with the durable saves."""
+        off = self.memory.off if self.memory is not None else None
+        if off is None or self._memory_off_said:
+            return off is not None
+        self._memory_off_said = True
+        if self.rank == 0:
+            step, error = off
+            log.warning("no more copies in node memory this launch: the copy of step %d could not be written (%s); "
+                        "durable checkpoints go on (a larger /dev/shm, or train.memory_steps = 0)", step, error)
+            events.append(self.run_dir, Ev.MEMORY_OFF, step=step, error=error)
+        return True
 
 
 @dataclass

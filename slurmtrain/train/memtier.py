@@ -51,6 +51,9 @@ class MemoryTier:
         self.group = dist.new_group(backend="gloo")  # the copies travel on the CPU, beside the training
         self._copying: threading.Thread | None = None  # the copy in flight: at most one
         self._error: BaseException | None = None       # ... and how it failed
+        # A copy that could not be written (node memory full: /dev/shm is often small in a
+        # container) turns the tier off on every rank, together: (step, what failed).
+        self.off: tuple[int, str] | None = None
 
     # ---------------------------------------------------------------- keep
 
@@ -59,6 +62,8 @@ class MemoryTier:
         only), then serialize it, write it here and send it to the peer in the background
         (``finish`` waits for that)."""
         self.finish()
+        if self.off is not None:
+            return
         taken = self.state.local_state(client)  # its own tensors: the loop goes on changing the model's
         # A daemon: a rank that fails mid-copy exits without waiting for a peer that never sends.
         self._copying = threading.Thread(target=self._copy, args=(step, [taken]), name="memory-tier copy", daemon=True)
@@ -80,10 +85,15 @@ class MemoryTier:
             torch.save(taken, buf)
             del taken  # the serialized bytes are the copy now: one state's worth of memory, not two
             mine = torch.frombuffer(buf.getbuffer(), dtype=torch.uint8)  # the bytes, not a copy of them
-            self._write(step, self.rank, mine)
-            if self.peer_to is not None:
-                self._write(step, self.peer_from, self._swap(mine))
-            dist.barrier(group=self.group)  # the step is whole on every node before older ones go
+            failed = self._write(step, self.rank, mine)
+            if self.peer_to is not None:  # sent even so: the peer waits for it
+                failed = self._write(step, self.peer_from, self._swap(mine)) or failed
+            said: list[str | None] = [None] * self.world  # also the barrier: the step is whole everywhere
+            dist.all_gather_object(said, failed, group=self.group)  # before older ones go
+            if any(said):
+                self._drop(step)  # unwhole: no restart may count on it
+                self.off = (step, next(filter(None, said)))
+                return
             self._prune()
         except BaseException as e:  # noqa: BLE001  (raised in the loop's thread, by finish)
             self._error = e
@@ -101,12 +111,33 @@ class MemoryTier:
         sent.wait()
         return out
 
-    def _write(self, step: int, rank: int, data: torch.Tensor) -> None:
+    def _write(self, step: int, rank: int, data: torch.Tensor) -> str | None:
+        """Write rank ``rank``'s copy of ``step``; what failed, in words, where it could not."""
         folder = self.dir / f"step_{step}-{self.layout}"
-        folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".rank{rank}.{os.getpid()}"
-        tmp.write_bytes(data.numpy())
-        os.replace(tmp, folder / f"rank{rank}.pt")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data.numpy())
+            os.replace(tmp, folder / f"rank{rank}.pt")
+            return None
+        except OSError as err:
+            tmp.unlink(missing_ok=True)
+            try:
+                free = f", {shutil.disk_usage(self.dir).free / 2**20:,.1f} MiB free there"
+            except OSError:
+                free = ""
+            return (f"{node_name()} rank {self.rank}: {folder / f'rank{rank}.pt'}: {err.strerror or err} "
+                    f"({data.numel() / 2**20:,.1f} MiB to write{free})")
+
+    def _drop(self, step: int) -> None:
+        """Every file of ``step`` this rank wrote (its own, its peer's)."""
+        for held_step, rank, path in self._held():
+            if held_step == step and rank in (self.rank, self.peer_from):
+                path.unlink(missing_ok=True)
+        try:
+            (self.dir / f"step_{step}-{self.layout}").rmdir()
+        except OSError:
+            pass  # other ranks' files are still in it, or it was never made
 
     def _prune(self) -> None:
         """Drop this rank's files (its own and the one it keeps for its peer) of all but the

@@ -1,6 +1,7 @@
 """The copy into node memory runs beside the training loop (slurmtrain/train/memtier.py): the
 loop waits only for the state to be taken; the next copy, a restore or the end waits for the
-write; a failed write is raised in the loop. One process, gloo."""
+write; a write node memory has no room for turns the tier off, any other failure is raised
+in the loop. One process, gloo."""
 
 from __future__ import annotations
 
@@ -61,12 +62,38 @@ def test_the_loop_goes_on_while_the_copy_is_written_and_the_restore_waits_for_it
     assert torch.equal(tier.state.weight, torch.arange(4.0))
 
 
-def test_a_copy_that_fails_is_raised_in_the_loop_at_the_next_copy(tier, monkeypatch):
-    def full(*args):
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(tier, "_write", full)
-    tier.keep(5, {"step": 5})  # returns: the write fails in the copy's thread
-    with pytest.raises(OSError, match="No space left"):
+def test_a_copy_that_cannot_be_written_turns_the_tier_off_and_the_loop_goes_on(tier):
+    """Node memory full (a container's small /dev/shm): the copy's file cannot be written. No
+    error reaches the loop; the tier is off (every rank agrees), nothing half-written stays
+    for a restart to count on, and no later copy is tried. The write fails for real: files
+    of this process may not grow past 16 bytes while it runs (RLIMIT_FSIZE)."""
+    import resource
+    import signal
+
+    old_signal = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG from write(), not the signal
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16, hard))
+    try:
+        tier.keep(5, {"step": 5})
+        tier.finish()  # raises nothing
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_signal)
+    step, error = tier.off
+    assert step == 5 and "File too large" in error and "MiB to write" in error and "a rank 0: " in error, error
+    assert str(tier.dir) in error, error
+    assert not list(tier.dir.glob("step_*")), list(tier.dir.rglob("*"))  # the unwhole step removed
+    tier.keep(6, {"step": 6})
+    tier.finish()
+    assert tier._held() == [] and tier.restore({"step": 0}, durable=-1) is None
+
+
+def test_any_other_failure_of_a_copy_is_raised_in_the_loop_at_the_next_copy(tier, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("serialization failed")
+    monkeypatch.setattr(tier, "_write", broken)
+    tier.keep(5, {"step": 5})  # returns: the copy fails in its thread
+    with pytest.raises(RuntimeError, match="serialization failed"):
         tier.keep(6, {"step": 6})
 
 

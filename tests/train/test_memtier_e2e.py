@@ -70,3 +70,33 @@ def test_a_crash_then_a_lost_node_resume_from_node_memory_and_end_bitwise(tmp_pa
     got, want = weights(tmp_path / "run"), weights(tmp_path / "reference")
     assert got.keys() == want.keys() and all(got[k].equal(want[k]) for k in want)
     assert not memory.exists() or not any(memory.iterdir()), list(memory.rglob("*"))  # gone with the run
+
+
+@pytest.fixture
+def small_shm(tmp_path):
+    """A node's memory folder on a tmpfs of 64 KiB, a small /dev/shm (a container's is 64 MB)."""
+    folder = tmp_path / "shm" / "b"
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"this machine cannot mount a tmpfs here (mount: {mounted.stderr.strip()}): needs root")
+    try:
+        yield tmp_path / "shm"
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_node_memory_too_small_for_a_copy_turns_the_tier_off_and_training_goes_on(tmp_path, small_shm):
+    recipe = setup_run(tmp_path, steps=STEPS)
+    args = ["--recipe", str(recipe), "--run-dir", "run", "--set", "train.memory_steps=2", "--set", "train.save_steps=8"]
+    ran = two_nodes(tmp_path, args, ("a", "b"), small_shm)
+    out = ran[0].stdout + ran[1].stdout
+    assert all(p.returncode == 0 for p in ran), out[-4000:]
+    evs = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    [off] = [e for e in evs if e["event"] == "memory_off"]
+    assert off["step"] == 2 and "No space left on device" in off["error"] and str(small_shm / "b") in off["error"], off
+    assert "no more copies in node memory this launch: the copy of step 2 could not be written" in out, out[-4000:]
+    assert [e["step"] for e in evs if e["event"] == "checkpoint_saved"] == [8, 16]  # the durable tier went on
+    assert [e.get("step") for e in evs if e["event"] == "finished"] == [STEPS]
+    assert not list(small_shm.rglob("rank*.pt")), list(small_shm.rglob("*"))  # nothing half-written left
