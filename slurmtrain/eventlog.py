@@ -400,10 +400,13 @@ def _stop_cause(start: Start) -> tuple[str, str]:
     """Why the tasks of a start were asked to stop: (kind, words)."""
     if (e := start.last(Ev.REQUEUED_BY_SLURM)) is not None:
         return _requeued_by(e)
-    if (lost := start.last(Ev.NODES_LOST)) is not None and start.last(Ev.REQUEUE) is not None:
+    # The requeue's reason, not the loss alone: spares may have covered a lost node earlier in
+    # the start, and a later stop (the time limit's, one asked for) requeued it.
+    why = (start.last(Ev.REQUEUE) or {}).get("reason")
+    if (lost := start.last(Ev.NODES_LOST)) is not None and why == "node":
         seen = " (seen first as a hang)" if lost.get("seen_as") == HANG else ""
         return NODE_FAILURE, f"node(s) {lost.get('nodes')} were lost{seen} and no spare was left"
-    if (gate := start.last(Ev.PREFLIGHT_FAILED)) is not None and start.last(Ev.REQUEUE) is not None:
+    if (gate := start.last(Ev.PREFLIGHT_FAILED)) is not None and why == "preflight":
         return NODE_FAILURE, f"node(s) {gate.get('nodes')} failed the preflight gate"
     if start.last(Ev.PREEMPTED) is not None:
         return PREEMPTED, "Slurm preempted the job for a higher-priority one"

@@ -198,3 +198,18 @@ def test_nodes_lost_with_no_spare_do_not_read_as_left_out_before_a_requeue_that_
     assert "left out" not in lines[-2]
     spare = write(tmp_path, "submitted", ("started", {"restart": 0, "nodes": "n1 n2 n3", "spares": "n3"}))
     assert classify.history(spare)[-1].endswith("started on n1 n2 n3; spare(s), idle until needed: n3")
+
+
+def test_a_stop_after_spares_covered_a_lost_node_reads_as_the_stop_not_a_node_failure(tmp_path):
+    """A spare took a lost node's place (an in-job restart), then a stop asked for requeued
+    the job: it was not "lost and no spare was left"."""
+    covered = ("nodes_lost", {"nodes": "stnode2", "spares": "stnode3", "left": 0})
+    asked = ("signal", {"signal": "USR2", "cause": "asked", "before_end": 1700})
+    run = write(tmp_path, "submitted", START, covered, ("relaunched", {"attempt": 1, "why": "nodes lost"}), asked,
+                ("stopped", {"step": 140}), ("requeue", {"exit_code": 75, "saved": True, "counted": False}))
+    assert classify.classify(run).kind == classify.ASKED, classify.classify(run)
+    (tmp_path / "lost").mkdir()
+    lost = write(tmp_path / "lost", "submitted", START, covered,
+                 ("requeue", {"reason": "node", "exclude": "stnode2"}))
+    out = classify.classify(lost)
+    assert out.kind == classify.NODE_FAILURE and out.detail.startswith("node(s) stnode2 were lost and no spare"), out
