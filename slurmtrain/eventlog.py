@@ -565,14 +565,18 @@ def _last_launch_hang(start: Start) -> Event | None:
 
 
 def _failure(start: Start, e: Event) -> str:
-    """The failed launch's own error: the trainer's, else what the supervisor read in the
-    failing node's log (an earlier launch's, restarted from since, is not this one's)."""
+    """The failed launch's own error: what the supervisor read in the failing node's log (the
+    root cause: a rank killed, an exception), else the trainer's; an earlier launch's,
+    restarted from since, is not this one's. The trainer's may be a peer's failure seen
+    through a collective (a rank killed: the others' "Connection reset by peer")."""
     what = f"the command failed with exit status {e.get('exit_code')}"
     err = next((x for x in reversed(by_launch(start.events)[-1]) if x.get("event") == Ev.TRAIN_ERROR), None)
-    if err is not None:
+    if e.get("error"):
+        what += f" ({e['error']}" + (f", at step {err.get('step')})" if err is not None else ")")
+    elif err is not None:
         what += f" ({err.get('error')}, at step {err.get('step')})"
-    elif e.get("error"):
-        what += f" ({e['error']})"
+    if e.get("restarts_spent"):  # it would have started again in the job: no error of the program's itself
+        what += f"; resilience.restarts_in_job ({e['restarts_spent']}) was spent"
     elif (fin := next((x for x in reversed(start.events) if is_program_finished(x)), None)) is not None:
         at = f" at step {fin['step']}" if "step" in fin else ""
         what += f" after the program reported it finished{at}"

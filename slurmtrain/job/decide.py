@@ -67,6 +67,7 @@ class Facts:
     stray_kill: bool = False      # Slurm's kill of an earlier start's step ended it (Record.stray_kill)
     progressed: bool = False      # this start saved past every checkpoint before it (eventlog.progressed_since_start)
     error: str | None = None      # what the program said of its failure in its failing node's log
+    restarts_spent: int = 0       # resilience.restarts_in_job, when only its being spent kept the launch from starting again
 
 
 @dataclass(frozen=True)
@@ -163,9 +164,13 @@ def after_launch(f: Facts) -> Verdict:
                        "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
     if not stopped:
         said = {"error": f.error} if f.error else {}
-        return Verdict("end", eventlog.USER_ERROR, "failed", f.status, [(Ev.FAILED, {"exit_code": f.status, **said})],
+        spent = {"restarts_spent": f.restarts_spent} if f.restarts_spent else {}
+        return Verdict("end", eventlog.USER_ERROR, "failed", f.status,
+                       [(Ev.FAILED, {"exit_code": f.status, **said, **spent})],
                        f"slurmtrain: the command failed with exit status {f.status}"
-                       + (f" ({f.error})" if f.error else "") + "; not requeueing (a failure of the command itself)")
+                       + (f" ({f.error})" if f.error else "")
+                       + (f"; resilience.restarts_in_job ({f.restarts_spent}) is spent: not requeueing"
+                          if spent else "; not requeueing (a failure of the command itself)"))
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
         return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued", f.status,
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],

@@ -244,15 +244,18 @@ class Supervisor:
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
         covered = bool(lost) and self.pool.can_run_without(lost)
-        then = decide.after_failure(facts, lost, bool(cause.get("seen_as")), covered,
-                                    decide.progressed(mine, nodememory.newest_step()), repeated,
+        progressed = decide.progressed(mine, nodememory.newest_step())
+        then = decide.after_failure(facts, lost, bool(cause.get("seen_as")), covered, progressed, repeated,
                                     st.relaunches, self.cfg.restarts_in_job)
         if lost:
             self.faults.leave_out(lost, cause, then.action == "relaunch")
         if then.action == "requeue_without":
             return decide.Settled("requeue_without", (tuple(lost), then.words, "node", cause))
         if then.action == "finish":
-            return self.finish(facts)
+            # Only the budget kept it from starting again here: said (decide.relaunch with one left).
+            again = decide.relaunch(facts, progressed, repeated, 0, 1)
+            spent = self.cfg.restarts_in_job if again and st.relaunches >= self.cfg.restarts_in_job else 0
+            return self.finish(replace(facts, restarts_spent=spent))
         said, fields = decide.relaunch_said(then, facts, first, st.relaunches + 1, self.cfg.restarts_in_job,
                                             self.pool.active)
         self.say(said)

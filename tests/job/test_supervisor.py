@@ -1271,6 +1271,26 @@ def test_the_same_error_at_the_same_step_twice_is_a_program_error(rig):
     assert rig.summary() == "failed, exit status 1"
 
 
+def test_a_failure_the_spent_budget_alone_ends_says_so(rig, tmp_path):
+    """A rank killed after a checkpoint, twice, with one in-job restart: the second ends the
+    run, and the batch log, the event and status say the budget was spent (no error of the
+    program's), with the root cause the supervisor read, not a peer's follow-on error."""
+    from slurmtrain.runs import classify
+
+    with_batch_log(rig, tmp_path)
+    peer = emit("train_error", step=9, error="RuntimeError: Connection reset by peer")
+    killed = srun_says("srun: error: n2: task 1: Killed")
+    rig.task = [DIES_AFTER_SAVING, Plan([*DIES_AFTER_SAVING.at[:-1], (4, peer), (4.5, killed), (5, exits(137))])]
+    assert rig.run(restarts_in_job=1) == 137
+    assert rig.names() == ["started", "relaunched", "failed"]
+    assert rig.event("failed")["restarts_spent"] == 1
+    assert "; resilience.restarts_in_job (1) is spent: not requeueing" in rig.said()
+    out = classify.classify(rig.run_dir)
+    assert out.kind == classify.USER_ERROR and out.detail == (
+        "the command failed with exit status 137 (a task on n2 was killed by SIGKILL (out of memory, or a kill), at "
+        "step 9); resilience.restarts_in_job (1) was spent; not requeued"), out
+
+
 def srun_says(line: str) -> Action:
     """srun writes a line to the batch log (its task errors name the node)."""
     def act(step: FakeStep) -> None:
