@@ -128,6 +128,16 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
     return progressed and not repeated_error and relaunches < budget
 
 
+def _failed(f: Facts) -> Verdict:
+    """The launch failed by itself and does not start again: the end of the run."""
+    said = {"error": f.error} if f.error else {}
+    spent = {"restarts_spent": f.restarts_spent} if f.restarts_spent else {}
+    return Verdict("end", eventlog.USER_ERROR, "failed", f.status, [(Ev.FAILED, {"exit_code": f.status, **said, **spent})],
+                   f"slurmtrain: the command failed with exit status {f.status}" + (f" ({f.error})" if f.error else "")
+                   + (f"; resilience.restarts_in_job ({f.restarts_spent}) is spent: not requeueing"
+                      if spent else "; not requeueing (a failure of the command itself)"))
+
+
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
     # A program that requeued its own job (Lightning's SLURM auto-requeue) exits 0 as the
@@ -163,14 +173,7 @@ def after_launch(f: Facts) -> Verdict:
         return Verdict("end", eventlog.HANG, "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                        "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
     if not stopped:
-        said = {"error": f.error} if f.error else {}
-        spent = {"restarts_spent": f.restarts_spent} if f.restarts_spent else {}
-        return Verdict("end", eventlog.USER_ERROR, "failed", f.status,
-                       [(Ev.FAILED, {"exit_code": f.status, **said, **spent})],
-                       f"slurmtrain: the command failed with exit status {f.status}"
-                       + (f" ({f.error})" if f.error else "")
-                       + (f"; resilience.restarts_in_job ({f.restarts_spent}) is spent: not requeueing"
-                          if spent else "; not requeueing (a failure of the command itself)"))
+        return _failed(f)
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
         return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued", f.status,
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
