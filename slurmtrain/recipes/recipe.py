@@ -223,12 +223,28 @@ def _with_profile_pointer(err: ConfigError) -> ConfigError:
 def notes(recipe: Recipe, sources: Sources) -> list[str]:
     """What in a valid recipe will not train as its author likely meant: warned, never
     refused (a trial with ``--set train.steps=20`` keeps its recipe's warm-up)."""
-    t = recipe.train
+    t, said = recipe.train, []
     if t.warmup_steps >= t.steps:
-        return [f"train.warmup_steps = {t.warmup_steps} ({sources.of('train.warmup_steps')}) is not below "
-                f"train.steps = {t.steps} ({sources.of('train.steps')}): the learning rate rises for the whole "
-                f"run, to {t.steps / t.warmup_steps:.0%} of train.lr = {t.lr:g} at its last step, and never "
-                "decays"]
+        said.append(f"train.warmup_steps = {t.warmup_steps} ({sources.of('train.warmup_steps')}) is not below "
+                    f"train.steps = {t.steps} ({sources.of('train.steps')}): the learning rate rises for the whole "
+                    f"run, to {t.steps / t.warmup_steps:.0%} of train.lr = {t.lr:g} at its last step, and never "
+                    "decays")
+    return said + _memory_notes(t, sources)
+
+
+def _memory_notes(t: Any, sources: Sources) -> list[str]:
+    """train.memory_steps that makes no copy: none comes before the last step, or each falls on
+    a durable save's step, which takes its place (with the recipe's cadence, the default;
+    resilience.checkpoint_every = "auto" takes K as its first interval only)."""
+    k, where = t.memory_steps, f"train.memory_steps = {t.memory_steps} ({sources.of('train.memory_steps')})"
+    if not k:
+        return []
+    if k >= t.steps:
+        return [f"{where} is not below train.steps = {t.steps}: no copy in node memory is made before the run ends"]
+    if t.save_steps and k % t.save_steps == 0:
+        return [f"{where} is a multiple of train.save_steps = {t.save_steps} ({sources.of('train.save_steps')}): "
+                "each copy would fall on a durable save's step, which takes its place, so no copy in node memory "
+                f"is ever made; give it a value below {t.save_steps}"]
     return []
 
 

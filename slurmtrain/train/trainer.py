@@ -291,6 +291,10 @@ def build(recipe: Recipe, sources: Sources, world: World, run_dir: Path,
     log.info("data: %s, %d documents, %s tokens (%s): %d training and %d held-out sequences of %d",
              recipe.data.path, corpus.n_docs, f"{corpus.n_tokens:,}", tok.name, len(corpus.train),
              len(corpus.val), recipe.data.max_seq_len)
+    if cfg.memory_steps:
+        from ..nodememory import start_dir
+        log.info("copies in node memory (train.memory_steps): every %d steps between the durable saves, in %s",
+                 cfg.memory_steps, start_dir())
     # Hugging Face weights are a start: a run that has a checkpoint resumes from it instead.
     resuming = _checkpoint_found(run_dir)
     engine = engines.build(engines.Context(recipe, sources, world, args, accum, microbatches,

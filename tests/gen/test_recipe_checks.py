@@ -109,6 +109,26 @@ def test_a_warm_up_as_long_as_the_run_is_warned_of_not_refused(work):
     assert quiet.exit_code == 0 and "warning" not in quiet.stderr, quiet.stderr
 
 
+@pytest.mark.parametrize("sets, said", [
+    (["train.save_steps=20", "train.memory_steps=40"], "train.memory_steps = 40 (--set train.memory_steps=40) is a "
+     "multiple of train.save_steps = 20 (--set train.save_steps=20): each copy would fall on a durable save's step, "
+     "which takes its place, so no copy in node memory is ever made; give it a value below 20"),
+    (["train.memory_steps=1000"], "train.memory_steps = 1000 (--set train.memory_steps=1000) is not below "
+     "train.steps = 200: no copy in node memory is made before the run ends"),
+    (["train.save_steps=20", "train.memory_steps=5"], None),
+])
+def test_a_memory_tier_that_would_never_copy_is_warned_of(work, sets, said):
+    corpus(work / "corpus.jsonl")
+    r = str(recipe(work / "r.toml"))
+    args = [a for s in ["train.steps=200", *sets] for a in ("--set", s)]
+    result = CliRunner().invoke(main, ["gen", "-p", "local", "--recipe", r, *args])
+    assert result.exit_code == 0 and "#!/bin/bash" in result.stdout, result.output
+    if said is None:
+        assert "warning" not in result.stderr, result.stderr
+    else:
+        assert f"slurmtrain: warning: {said}" in result.stderr, result.stderr
+
+
 def test_global_batch_must_divide_over_the_profiles_world(work):
     corpus(work / "corpus.jsonl")
     r = str(recipe(work / "r.toml", batch=6))  # local: 2 nodes x 2 processes = world size 4
