@@ -51,14 +51,16 @@ def test_no_agent_preamble_ends_the_shell_word_it_is_written_in():
     assert all("'" not in launchers.get(name).agent_preamble for name in launchers.names())
 
 
-@pytest.mark.slow  # torchrun and two workers, twice: about 6 s each
+@pytest.mark.slow  # torchrun and two workers, three times: about 6 s each
 @pytest.mark.parametrize("codes, status, traceback", [
     ("75 75", 75, False),  # every worker stopped as the stop contract says: one line, its status
+    ("75 sleep", 75, False),  # ... one still exiting when the first had left: torchrun's SIGTERM (-15)
     ("3 75", 1, True),     # a failure among them is torchrun's, as it was: traceback, Root Cause, exit 1
 ])
 def test_the_torchrun_agent_passes_a_stop_on_in_one_line(tmp_path, codes, status, traceback):
     from slurmtrain.launchers.torchrun import ROOT_CAUSE
-    workers = f"codes=({codes}); exit ${{codes[$LOCAL_RANK]}}"
+    workers = (f"codes=({codes}); [ ${{codes[$LOCAL_RANK]}} = sleep ] && exec sleep 30; "
+               "exit ${codes[$LOCAL_RANK]}")
     proc = subprocess.run([sys.executable, "-c", agent("torchrun", 30), "torch.distributed.run", "--nnodes=1",
                            "--nproc-per-node=2", "--no-python", "bash", "-c", workers],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
