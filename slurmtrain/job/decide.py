@@ -128,6 +128,11 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
     return progressed and not repeated_error and relaunches < budget
 
 
+# A program that exits 0 after the stop request may have finished, or stopped early: said.
+_EXIT_0_AFTER_STOP = ("; it exited 0 after the stop request: if it had finished, nothing is lost; if it stopped "
+                      "early, have it report its checkpoint and exit 75 (slurmtrain.stop: docs/survival.md)")
+
+
 def _failed(f: Facts) -> Verdict:
     """The launch failed by itself and does not start again: the end of the run."""
     said = {"error": f.error} if f.error else {}
@@ -141,8 +146,11 @@ def _failed(f: Facts) -> Verdict:
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
     # A program that requeued its own job (Lightning's SLURM auto-requeue) exits 0 as the
-    # job goes back to the queue: requeued, not finished, unless it said it is done.
-    if f.status == 0 and not (f.slurm_requeued and not f.program_finished):
+    # job goes back to the queue: requeued, not finished, unless it said it is done. One that
+    # exits 0 after a stop request or a preemption stopped (a habit: save on the signal, exit
+    # 0), unless it said it is done: requeued where it reported a checkpoint, as a stop.
+    stopped_quietly = f.status == 0 and not f.program_finished and (f.stop_requested or f.preempted)
+    if f.status == 0 and not stopped_quietly and not (f.slurm_requeued and not f.program_finished):
         return Verdict("end", eventlog.COMPLETED, "finished", eventlog.EXIT_OK, [(Ev.FINISHED, {"exit_code": 0})])
     if f.program_finished:
         # The program said it is done; what the launchers did while tearing down after
@@ -179,7 +187,7 @@ def after_launch(f: Facts) -> Verdict:
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (resilience.requeue_when = \"always\" "
-                       "requeues anyway; docs/survival.md)")
+                       "requeues anyway; docs/survival.md)" + (_EXIT_0_AFTER_STOP if f.status == 0 else ""))
     # A stop that is no preemption (the time limit's warning) after a start that moved the
     # run on is the run going on as planned: its requeue does not count, so a run longer than
     # its time limit is requeued for as long as each start saves something new.

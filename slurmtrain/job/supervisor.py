@@ -300,8 +300,10 @@ class Supervisor:
             self.requeue.by_slurm(final=True)
         evs, task = events.read(self.cfg.run_dir), self.job.array_task
         finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
-        # Asked of Slurm only where it decides: a failure that no signal explains.
-        ask = status != 0 and not (stop or finished or st.cancelled or st.slurm_requeued)
+        # Asked of Slurm only where it decides: a failure that no signal explains, or an exit 0
+        # the program never said was its end (a habit: save on SIGTERM, exit 0).
+        quiet = not (stop or finished or st.cancelled or st.slurm_requeued)
+        ask = status != 0 and quiet
         if ask and status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
             status = self.record.task_exit_code(self.log_mark) or status  # the failed task's says more
         stray = status != 0 and self.record.stray_kill(self.log_mark)  # Slurm's kill: it says so itself
@@ -310,7 +312,7 @@ class Supervisor:
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
-            preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
+            preempted=quiet and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.requeue.counted(), max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
             stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task))
