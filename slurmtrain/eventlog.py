@@ -527,11 +527,7 @@ def outcome(start: Start, later: bool = False) -> Outcome:
                                         f"{e.get('exit_code', '?')}), so it was not requeued (set "
                                         'resilience.requeue_when = "always" to requeue anyway)', True, step, e)
     if (e := last(Ev.FAILED)) is not None:
-        if (hang := _last_launch_hang(start)) is not None:
-            return Outcome(HANG, f"hung: no rank reported progress for {hang.get('seconds')} s; {hang_who(hang)} "
-                                 f"(step {hang.get('step')}); no in-job restart left; stacks in {hang.get('stacks')}; "
-                                 "not requeued", True, step, e)
-        return Outcome(USER_ERROR, _failure(start, e) + "; not requeued", True, step, e)
+        return _failed(start, e, step)
     if (e := last(Ev.REQUEUE)) is not None:
         kind, why = _stop_cause(start)
         if (refused := last(Ev.REQUEUE_FAILED)) is not None:  # requeue disabled, or refused
@@ -547,6 +543,17 @@ def outcome(start: Start, later: bool = False) -> Outcome:
         verb = "resubmitted" if sub.get("event") == Ev.RESUBMITTED else "submitted"
         return Outcome(RUNNING, f"{verb} as job {sub.get('job_id', '?')}; not started yet", False, step, sub or None)
     return Outcome(RUNNING, _with_step("no end recorded yet", step), False, step)
+
+
+def _failed(start: Start, e: Event, step: int | None) -> Outcome:
+    """A start that ended with ``failed`` (``e``): a hang with no way on, or the command's failure."""
+    if (hang := _last_launch_hang(start)) is not None:
+        why = ("again at the step it hung before, on the same ranks: the program's hang, not a node's"
+               if e.get("hung_again") else "no in-job restart left")
+        return Outcome(HANG, f"hung: no rank reported progress for {hang.get('seconds')} s; {hang_who(hang)} "
+                             f"(step {hang.get('step')}); {why}; stacks in {hang.get('stacks')}; "
+                             "not requeued", True, step, e)
+    return Outcome(USER_ERROR, _failure(start, e) + "; not requeued", True, step, e)
 
 
 def by_launch(evs: list[Event]) -> list[list[Event]]:

@@ -68,6 +68,7 @@ class Facts:
     progressed: bool = False      # this start saved past every checkpoint before it (eventlog.progressed_since_start)
     error: str | None = None      # what the program said of its failure in its failing node's log
     restarts_spent: int = 0       # resilience.restarts_in_job, when only its being spent kept the launch from starting again
+    hung_again: bool = False      # hung at the step and on the ranks an earlier launch of this start hung (repeated_hang)
 
 
 @dataclass(frozen=True)
@@ -123,14 +124,28 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
     no fault of the program: it starts again whether or not it saved."""
     if not failed_by_itself(f):
         return False
-    if f.hung or f.stray_kill:  # no error of the program's; it starts again from the newest checkpoint
+    if f.stray_kill:  # no error of the program's; it starts again from the newest checkpoint
         return relaunches < budget
+    if f.hung:  # nor is a hang, unless it comes again where one came before (repeated_hang)
+        return not repeated_error and relaunches < budget
     return progressed and not repeated_error and relaunches < budget
 
 
 # A program that exits 0 after the stop request may have finished, or stopped early: said.
 _EXIT_0_AFTER_STOP = ("; it exited 0 after the stop request: if it had finished, nothing is lost; if it stopped "
                       "early, have it report its checkpoint and exit 75 (slurmtrain.stop: docs/survival.md)")
+
+
+def _hung(f: Facts) -> Verdict:
+    """The launch hung and does not start again: the program's hang, or no restart left."""
+    if f.hung_again:
+        return Verdict("end", eventlog.HANG, "hung again where it hung before", f.status,
+                       [(Ev.FAILED, {"exit_code": f.status, "hung_again": True})],
+                       "slurmtrain: the launch hung again at the step and on the ranks it hung before: the "
+                       "program's hang, not a node's; not requeueing (the stacks of each hang are in the run's "
+                       "stacks/ folder)")
+    return Verdict("end", eventlog.HANG, "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
+                   "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
 
 
 def _failed(f: Facts) -> Verdict:
@@ -178,8 +193,7 @@ def after_launch(f: Facts) -> Verdict:
         events.append((Ev.PREEMPTED, {"exit_code": f.status}))
         stopped, say = True, "slurmtrain: Slurm preempted the job (the tasks got SIGTERM)\n"
     if not stopped and f.hung:
-        return Verdict("end", eventlog.HANG, "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
-                       "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
+        return _hung(f)
     if not stopped:
         return _failed(f)
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
@@ -699,6 +713,18 @@ def blamed(named: list[str], active: list[str], blame: bool) -> list[str]:
     if not blame or set(active) <= set(named):
         return []
     return [n for n in named if n in active]
+
+
+def repeated_hang(mine: list[dict], this_start: list[dict]) -> bool:
+    """This launch's hang (among its events, ``mine``) came at the step, with the same ranks
+    last to report, as an earlier launch's of this start (``this_start``: the start's events,
+    these included): a program that hangs where it hung before hangs by itself, whatever
+    node its ranks are on; no node is to blame."""
+    hang = next((e for e in reversed(mine) if e.get("event") == Ev.HANG), None)
+    if hang is None:
+        return False
+    key = (hang.get("step"), hang.get("ranks"))
+    return sum(1 for e in this_start if e.get("event") == Ev.HANG and (e.get("step"), e.get("ranks")) == key) > 1
 
 
 def repeated_error(mine: list[dict], this_start: list[dict], said: str | None = None) -> bool:

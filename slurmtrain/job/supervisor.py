@@ -239,7 +239,9 @@ class Supervisor:
             first = self.record.first_failure(self.log_mark)
         error = facts.error
         own = None if error is None or programlog.node_fault(error) else error  # the program's, not its node's
-        repeated = decide.repeated_error(mine, eventlog.since_start(evs), own)
+        again = st.hung and decide.repeated_hang(mine, eventlog.since_start(evs))
+        repeated, facts = decide.repeated_error(mine, eventlog.since_start(evs), own) or again, \
+            replace(facts, hung_again=again)
         blame = not (repeated or facts.stray_kill)
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
