@@ -112,4 +112,4 @@ def follow_up(runs_dir: str) -> tuple[str, str]:
     via = os.environ.get("SLURMTRAIN_VIA_REMOTE")
     if via:
         return f"slurmtrain --remote {shlex.quote(via)}", ""
-    return "slurmtrain", "" if runs_dir == "runs" else f" --runs-dir {runs_dir}"
+    return "slurmtrain", "" if runs_dir == "runs" else f" --runs-dir {shlex.quote(str(runs_dir))}"

@@ -181,7 +181,7 @@ def _targets(refs: tuple[str, ...], runs_dir: str):
 @click.argument("refs", nargs=-1, metavar="[RUN|JOBID]...")
 @runs_dir_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run (state, exit code, events...).")
-@click.option("--lines", "-n", default=20, show_default=True, help="Log lines shown for a failed run.")
+@click.option("--lines", "-n", default=20, show_default=True, type=click.IntRange(min=0), help="Log lines shown for a failed run.")
 def status(refs: tuple[str, ...], runs_dir: str, as_json: bool, lines: int) -> None:
     """State, how it ended (outcome), nodes, elapsed time, exit code, requeues and history of runs.
 
@@ -228,7 +228,8 @@ def _print_failure(target, job_id: str | None, lines: int) -> None:
                              if item[0] in errors else len(errors)):
         if node in errors:
             click.echo(f"program error on {node}: {errors[node]}")
-        click.echo(f"last lines of {node}'s log ({target.node_logs(job_id)[node]}):")
+        if tail:  # none asked for (-n 0), or the launch printed nothing
+            click.echo(f"last lines of {node}'s log ({target.node_logs(job_id)[node]}):")
         for line in tail:
             click.echo(f"  {line}")
 

@@ -377,7 +377,7 @@ def tail(path: Path, lines: int = 20) -> list[str]:
             text = f.read().decode(errors="replace")
     except FileNotFoundError:
         return []
-    return text.splitlines()[-lines:]
+    return text.splitlines()[-lines:] if lines > 0 else []  # [-0:] would be every line
 
 
 def failing_node_logs(run: RunDir, job_id: str | None = None, lines: int = 20) -> dict[str, list[str]]:

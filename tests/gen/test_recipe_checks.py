@@ -387,3 +387,15 @@ def test_submit_says_what_an_automatic_checkpoint_cadence_will_do(work):
     plain = CliRunner().invoke(main, ["submit", "-p", "local", "--recipe", "tiny-demo"])
     own = CliRunner().invoke(main, ["submit", "-p", "local", *auto, "--", "python3", "-c", "pass"])
     assert "checkpoint_every" not in plain.output and "checkpoint_every" not in own.output
+
+
+def test_the_follow_up_commands_quote_a_runs_directory_with_a_space(work):
+    """Pasting the printed command must find the run: `--runs-dir runs dir` did not."""
+    import shlex
+    (work / "x.py").write_text("print('hi')\n")
+    result = CliRunner().invoke(main, ["submit", "-p", "local", "--runs-dir", "my runs", "--name", "sp", "--",
+                                       "python3", "x.py"])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("follow it: "))
+    status = shlex.split(line[len("follow it: "):].split(";")[0])
+    assert status[:4] == ["slurmtrain", "status", "--runs-dir", "my runs"] and status[4].startswith("sp-"), line

@@ -111,6 +111,11 @@ def test_status_cli_shows_failing_node_log(tmp_path, fake_slurm):
     assert "FAILED" in out and "exit code  3" in out and "failed" in out
     assert "last lines of stnode2's log" in out and "Boom: exit 3" in out
     assert "line 20" not in out and "stnode1's log" not in out
+    for n, said in ((0, []), (1, ["  Boom: exit 3"])):  # -n 0: none (it was every line)
+        out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), "-n", str(n), "fail"]).output
+        assert [line for line in out.splitlines() if line.startswith("  ") and "exit 3" in line
+                or line.startswith("  line ")] == said, out
+        assert ("last lines of" in out) is bool(said), out
     result = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), "--json", "fail", "13"])
     first, second = (json.loads(line) for line in result.output.splitlines())
     assert (first["state"], first["exit_code"], second["job_id"], second["state"]) == ("FAILED", 3, "13", "RUNNING")
