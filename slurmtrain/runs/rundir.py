@@ -345,6 +345,7 @@ def initial_manifest(run: RunDir, *, loaded, job, cwd: str | os.PathLike) -> dic
         "recipe": job.recipe,
         "launcher": p.launch.launcher,
         "nodes": p.slurm.nodes,
+        "spare_nodes": p.slurm.spare_nodes,  # allocated beside `nodes`, idle until one is lost
         "array": job.array,  # tasks of a job array (each of `nodes` nodes); None: one job
         "exclude": list(job.exclude),  # nodes sbatch was told to leave out (the bad-node ledger's)
         "partition": p.slurm.partition,

@@ -179,8 +179,10 @@ def _size_hint(run: RunDir, message: str) -> str:
     if row is None:
         return ""
     gres = "no GPUs (GRES)" if row[3] in ("(null)", "") else f"GRES {row[3]}"
+    nodes, spares = run.manifest().get("nodes") or 0, run.manifest().get("spare_nodes") or 0
+    asked = f"{nodes + spares} node(s) ({nodes} + {spares} spare(s): slurm.spare_nodes)" if spares else f"{nodes} node(s)"
     return (f"; partition {row[0].rstrip('*')} has {row[1]} node(s) of {row[2]} CPUs, {gres}; the job asks for "
-            f"{run.manifest().get('nodes')} node(s) (sinfo)")
+            f"{asked} (sinfo)")
 
 
 def _ledger_hint(run: RunDir) -> str:

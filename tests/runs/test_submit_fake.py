@@ -105,9 +105,13 @@ def test_a_job_larger_than_its_partition_is_told_what_the_partition_has(fake_bin
     assert ("Node count specification invalid (recorded in " in result.output and
             "; partition debug has 2 node(s) of 4 CPUs, no GPUs (GRES); the job asks for 3 node(s) (sinfo)"
             in result.output), result.output
+    # Spares count: the job asks for them too.
+    result = CliRunner().invoke(main, ["submit", "--nodes", "2", "--set", "slurm.spare_nodes=1", "--", "python", "x.py"])
+    assert ("; partition debug has 2 node(s) of 4 CPUs, no GPUs (GRES); the job asks for 3 node(s) (2 + 1 spare(s): "
+            "slurm.spare_nodes) (sinfo)" in result.output), result.output
     # Any other refusal asks nothing more of Slurm.
     CliRunner().invoke(main, ["submit", "--partition", "nope", "--", "python", "x.py"])
-    assert len((fake_bin / "sinfo.calls").read_text().splitlines()) == 1
+    assert len((fake_bin / "sinfo.calls").read_text().splitlines()) == 2
 
 
 def test_a_shell_without_the_slurm_configuration_is_told_how_to_get_the_sandboxs(fake_bin, tmp_path, monkeypatch):
