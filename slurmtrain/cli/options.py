@@ -373,6 +373,11 @@ def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit,
     refuses and gen only warns of is refused here, before it is said a second time as a warning."""
     check_command(tuple(command))
     recipe_sets = _recipe_sets(sets) if recipe and not command else ()
+    if not recipe_sets and _recipe_sets(sets):  # else the profile's "unknown key", which misleads
+        kv = _recipe_sets(sets)[0]
+        raise UsageError(f"--set {kv}: {kv.split('.', 1)[0]}.* is a key of the built-in trainer's recipe: it "
+                         f"applies with --recipe (and no command), not to {'your command' if command else 'a profile'}"
+                         + ("; your program takes its own options after --" if command else ""))
     sets = tuple(kv for kv in sets if kv not in recipe_sets)
     loaded = load_profile(profile, overrides(nodes, gpus_per_node, time_limit, partition, launcher,
                                              max_requeues, sets))

@@ -399,3 +399,11 @@ def test_the_follow_up_commands_quote_a_runs_directory_with_a_space(work):
     line = next(line for line in result.output.splitlines() if line.startswith("follow it: "))
     status = shlex.split(line[len("follow it: "):].split(";")[0])
     assert status[:4] == ["slurmtrain", "status", "--runs-dir", "my runs"] and status[4].startswith("sp-"), line
+
+
+def test_a_recipe_key_set_for_ones_own_command_says_it_is_the_built_in_trainers(work):
+    """Not the profile's "train: unknown key (did you mean "tracking"?)"."""
+    line = one_error(gen("-p", "local", "--set", "train.memory_steps=10", "--", "python3", "train.py"))
+    assert line == ("slurmtrain: error: --set train.memory_steps=10: train.* is a key of the built-in trainer's "
+                    "recipe: it applies with --recipe (and no command), not to your command; your program takes "
+                    "its own options after --"), line
