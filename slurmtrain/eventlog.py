@@ -524,7 +524,8 @@ def outcome(start: Start, later: bool = False) -> Outcome:
     if (e := last(Ev.STOP_UNSAVED)) is not None:
         why = _stop_cause(start)[1]
         return Outcome(STOPPED_UNSAVED, f"{why}; the program has reported no checkpoint in this run (exit status "
-                                        f"{e.get('exit_code', '?')}), so it was not requeued (set "
+                                        f"{e.get('exit_code', '?')}), so it was not requeued (a program "
+                                        "reports them through slurmtrain.stop: docs/survival.md; or set "
                                         'resilience.requeue_when = "always" to requeue anyway)', True, step, e)
     if (e := last(Ev.FAILED)) is not None:
         return _failed(start, e, step)

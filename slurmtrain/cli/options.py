@@ -130,6 +130,44 @@ def _warn_of_no_heartbeat(loaded: LoadedProfile, script: Path, name: str) -> Non
                    "or Lightning callback), so a hang after its start-up is not seen (docs/survival.md)", err=True)
 
 
+def _text(script: Path) -> str:
+    try:
+        return script.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _warn_of_slurm_ranks(loaded: LoadedProfile, script: Path, name: str) -> None:
+    """A script that takes its rank from SLURM_PROCID (written for `srun python train.py`)
+    under a launcher whose agent starts several processes a node: they share the node's
+    task, so they take the same rank, and the job dies in its first collective."""
+    from ..render import procs_per_node
+    launcher, text = loaded.profile.launch.launcher, _text(script)
+    if not launchers.get(launcher).agent or procs_per_node(loaded.profile) < 2 or "SLURM_PROCID" not in text:
+        return
+    if re.search(r"""["']RANK["']""", text):  # reads torchrun's too
+        return
+    srun = "--launcher srun (one Slurm task a process)" if "srun" in loaded.profile.allowed_launchers else \
+        "a profile that allows the srun launcher"
+    click.echo(f"slurmtrain: warning: {name} takes its rank from SLURM_PROCID, but the {launcher} launcher starts "
+               f"{procs_per_node(loaded.profile)} processes a node in one Slurm task, so they would take the same "
+               f"rank: use {srun}, or read RANK, LOCAL_RANK and WORLD_SIZE as {launcher} sets them", err=True)
+
+
+def _note_no_stop_contract(loaded: LoadedProfile, script: Path, name: str) -> None:
+    """A program that names nothing of slurmtrain reports no checkpoint: stopped at a
+    preemption or the time limit, its job is not requeued (requeue_when = "saved")."""
+    if loaded.profile.resilience.requeue_when != "saved" or not loaded.profile.resilience.requeue:
+        return
+    text = _text(script)
+    if not text or "slurmtrain" in text:
+        return
+    click.echo(f"slurmtrain: note: {name} does not use slurmtrain.stop, so it reports no checkpoint: after a "
+               "preemption or the time limit its job is not requeued (resilience.requeue_when = \"saved\"). Have it "
+               "save and exit 75 through slurmtrain.stop (docs/survival.md), or, if it resumes from its own "
+               "checkpoints, set resilience.requeue_when = \"always\"", err=True)
+
+
 def check_deepspeed_config(loaded: LoadedProfile, job: JobSpec) -> None:
     """gen and submit: the command's DeepSpeed config, as DeepSpeed would read it on every
     rank (slurmtrain/dsconfig.py); refused or warned of before the queue."""
@@ -177,6 +215,8 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: Sequen
     if found is not None and found.exists():
         _warn_of_lost_local_rank(loaded, job, found, script)
         _warn_of_no_heartbeat(loaded, found, script)
+        _warn_of_slurm_ranks(loaded, found, script)
+        _note_no_stop_contract(loaded, found, script)
     _note_launcher_options(loaded, job)
     _warn_of_missing_command(loaded, job)
     _note_own_options_after_dashes(loaded, job)

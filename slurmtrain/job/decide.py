@@ -200,8 +200,8 @@ def after_launch(f: Facts) -> Verdict:
         return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued", f.status,
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
-                       f"{f.status}); not requeueing, it would start over (resilience.requeue_when = \"always\" "
-                       "requeues anyway; docs/survival.md)" + (_EXIT_0_AFTER_STOP if f.status == 0 else ""))
+                       f"{f.status}); not requeueing, it would start over (a program reports them through "
+                       "slurmtrain.stop; resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)" + (_EXIT_0_AFTER_STOP if f.status == 0 else ""))
     # A stop that is no preemption (the time limit's warning) after a start that moved the
     # run on is the run going on as planned: its requeue does not count, so a run longer than
     # its time limit is requeued for as long as each start saves something new.

@@ -81,7 +81,7 @@ def test_a_launchers_options_the_script_sets_itself_are_said_to_be_left_out(tmp_
             "out: the job script starts the launcher") in result.stderr, result.stderr
     assert "to keep port 1234: --set launch.rdzv_port=1234" in result.stderr  # a firewall's port, say
     plain = CliRunner().invoke(main, ["gen", "--", "torchrun", "--nproc_per_node", "2", "train.py"])
-    assert "note:" not in plain.stderr, plain.stderr  # taken over whole: nothing to say
+    assert "left out" not in plain.stderr, plain.stderr  # taken over whole: nothing to say of its options
     # deepspeed --include names hosts: its GPUs a node are kept, its hosts are Slurm's
     hosts = CliRunner().invoke(main, ["gen", "--launcher", "deepspeed", "--", "deepspeed", "--include",
                                       "stnode1:0,1@stnode2:0,1", "train.py"])
@@ -366,3 +366,25 @@ def test_gen_says_which_bad_nodes_submit_would_leave_out_and_this_script_does_no
     assert ("slurmtrain: warning: the bad-node ledger (runs/bad-nodes.jsonl) lists "
             "stnode2,stnode5: `slurmtrain submit` leaves them out, this script does not (submit it with "
             "`sbatch --exclude=stnode2,stnode5`, or see `slurmtrain nodes`)") in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("text, warned, noted", [
+    ('import os\nrank = int(os.environ["SLURM_PROCID"])\n', True, True),  # written for `srun python train.py`
+    ('import os\nrank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID")))\n', False, True),
+    ('from slurmtrain import stop\nrank = int(os.environ["RANK"])\n', False, False),
+])
+def test_what_a_script_reads_and_does_not_use_is_said_before_the_queue(tmp_path, monkeypatch, text, warned, noted):
+    """Its rank from SLURM_PROCID under an agent launcher with two processes a node (they would
+    take the same rank); no slurmtrain.stop (after a stop its job is not requeued)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(text)
+    err = CliRunner().invoke(main, ["gen", "--", "python", "train.py"]).stderr
+    assert ("train.py takes its rank from SLURM_PROCID, but the torchrun launcher starts 2 processes a node in one "
+            "Slurm task, so they would take the same rank: use --launcher srun" in err) is warned, err
+    assert ("note: train.py does not use slurmtrain.stop, so it reports no checkpoint: after a preemption or the "
+            "time limit its job is not requeued" in err) is noted, err
+    srun = CliRunner().invoke(main, ["gen", "--launcher", "srun", "--", "python", "train.py"]).stderr
+    assert "SLURM_PROCID" not in srun, srun  # one Slurm task a process: SLURM_PROCID is its rank
+    always = CliRunner().invoke(main, ["gen", "--set", 'resilience.requeue_when="always"', "--", "python",
+                                       "train.py"]).stderr
+    assert "slurmtrain.stop" not in always, always
