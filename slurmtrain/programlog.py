@@ -32,6 +32,9 @@ _NOT_STARTED = re.compile(r"^\S*python[\d.]*: (can't open file |No module named 
 # apptainer's (singularity's) own refusal to start the program: an image it cannot read, a
 # bind source that is not there ("FATAL:   container creation failed: mount ...").
 _RUNTIME_FATAL = re.compile(r"^FATAL:\s")
+# Python's refusal to compile the script: no "Traceback" line, its file and line, then this.
+_SYNTAX = re.compile(r"^(SyntaxError|IndentationError|TabError): ")
+_WHERE = re.compile(r'^\s+File "([^"]+)", line (\d+)')
 # argparse's refusal of the command line: "usage: train.py ..." then "train.py: error: ..."
 _USAGE_ERROR = re.compile(r"^\S+: error: ")
 # A collective that failed because a peer went away (gloo, NCCL, c10d's store).
@@ -97,7 +100,7 @@ def program_error(lines: Iterable[str]) -> Error | None:
     root = follow_on = None
     in_traceback: dict[str, bool] = {}  # by the launcher's prefix: ranks print their tracebacks at once
     usage: dict[str, bool] = {}         # ... and their argparse usage, before its error line
-    seen = []
+    seen, where = [], ""
     for raw in lines:
         cut = _MID_LINE.search(raw)  # after a progress bar's last frame, which ends in no newline
         raw = raw[cut.start():] if cut else raw
@@ -112,6 +115,10 @@ def program_error(lines: Iterable[str]) -> Error | None:
             root, in_traceback[key], usage[key] = line, False, False
         elif line.startswith("Traceback (most recent call last):"):
             in_traceback[key] = True
+        elif (at := _WHERE.match(line)) is not None:
+            where = f" ({at[1]}, line {at[2]})"
+        elif _SYNTAX.match(line) and not in_traceback.get(key):  # the script itself did not compile
+            root = line + where
         elif in_traceback.get(key) and line and not line[0].isspace():
             # The first unindented line after the frames names the exception.
             in_traceback[key] = False

@@ -7,6 +7,7 @@ import functools
 import os
 import re
 import shlex
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -154,6 +155,21 @@ def _warn_of_slurm_ranks(loaded: LoadedProfile, script: Path, name: str) -> None
                f"rank: use {srun}, or read RANK, LOCAL_RANK and WORLD_SIZE as {launcher} sets them", err=True)
 
 
+def _warn_of_syntax_error(script: Path, name: str) -> None:
+    """A Python script that does not compile fails at the job's start, after its wait in the
+    queue. Warned, not refused: the nodes' Python (an image's) may be newer than this one."""
+    if script.suffix != ".py":
+        return
+    try:
+        compile(_text(script), str(script), "exec", dont_inherit=True)
+    except SyntaxError as err:
+        click.echo(f"slurmtrain: warning: {name} does not compile with this Python ({sys.version.split()[0]}): "
+                   f"{type(err).__name__}: {err.msg} (line {err.lineno}); the job would fail as it starts, unless "
+                   "the nodes' Python takes it", err=True)
+    except ValueError:  # null bytes: not a script to judge
+        pass
+
+
 def _note_no_stop_contract(loaded: LoadedProfile, script: Path, name: str) -> None:
     """A program that names nothing of slurmtrain reports no checkpoint: stopped at a
     preemption or the time limit, its job is not requeued (requeue_when = "saved")."""
@@ -217,6 +233,7 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: Sequen
         _warn_of_no_heartbeat(loaded, found, script)
         _warn_of_slurm_ranks(loaded, found, script)
         _note_no_stop_contract(loaded, found, script)
+        _warn_of_syntax_error(found, script)
     _note_launcher_options(loaded, job)
     _warn_of_missing_command(loaded, job)
     _note_own_options_after_dashes(loaded, job)

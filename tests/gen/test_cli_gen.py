@@ -388,3 +388,13 @@ def test_what_a_script_reads_and_does_not_use_is_said_before_the_queue(tmp_path,
     always = CliRunner().invoke(main, ["gen", "--set", 'resilience.requeue_when="always"', "--", "python",
                                        "train.py"]).stderr
     assert "slurmtrain.stop" not in always, always
+
+
+def test_a_script_that_does_not_compile_is_warned_of_before_the_queue(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("from slurmtrain import stop\ndef f(\n    x = 1\n")
+    result = CliRunner().invoke(main, ["gen", "--", "python", "train.py"])
+    assert result.exit_code == 0 and "#!/bin/bash" in result.stdout, result.output  # warned, not refused
+    assert ("warning: train.py does not compile with this Python (" in result.stderr
+            and "SyntaxError: '(' was never closed (line 2); the job would fail as it starts" in result.stderr), \
+        result.stderr

@@ -229,3 +229,15 @@ def test_the_container_runtimes_refusal_is_the_programs_error():
     fatal = "FATAL:   container creation failed: mount hook function failure: mount /home/u/nodata->/data error"
     assert said(["INFO:    underlay of /etc/localtime required", fatal,
                  "srun: error: stnode1: task 0: Exited with exit code 255"]) == fatal
+
+
+def test_a_script_that_did_not_compile_is_named_with_its_file_and_line(tmp_path):
+    """Python prints no "Traceback" line for the script itself: under the srun launcher the
+    node's log holds only the file, the line and the error."""
+    import subprocess
+    import sys
+    from slurmtrain import programlog
+    (tmp_path / "bad.py").write_text("def f(\n    x = 1\n")
+    out = subprocess.run([sys.executable, str(tmp_path / "bad.py")], capture_output=True, text=True).stderr
+    found = programlog.program_error(["----- slurmtrain: job 5, launch 1 on a -----", *out.splitlines()])
+    assert found == programlog.Error(f"SyntaxError: '(' was never closed ({tmp_path / 'bad.py'}, line 1)", True)
