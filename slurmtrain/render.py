@@ -46,14 +46,16 @@ class JobSpec(Frozen):
 
 # Values that end up on an #SBATCH line, which sbatch (not bash) reads: no quoting
 # exists there, so anything that would need it is refused.
-_SBATCH_SAFE = re.compile(r"[A-Za-z0-9_./%+:@,=\-\[\]&|]+")
+# What an #SBATCH line takes unquoted: letters (any script's: sbatch passes UTF-8 through),
+# digits and the punctuation of paths and options; no spaces, quotes, $ or #.
+_SBATCH_SAFE = re.compile(r"[\w./%+:@,=\-\[\]&|]+")
 _JOB_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
 
 def check_job_name(name: str) -> None:
     """A job name is also its run directory's name: checked before anything is made."""
     if not _JOB_NAME.fullmatch(name):
-        raise UsageError(f"job name {name!r}: use 1-128 letters, digits, '_', '.' or '-'")
+        raise UsageError(f"job name {name!r}: use 1-128 ASCII letters (a-z, A-Z), digits, '_', '.' or '-'")
 
 
 def _sbatch_directives(p: Profile, job: JobSpec, where: str) -> list[str]:
@@ -102,8 +104,9 @@ def _sbatch_directives(p: Profile, job: JobSpec, where: str) -> list[str]:
         if value.startswith('"') and value.endswith('"') and len(value) > 1:  # quoted above: its spaces
             value = value[1:-1].replace(" ", "_")
         if not _SBATCH_SAFE.fullmatch(value) or "\n" in d:
-            raise UsageError(f"#SBATCH {d}: this value cannot be written on an #SBATCH line "
-                             "(no spaces or quotes); choose a simpler name or path")
+            bad = "".join(dict.fromkeys(c for c in value if not _SBATCH_SAFE.fullmatch(c)))
+            raise UsageError(f"#SBATCH {d}: sbatch cannot read {bad!r} on an #SBATCH line (it takes letters, "
+                             "digits and ./%+:@,=-[]&|); choose a simpler name or path")
     return out
 
 

@@ -4,6 +4,8 @@ two, and extra comes last. An --output there hid the batch log from status and l
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from click.testing import CliRunner
 
@@ -82,12 +84,14 @@ def test_sbatchs_refusal_of_an_extra_option_names_the_profile_key(tmp_path):
 
 def test_a_run_directory_with_a_space_is_written_quoted_on_its_output_line():
     """A project under "my proj": submit refused it (no spaces on an #SBATCH line), though
-    sbatch reads a double-quoted value whole (22.05 and 24.11); quotes or a newline stay
-    refused."""
+    sbatch reads a double-quoted value whole (22.05 and 24.11); a path with letters beyond
+    ASCII is written as it is; quotes or a newline stay refused, named."""
     text = render(load_profile("local"), JobSpec(command=COMMAND, run_dir="/home/u/my proj/runs/r-1"))
     assert '#SBATCH --output="/home/u/my proj/runs/r-1/logs/job-%j.out"' in text, text
-    for bad in ('/home/u/my "proj"/runs/r-1', "/home/u/a\nb/r-1"):
-        with pytest.raises(UsageError, match="cannot be written on an #SBATCH line"):
+    text = render(load_profile("local"), JobSpec(command=COMMAND, run_dir="/home/jürgen/läufe/r-1"))
+    assert "#SBATCH --output=/home/jürgen/läufe/r-1/logs/job-%j.out" in text, text  # sbatch reads UTF-8 as it is
+    for bad, chars in (('/home/u/my "proj"/runs/r-1', repr(' "')), ("/home/u/a\nb/r-1", repr("\n"))):
+        with pytest.raises(UsageError, match=re.escape(f"sbatch cannot read {chars} on an #SBATCH line")):
             render(load_profile("local"), JobSpec(command=COMMAND, run_dir=bad))
 
 

@@ -145,7 +145,7 @@ def test_regen_line_is_a_gen_command():
 
 def test_a_job_name_with_a_slash_is_refused_before_any_directory(fake_bin, tmp_path):
     result = CliRunner().invoke(main, ["submit", "--name", "x;$(touch /tmp/pwned)", "--", "python", "x.py"])
-    assert result.exit_code == 2 and "job name 'x;$(touch /tmp/pwned)': use 1-128 letters" in result.output, \
+    assert result.exit_code == 2 and "job name 'x;$(touch /tmp/pwned)': use 1-128 ASCII letters" in result.output, \
         result.output
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*"))
 
