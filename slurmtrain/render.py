@@ -466,9 +466,13 @@ def short_time_limit(loaded: LoadedProfile, starts: bool = False) -> str | None:
     if not limit or limit[0] > r.signal_seconds + (0 if starts else 60):
         return None
     when = "as it starts" if limit[0] <= r.signal_seconds else f"about {limit[0] - r.signal_seconds} s after it starts"
+    # Where the value had no hours, it may have meant them ("30" for half an hour is 30 minutes,
+    # "0:30" half a minute): how to write them.
+    hours = "" if "hours" in limit[1] else "; hours are written H:MM:SS (2:00:00 is two hours)"
     return (f"the time limit (slurm.time, --time) {p.slurm.time} is {limit[0] // 60} min to Slurm ({limit[1]}, "
             f"in whole minutes), and the stop signal comes resilience.signal_seconds ({r.signal_seconds} s) "
-            f"before the end: the job would be told to stop {when} (two hours: 2:00:00)")
+            f"before the end: the job would be told to stop {when}: give a longer --time, or a shorter "
+            f"resilience.signal_seconds{hours}")
 
 
 def warnings(loaded: LoadedProfile) -> list[str]:

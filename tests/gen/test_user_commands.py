@@ -139,7 +139,9 @@ def test_gen_warns_of_a_time_limit_that_leaves_no_time_before_the_stop_signal(li
         assert f"warning: the time limit (slurm.time, --time) {warned}, and the stop signal comes " \
                "resilience.signal_seconds (120 s) before the end" in result.stderr, result.stderr
         when = "about 60 s after it starts" if limit == "3" else "as it starts"
-        assert f"the job would be told to stop {when} (two hours: 2:00:00)" in result.stderr, result.stderr
+        hours = "" if limit.count(":") == 2 else "; hours are written H:MM:SS (2:00:00 is two hours)"
+        assert (f"the job would be told to stop {when}: give a longer --time, or a shorter "
+                f"resilience.signal_seconds{hours}\n") in result.stderr, result.stderr
     else:
         assert "time limit" not in result.stderr, result.stderr
 

@@ -220,7 +220,9 @@ def test_a_time_limit_the_stop_signal_would_come_at_the_start_of_is_refused(fake
     requeue, up to max_requeues times. gen warns; submit refuses, queueing nothing."""
     result = CliRunner().invoke(main, ["submit", "--time", "1", "--", "python", "x.py"])
     assert result.exit_code == 2, result.output
-    assert "the job would be told to stop as it starts (two hours: 2:00:00); nothing was submitted" in result.output
+    assert ("the job would be told to stop as it starts: give a longer --time, or a shorter "
+            "resilience.signal_seconds; hours are written H:MM:SS (2:00:00 is two hours); nothing was submitted"
+            in result.output), result.output
     assert "warning" not in result.output and result.output.count("is 1 min to Slurm") == 1, result.output  # said once
     assert not (fake_bin / "sbatch.calls").exists()
     longer = CliRunner().invoke(main, ["submit", "--time", "2", "--", "python", "x.py"])  # stops after 60 s: warned
