@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
-from . import launchers, resources
+from . import launchers, resources, sbatchextra
 from .errors import ConfigError
 from .schema import (ENV_NAME, Frozen, Sources, apply_set, build, field, matches, merge,
                      non_negative, parse_set, positive, to_toml)
@@ -416,6 +416,8 @@ def _check_consistency(p: Profile, sources: Sources) -> None:
                           f"required when container.runtime is {p.container.runtime!r}; expected an image path or name")
     _check_container_without_runtime(p, sources)
     _check_clean_environment(p, sources)
+    if (said := sbatchextra.owned(p.slurm.extra)) is not None:
+        raise ConfigError(sources.of("slurm.extra"), "slurm.extra", f"{said[0]}: {said[1]}")
     _check_fabric(p, sources)
     for key, mapping in (("env.vars", p.env.vars), ("container.env", p.container.env), ("fabric.env", p.fabric.env)):
         for var in mapping:

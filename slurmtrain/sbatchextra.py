@@ -59,14 +59,25 @@ def name_of(directive: str) -> str:
     return _SHORT.get(name, name)
 
 
-def check(extra: tuple[str, ...], set_keys: set[str], where: str) -> None:
-    """UsageError for a directive of ``extra`` the job script writes itself (``set_keys``:
-    the directives the profile's own keys write); ``where``: the profile, for the message."""
+def owned(extra: tuple[str, ...]) -> tuple[str, str] | None:
+    """The first directive of ``extra`` the job script writes itself, and why it cannot be
+    given: checked as the profile loads (naming the file or --set that gave it), and here."""
     for directive in extra:
         name = name_of(directive)
         if name in _OWNED:
-            raise UsageError(f"slurm.extra has {directive} ({where}): the job script writes {name} itself, and "
-                             f"sbatch would take this one instead: {_OWNED[name]}; drop it from slurm.extra")
+            return directive, (f"the job script writes {name} itself, and sbatch would take this one instead: "
+                               f"{_OWNED[name]}; drop it from slurm.extra")
+    return None
+
+
+def check(extra: tuple[str, ...], set_keys: set[str], where: str) -> None:
+    """UsageError for a directive of ``extra`` the job script writes itself (``set_keys``:
+    the directives the profile's own keys write); ``where``: the profile, for the message."""
+    said = owned(extra)
+    if said is not None:
+        raise UsageError(f"slurm.extra has {said[0]} ({where}): {said[1]}")
+    for directive in extra:
+        name = name_of(directive)
         if name in _KEYED and name in set_keys:
             raise UsageError(f"slurm.extra has {directive} ({where}) and {_KEYED[name]} is set too: sbatch would "
                              f"take the last of the two; give it once, as {_KEYED[name]}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import types
 import typing
@@ -200,6 +201,9 @@ def _convert(tp: Any, value: Any, key: str, sources: Sources) -> Any:
         hint = _near(value, [str(c) for c in choices]) if isinstance(value, str) else ""
         raise fail(_describe(tp) + hint)
     if origin is tuple:
+        if isinstance(value, str):  # one item given bare: how a list is written
+            raise fail(f"{_describe(tp)} (a list is written [{json.dumps(value)}]; in --set, quote it for the shell: "
+                       f"--set '{key}=[{json.dumps(value)}]')")
         if not isinstance(value, list):
             raise fail(_describe(tp))
         item = typing.get_args(tp)[0]

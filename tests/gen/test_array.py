@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurmtrain import eventlog, events
-from slurmtrain.errors import UsageError
+from slurmtrain.errors import ConfigError, UsageError
 from slurmtrain.profile import load_profile
 from slurmtrain.render import JobSpec, render
 from slurmtrain.runs import rundir, track
@@ -65,10 +65,9 @@ def test_arrays_are_refused_where_they_make_no_sense(job, words):
 def test_an_array_directive_in_slurm_extra_is_refused(directive):
     """For an array job and for a plain one alike: a hand-made array would be tracked as one
     job (its tasks' starts read as one job's restarts)."""
-    with pytest.raises(UsageError, match=r"slurm.extra has --array=\S+ \(profile local\): the job script writes "
-                                         r"--array itself"):
+    with pytest.raises(ConfigError, match=r"slurm.extra: --array=\S+: the job script writes --array itself"):
         array_script(sets=[f'slurm.extra=["{directive}"]'])
-    with pytest.raises(UsageError, match="slurmtrain tokenize --profile P --nodes N"):
+    with pytest.raises(ConfigError, match="slurmtrain tokenize --profile P --nodes N"):
         render(load_profile("local", [*SRUN, f'slurm.extra=["{directive}"]']), JobSpec(command=COMMAND))
     # other directives still pass (a --account is not an --array)
     assert "#SBATCH --account=ml" in render(load_profile("local", [*SRUN, 'slurm.extra=["--account=ml"]']),

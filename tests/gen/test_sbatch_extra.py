@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from slurmtrain import sbatchextra
 from slurmtrain.cli import main
-from slurmtrain.errors import UsageError
+from slurmtrain.errors import ConfigError, UsageError
 from slurmtrain.profile import load_profile
 from slurmtrain.render import JobSpec, render, warnings
 
@@ -35,9 +35,11 @@ def script(extra: list[str], *sets: str, exclude: tuple[str, ...] = ()) -> str:
     ("--open-mode=truncate", "appended to"),
 ])
 def test_a_directive_the_script_writes_itself_is_refused_naming_what_sets_it(directive, says):
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(ConfigError) as err:  # as the profile loads, naming what gave it
         script([directive])
-    assert f"slurm.extra has {directive} (profile local): the job script writes" in str(err.value), err.value
+    assert str(err.value).startswith(f'--set slurm.extra=["{directive}"]: slurm.extra: {directive}: the job '
+                                     "script writes"), err.value
+    assert sbatchextra.owned((directive,))[0] == directive  # and the renderer's own check, for a profile made in code
     assert says in str(err.value) and "drop it from slurm.extra" in str(err.value), err.value
 
 
@@ -66,8 +68,10 @@ def test_an_option_sbatch_does_not_know_is_warned_of_with_the_closest_name():
 def test_gen_says_it_in_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["gen", "--set", 'slurm.extra=["--output=x.out"]', "--", *COMMAND])
-    assert result.exit_code == 2 and result.output.startswith("slurmtrain: error: slurm.extra has --output=x.out"), \
+    assert result.exit_code == 2 and result.output.startswith('slurmtrain: error: --set slurm.extra=["--output=x.out"]: '
+                                                              "slurm.extra: --output=x.out: the job script writes"), \
         result.output
+    assert len(result.output.splitlines()) == 1, result.output
 
 
 def test_sbatchs_refusal_of_an_extra_option_names_the_profile_key(tmp_path):
@@ -101,3 +105,14 @@ def test_python_output_reaches_the_node_logs_unbuffered_unless_the_profile_says_
     assert "\nexport PYTHONUNBUFFERED=1\n" in script([])
     text = render(load_profile("local", ['env.vars.PYTHONUNBUFFERED=""']), JobSpec(command=COMMAND))
     assert "\nexport PYTHONUNBUFFERED=''\n" in text and "PYTHONUNBUFFERED=1" not in text, text
+
+
+def test_slurm_extra_is_refused_naming_where_it_came_from_and_how_a_list_is_written():
+    with pytest.raises(ConfigError) as err:
+        load_profile("local", ['slurm.extra=["--output=x"]'])
+    assert str(err.value).startswith('--set slurm.extra=["--output=x"]: slurm.extra: --output=x: the job script '
+                                     "writes --output itself"), err.value
+    with pytest.raises(ConfigError) as err:
+        load_profile("local", ["slurm.extra=--qos=foo"])
+    assert "(a list is written [\"--qos=foo\"]; in --set, quote it for the shell: --set 'slurm.extra=" \
+           "[\"--qos=foo\"]')" in str(err.value), err.value
