@@ -397,6 +397,10 @@ def log_files(run: RunDir, node: str | None = None, job_id: str | None = None) -
     ``node``'s if given (a node's name: its logs of every task; or a label, ``task 1/stnode2``)."""
     job_id = job_id or run.job_id
     if job_id is None:
+        m = run.manifest()
+        if m.get("state") == "refused":  # no job, no logs: what sbatch said is all there is
+            raise UsageError(f"run {run.name} has no logs: sbatch refused its job ({m.get('refusal') or '?'}); "
+                             f"fix that, then submit again")
         raise UsageError(f"run {run.name} has no job id (was it submitted?); see {run.path / 'manifest.json'}")
     nodes = run.node_logs(job_id)
     if node is not None:  # `logs` shows the batch logs as `task K/batch` (`batch`): taken too

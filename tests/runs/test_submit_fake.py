@@ -97,6 +97,9 @@ def test_refusal_is_one_line_nonzero_and_recorded(fake_bin, tmp_path):
     assert m["state"] == "refused" and "Invalid partition name" in m["refusal"] and m["job_ids"] == []
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["submit_refused"]
+    logs = CliRunner().invoke(main, ["logs", "--runs-dir", str(tmp_path / "runs"), run.name])
+    assert logs.exit_code == 2 and f"run {run.name} has no logs: sbatch refused its job (" in logs.output \
+        and "Invalid partition name" in logs.output, logs.output
 
 
 def test_a_job_larger_than_its_partition_is_told_what_the_partition_has(fake_bin, tmp_path):
