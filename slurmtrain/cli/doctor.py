@@ -57,8 +57,23 @@ def doctor(profile, nodes, partition, launcher, time_limit, checks, check_timeou
     click.echo(report.table(out.rows), nl=False)
     click.echo(f"results: {out.run_dir / 'doctor.json'}")
     click.echo(report.summary(out.rows))
+    _note_ledger(out.rows, runs_dir, loaded.profile.resilience.bad_node_hours)
     if out.failed:
         raise SystemExit(1)
+
+
+def _note_ledger(rows, runs_dir: str, hours: float) -> None:
+    """Nodes that passed every check here but that the bad-node ledger keeps out of new jobs
+    (a hang or a failure it blamed on them): said, with how to clear them."""
+    from .. import ledger
+    from ..doctor.report import FAIL
+    failed = {r.node for r in rows if r.verdict == FAIL}
+    passed = sorted({r.node for r in rows} - failed)
+    kept_out = [n for n in passed if n in ledger.excluded(runs_dir, hours)]
+    if kept_out:
+        click.echo(f"note: {' '.join(kept_out)} passed every check, but the bad-node ledger keeps "
+                   f"{'them' if len(kept_out) > 1 else 'it'} out of new jobs (`slurmtrain nodes` says why); "
+                   f"`slurmtrain nodes forget {' '.join(kept_out)}` clears {'them' if len(kept_out) > 1 else 'it'}")
 
 
 @main.group(invoke_without_command=True)

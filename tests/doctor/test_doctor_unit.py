@@ -599,3 +599,18 @@ def test_a_node_that_wrote_no_result_is_told_by_its_logs_error(tmp_path):
     out = _with_node_errors(rows, tmp_path, "7")
     assert out[0] == rows[0] and out[2] == rows[2]  # n2 has no log: as it was
     assert out[1].detail == f"{fatal} (its log: {tmp_path}/7-n1.out)"
+
+
+def test_doctor_notes_a_node_that_passed_but_the_ledger_keeps_out(tmp_path, capsys):
+    """A hang blamed on n1 put it in the ledger; doctor finds nothing wrong with it: said,
+    with how to clear it (it kept refusing every submit for a day)."""
+    from slurmtrain.cli.doctor import _note_ledger
+    from slurmtrain.doctor.report import FAIL, PASS, Row
+    ledger.add(tmp_path, "n1", "its ranks hung in 2 launches of job 5", source="in_job")
+    ledger.add(tmp_path, "n2", "doctor: gpus", source="doctor")
+    rows = [Row("n1", "gpus", "8", PASS), Row("n2", "gpus", "7", FAIL), Row("n3", "gpus", "8", PASS)]
+    _note_ledger(rows, str(tmp_path), hours=24)
+    assert capsys.readouterr().out == ("note: n1 passed every check, but the bad-node ledger keeps it out of new jobs "
+                                       "(`slurmtrain nodes` says why); `slurmtrain nodes forget n1` clears it\n")
+    _note_ledger([Row("n3", "gpus", "8", PASS)], str(tmp_path), hours=24)
+    assert capsys.readouterr().out == ""
