@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import re
 import types
 import typing
@@ -202,6 +201,7 @@ def _convert(tp: Any, value: Any, key: str, sources: Sources) -> Any:
         raise fail(_describe(tp) + hint)
     if origin is tuple:
         if isinstance(value, str):  # one item given bare: how a list is written
+            import json  # only here: not on gen's path otherwise
             raise fail(f"{_describe(tp)} (a list is written [{json.dumps(value)}]; in --set, quote it for the shell: "
                        f"--set '{key}=[{json.dumps(value)}]')")
         if not isinstance(value, list):
