@@ -314,7 +314,9 @@ class Supervisor:
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
-            preempted=quiet and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
+            # An exit 0 asks once (every finished program would wait out the retries where
+            # scontrol does not answer); a failure until Slurm answers.
+            preempted=quiet and bool(self.retry(3 if status else 1, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.requeue.counted(), max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
             stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task))
