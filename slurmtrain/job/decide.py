@@ -121,7 +121,8 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
     a new checkpoint of this launch (else it would resume where it failed before), that is
     not the same error at the same step as an earlier launch's (a program error), within
     resilience.restarts_in_job. A hung launch, or one Slurm's stray kill ended, failed by
-    no fault of the program: it starts again whether or not it saved."""
+    no fault of the program: it starts again whether or not it saved; but a hang where the
+    program hung before (``repeated_error``: repeated_hang) is the program's."""
     if not failed_by_itself(f):
         return False
     if f.stray_kill:  # no error of the program's; it starts again from the newest checkpoint
@@ -201,7 +202,8 @@ def after_launch(f: Facts) -> Verdict:
                        events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (a program reports them through "
-                       "slurmtrain.stop; resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)" + (_EXIT_0_AFTER_STOP if f.status == 0 else ""))
+                       "slurmtrain.stop; resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)"
+                       + (_EXIT_0_AFTER_STOP if f.status == 0 else ""))
     # A stop that is no preemption (the time limit's warning) after a start that moved the
     # run on is the run going on as planned: its requeue does not count, so a run longer than
     # its time limit is requeued for as long as each start saves something new.

@@ -239,9 +239,9 @@ class Supervisor:
             first = self.record.first_failure(self.log_mark)
         error = facts.error
         own = None if error is None or programlog.node_fault(error) else error  # the program's, not its node's
-        again = st.hung and decide.repeated_hang(mine, eventlog.since_start(evs))
-        repeated, facts = decide.repeated_error(mine, eventlog.since_start(evs), own) or again, \
-            replace(facts, hung_again=again)
+        hung_again = st.hung and decide.repeated_hang(mine, eventlog.since_start(evs))
+        facts = replace(facts, hung_again=hung_again)
+        repeated = decide.repeated_error(mine, eventlog.since_start(evs), own) or hung_again
         blame = not (repeated or facts.stray_kill)
         dead, twice = self.lost_nodes(blame) if decide.failed_by_itself(facts) else ([], [])
         lost, cause = sorted(set(dead) | set(twice)), decide.launch_fault(st.hung, dead)
@@ -255,8 +255,8 @@ class Supervisor:
             return decide.Settled("requeue_without", (tuple(lost), then.words, "node", cause))
         if then.action == "finish":
             # Only the budget kept it from starting again here: said (decide.relaunch with one left).
-            again = decide.relaunch(facts, progressed, repeated, 0, 1)
-            spent = self.cfg.restarts_in_job if again and st.relaunches >= self.cfg.restarts_in_job else 0
+            would = decide.relaunch(facts, progressed, repeated, 0, 1)
+            spent = self.cfg.restarts_in_job if would and st.relaunches >= self.cfg.restarts_in_job else 0
             return self.finish(replace(facts, restarts_spent=spent))
         said, fields = decide.relaunch_said(then, facts, first, st.relaunches + 1, self.cfg.restarts_in_job,
                                             self.pool.active)
