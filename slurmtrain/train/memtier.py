@@ -121,7 +121,10 @@ class MemoryTier:
             os.replace(tmp, folder / f"rank{rank}.pt")
             return None
         except OSError as err:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass  # its folder could not be made
             try:
                 free = f", {shutil.disk_usage(self.dir).free / 2**20:,.1f} MiB free there"
             except OSError:
