@@ -198,8 +198,9 @@ def after_launch(f: Facts) -> Verdict:
     if not stopped:
         return _failed(f)
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
-        return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued", f.status,
-                       events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
+        # The job failed to do its work: Slurm says FAILED, also where the program exited 0.
+        return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued",
+                       f.status or eventlog.EXIT_FAILED, events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (a program reports them through "
                        "slurmtrain.stop; resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)"

@@ -5,7 +5,8 @@
   then a time-limit warning each stop it with a checkpoint, the job requeues, and the
   Trainer's global step carries on. (Through torchrun, in an apptainer image: the
   container lane's tests/containers/test_workflows.py.)
-- A plain program with no handler: stopped at the warning, not requeued (it saved nothing).
+- A plain program with no handler: stopped at the warning, not requeued (it saved nothing);
+  one that saves on the signal and exits 0: a stop too, not "completed".
 - A program whose checkpoint takes 40 s: test_survival.py, preempted together with the
   other program of the user's own there.
 """
@@ -84,6 +85,27 @@ def test_a_program_without_a_handler_is_stopped_and_not_requeued(workdir, runs_d
     assert outcome.kind == classify.STOPPED_UNSAVED, outcome
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
     assert "reported no checkpoint" in status and "not requeued" in status, status
+
+
+def test_a_program_that_saves_on_the_signal_and_exits_0_is_stopped_not_finished(workdir, runs_dir):
+    """The habit of a handler that saves and exits 0 (no slurmtrain.stop): it read as
+    "completed", the run cut short and lost. Now a stop: not requeued (nothing reported), and
+    status says that exit 75 after reporting is how to be requeued."""
+    graceful = ("import os, signal, sys, time\n"
+                "def leave(*_): sys.exit(0)  # 'saved', gone\n"
+                "for s in (signal.SIGUSR2, signal.SIGTERM): signal.signal(s, leave)\n"
+                "open(os.path.join(os.environ['SLURMTRAIN_RUN_DIR'], 'running-' + os.environ['RANK']), 'w').close()\n"
+                "for i in range(900): time.sleep(1)")
+    run, job = submit(runs_dir, workdir, ["--name", "graceful", "--launcher", "srun", "--set",
+                                          "launch.rdzv_port=29766"], ["python3", "-c", graceful])
+    wait_until(run, "both ranks to run", lambda: len(list(run.glob("running-*"))) == 2, 180, job)
+    ask_to_stop(job)
+    assert wait_job_gone(job, run, 180) == "FAILED", describe(run)
+    assert named(run, "stop_unsaved") and not named(run, "finished") and not named(run, "requeue"), describe(run)
+    (outcome,) = classify.ends(run)
+    assert outcome.kind == classify.STOPPED_UNSAVED and "(exit status 0)" in outcome.detail, outcome
+    batch = next(run.glob("logs/job-*.out")).read_text()
+    assert "it exited 0 after the stop request: if it had finished, nothing is lost" in batch, batch
 
 
 def test_a_program_that_ignores_every_stop_gets_sigterm_then_sigkill(workdir, runs_dir):
