@@ -343,6 +343,12 @@ def finished_at(evs: Iterable[Event], task: int | None = None) -> float | None:
                 None)
 
 
+def stopped_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
+    """The program wrote ``stopped`` (the stop contract: saved, and ending) since the latest
+    start: its exit is a stop whatever its status (one that exits 0 instead of 75)."""
+    return any(e.get("event") == Ev.STOPPED for e in since_start(of_task(evs, task)))
+
+
 def stopped_at(evs: Iterable[Event], task: int | None = None) -> float | None:
     """When the program last wrote ``stopped`` (it saved and is ending) among ``evs``; None
     if it did not."""
@@ -497,6 +503,9 @@ def outcome(start: Start, later: bool = False) -> Outcome:
     if (e := next((e for e in reversed(start.events) if is_script_finished(e)), None)) is not None:
         said = ("the command finished (exit 0)" if not e.get("launch_exit") else
                 f"the program finished; its launch then exited with status {e['launch_exit']} (teardown)")
+        if e.get("after_stop"):  # finished, or stopped early without a word
+            said = ("the command exited 0 after the stop request, taken as finished (a program that stops early "
+                    "reports its checkpoint and exits 75, slurmtrain.stop, to be requeued)")
         return Outcome(COMPLETED, _with_step(said, step), True, step, e)
     if (e := last(Ev.WATCHDOG_TIMEOUT)) is not None:
         failed = [f for f in start.events if f.get("event") == Ev.SETUP_FAILED]
@@ -549,7 +558,7 @@ def outcome(start: Start, later: bool = False) -> Outcome:
 def _failed(start: Start, e: Event, step: int | None) -> Outcome:
     """A start that ended with ``failed`` (``e``): a hang with no way on, or the command's failure."""
     if (hang := _last_launch_hang(start)) is not None:
-        why = ("again at the step it hung before, on the same ranks: the program's hang, not a node's"
+        why = ("again at the step and on the ranks it hung before, on other nodes: the program's hang, not a node's"
                if e.get("hung_again") else "no in-job restart left")
         return Outcome(HANG, f"hung: no rank reported progress for {hang.get('seconds')} s; {hang_who(hang)} "
                              f"(step {hang.get('step')}); {why}; stacks in {hang.get('stacks')}; "
@@ -583,11 +592,11 @@ def _failure(start: Start, e: Event) -> str:
         what += f" ({e['error']}" + (f", at step {err.get('step')})" if err is not None else ")")
     elif err is not None:
         what += f" ({err.get('error')}, at step {err.get('step')})"
-    if e.get("restarts_spent"):  # it would have started again in the job: no error of the program's itself
-        what += f"; resilience.restarts_in_job ({e['restarts_spent']}) was spent"
     elif (fin := next((x for x in reversed(start.events) if is_program_finished(x)), None)) is not None:
         at = f" at step {fin['step']}" if "step" in fin else ""
         what += f" after the program reported it finished{at}"
+    if e.get("restarts_spent"):  # it would have started again in the job (a failure after a new checkpoint)
+        what += f"; resilience.restarts_in_job ({e['restarts_spent']}) was spent"
     return what
 
 

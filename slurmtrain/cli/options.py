@@ -150,9 +150,10 @@ def _warn_of_slurm_ranks(loaded: LoadedProfile, script: Path, name: str) -> None
         return
     srun = "--launcher srun (one Slurm task a process)" if "srun" in loaded.profile.allowed_launchers else \
         "a profile that allows the srun launcher"
-    click.echo(f"slurmtrain: warning: {name} takes its rank from SLURM_PROCID, but the {launcher} launcher starts "
-               f"{procs_per_node(loaded.profile)} processes a node in one Slurm task, so they would take the same "
-               f"rank: use {srun}, or read RANK, LOCAL_RANK and WORLD_SIZE as {launcher} sets them", err=True)
+    click.echo(f"slurmtrain: warning: {name} reads SLURM_PROCID, but the {launcher} launcher starts "
+               f"{procs_per_node(loaded.profile)} processes a node in one Slurm task, which all see the same one: "
+               f"if it takes its rank from it, use {srun}, or read RANK, LOCAL_RANK and WORLD_SIZE as {launcher} "
+               "sets them", err=True)
 
 
 def _warn_of_syntax_error(script: Path, name: str) -> None:
@@ -160,13 +161,19 @@ def _warn_of_syntax_error(script: Path, name: str) -> None:
     queue. Warned, not refused: the nodes' Python (an image's) may be newer than this one."""
     if script.suffix != ".py":
         return
+    import warnings
     try:
-        compile(_text(script), str(script), "exec", dont_inherit=True)
+        source = script.read_bytes()  # bytes: its coding line is honoured
+        with warnings.catch_warnings():  # "invalid escape sequence" and the like are not ours to say
+            warnings.simplefilter("ignore")
+            compile(source, str(script), "exec", dont_inherit=True)
     except SyntaxError as err:
+        if err.lineno is None:  # null bytes, an unknown coding: not a script to judge
+            return
         click.echo(f"slurmtrain: warning: {name} does not compile with this Python ({sys.version.split()[0]}): "
                    f"{type(err).__name__}: {err.msg} (line {err.lineno}); the job would fail as it starts, unless "
                    "the nodes' Python takes it", err=True)
-    except ValueError:  # null bytes: not a script to judge
+    except (OSError, ValueError):  # unreadable, or null bytes (before 3.12): not a script to judge
         pass
 
 
@@ -176,7 +183,9 @@ def _note_no_stop_contract(loaded: LoadedProfile, script: Path, name: str) -> No
     if loaded.profile.resilience.requeue_when != "saved" or not loaded.profile.resilience.requeue:
         return
     text = _text(script)
-    if not text or "slurmtrain" in text:
+    # Only a Python program says what it uses (a shell script may start one that does); a
+    # Lightning one may requeue its own job (its SLURM auto-requeue).
+    if script.suffix != ".py" or not text or "slurmtrain" in text or "lightning" in text:
         return
     click.echo(f"slurmtrain: note: {name} does not use slurmtrain.stop, so it reports no checkpoint: after a "
                "preemption or the time limit its job is not requeued (resilience.requeue_when = \"saved\"). Have it "

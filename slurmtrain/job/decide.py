@@ -68,7 +68,8 @@ class Facts:
     progressed: bool = False      # this start saved past every checkpoint before it (eventlog.progressed_since_start)
     error: str | None = None      # what the program said of its failure in its failing node's log
     restarts_spent: int = 0       # resilience.restarts_in_job, when only its being spent kept the launch from starting again
-    hung_again: bool = False      # hung at the step and on the ranks an earlier launch of this start hung (repeated_hang)
+    hung_again: bool = False      # hung at the step and ranks an earlier hang did, on other nodes (repeated_hang)
+    program_stopped: bool = False  # the program wrote `stopped` since this start (eventlog.stopped_since_start)
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,11 @@ def relaunch(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, 
     return progressed and not repeated_error and relaunches < budget
 
 
-# A program that exits 0 after the stop request may have finished, or stopped early: said.
-_EXIT_0_AFTER_STOP = ("; it exited 0 after the stop request: if it had finished, nothing is lost; if it stopped "
-                      "early, have it report its checkpoint and exit 75 (slurmtrain.stop: docs/survival.md)")
+# A program that exits 0 after the stop request without a word may have finished, or stopped
+# early (the habit of saving on the signal and exiting 0): taken as finished, and said.
+_EXIT_0_AFTER_STOP = ("slurmtrain: the command exited 0 after the stop request: taken as finished; a program that "
+                      "stops early instead reports its checkpoint and exits 75 (slurmtrain.stop: docs/survival.md), "
+                      "and the job is requeued")
 
 
 def _hung(f: Facts) -> Verdict:
@@ -142,9 +145,9 @@ def _hung(f: Facts) -> Verdict:
     if f.hung_again:
         return Verdict("end", eventlog.HANG, "hung again where it hung before", f.status,
                        [(Ev.FAILED, {"exit_code": f.status, "hung_again": True})],
-                       "slurmtrain: the launch hung again at the step and on the ranks it hung before: the "
-                       "program's hang, not a node's; not requeueing (the stacks of each hang are in the run's "
-                       "stacks/ folder)")
+                       "slurmtrain: the launch hung again at the step and on the ranks it hung before, on other "
+                       "nodes: the program's hang, not a node's; not requeueing (the stacks of each hang are in the "
+                       "run's stacks/ folder)")
     return Verdict("end", eventlog.HANG, "hung; no in-job restart left", f.status, [(Ev.FAILED, {"exit_code": f.status})],
                    "slurmtrain: the launch hung and resilience.restarts_in_job is spent; not requeueing")
 
@@ -159,15 +162,22 @@ def _failed(f: Facts) -> Verdict:
                       if spent else "; not requeueing (a failure of the command itself)"))
 
 
+def _succeeded(f: Facts) -> Verdict | None:
+    """Every task exited 0: finished. Not a program that requeued its own job (Lightning's
+    SLURM auto-requeue exits 0 as the job goes back to the queue), nor one that wrote
+    `stopped` and exited 0, not 75 (a stop all the same), unless it said it is done."""
+    if f.status != 0 or (not f.program_finished and (f.program_stopped or f.slurm_requeued)):
+        return None
+    unsaid = f.stop_requested and not f.program_finished  # finished, or stopped early without a word: said
+    return Verdict("end", eventlog.COMPLETED, "finished", eventlog.EXIT_OK,
+                   [(Ev.FINISHED, {"exit_code": 0, **({"after_stop": True} if unsaid else {})})],
+                   _EXIT_0_AFTER_STOP if unsaid else "")
+
+
 def after_launch(f: Facts) -> Verdict:
     """The launch ended: finished, failed, or stopped and requeued."""
-    # A program that requeued its own job (Lightning's SLURM auto-requeue) exits 0 as the
-    # job goes back to the queue: requeued, not finished, unless it said it is done. One that
-    # exits 0 after a stop request or a preemption stopped (a habit: save on the signal, exit
-    # 0), unless it said it is done: requeued where it reported a checkpoint, as a stop.
-    stopped_quietly = f.status == 0 and not f.program_finished and (f.stop_requested or f.preempted)
-    if f.status == 0 and not stopped_quietly and not (f.slurm_requeued and not f.program_finished):
-        return Verdict("end", eventlog.COMPLETED, "finished", eventlog.EXIT_OK, [(Ev.FINISHED, {"exit_code": 0})])
+    if (done := _succeeded(f)) is not None:
+        return done
     if f.program_finished:
         # The program said it is done; what the launchers did while tearing down after
         # it (a stop that came as it finished, an agent that lost the rendezvous store)
@@ -198,13 +208,11 @@ def after_launch(f: Facts) -> Verdict:
     if not stopped:
         return _failed(f)
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
-        # The job failed to do its work: Slurm says FAILED, also where the program exited 0.
         return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued",
-                       f.status or eventlog.EXIT_FAILED, events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
+                       f.status, events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
                        say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
                        f"{f.status}); not requeueing, it would start over (a program reports them through "
-                       "slurmtrain.stop; resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)"
-                       + (_EXIT_0_AFTER_STOP if f.status == 0 else ""))
+                       "slurmtrain.stop; resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)")
     # A stop that is no preemption (the time limit's warning) after a start that moved the
     # run on is the run going on as planned: its requeue does not count, so a run longer than
     # its time limit is requeued for as long as each start saves something new.
@@ -718,16 +726,19 @@ def blamed(named: list[str], active: list[str], blame: bool) -> list[str]:
     return [n for n in named if n in active]
 
 
-def repeated_hang(mine: list[dict], this_start: list[dict]) -> bool:
+def repeated_hang(mine: list[dict], run: list[dict]) -> bool:
     """This launch's hang (among its events, ``mine``) came at the step, with the same ranks
-    last to report, as an earlier launch's of this start (``this_start``: the start's events,
-    these included): a program that hangs where it hung before hangs by itself, whatever
-    node its ranks are on; no node is to blame."""
+    last to report, as an earlier hang of the run (``run``: its events, these included) on
+    other nodes: a program that hangs where it hung before after its ranks moved (a spare in
+    a node's place, a requeue without one) hangs by itself; no node is to blame. On the same
+    nodes it may be theirs: a fault that replays with the steps (a port that stalls the first
+    all-reduce after each restart), so twice there still names them."""
     hang = next((e for e in reversed(mine) if e.get("event") == Ev.HANG), None)
     if hang is None:
         return False
-    key = (hang.get("step"), hang.get("ranks"))
-    return sum(1 for e in this_start if e.get("event") == Ev.HANG and (e.get("step"), e.get("ranks")) == key) > 1
+    key, nodes = (hang.get("step"), hang.get("ranks")), set(str(hang.get("nodes") or "").split())
+    return any(e.get("time") != hang.get("time") and e.get("event") == Ev.HANG and (e.get("step"), e.get("ranks")) == key
+               and set(str(e.get("nodes") or "").split()) != nodes for e in run)
 
 
 def repeated_error(mine: list[dict], this_start: list[dict], said: str | None = None) -> bool:

@@ -239,7 +239,7 @@ class Supervisor:
             first = self.record.first_failure(self.log_mark)
         error = facts.error
         own = None if error is None or programlog.node_fault(error) else error  # the program's, not its node's
-        hung_again = st.hung and decide.repeated_hang(mine, eventlog.since_start(evs))
+        hung_again = st.hung and decide.repeated_hang(mine, evs)
         facts = replace(facts, hung_again=hung_again)
         repeated = decide.repeated_error(mine, eventlog.since_start(evs), own) or hung_again
         blame = not (repeated or facts.stray_kill)
@@ -302,10 +302,8 @@ class Supervisor:
             self.requeue.by_slurm(final=True)
         evs, task = events.read(self.cfg.run_dir), self.job.array_task
         finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
-        # Asked of Slurm only where it decides: a failure that no signal explains, or an exit 0
-        # the program never said was its end (a habit: save on SIGTERM, exit 0).
-        quiet = not (stop or finished or st.cancelled or st.slurm_requeued)
-        ask = status != 0 and quiet
+        # Asked of Slurm only where it decides: a failure that no signal explains.
+        ask = status != 0 and not (stop or finished or st.cancelled or st.slurm_requeued)
         if ask and status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
             status = self.record.task_exit_code(self.log_mark) or status  # the failed task's says more
         stray = status != 0 and self.record.stray_kill(self.log_mark)  # Slurm's kill: it says so itself
@@ -314,12 +312,11 @@ class Supervisor:
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
-            # An exit 0 asks once (every finished program would wait out the retries where
-            # scontrol does not answer); a failure until Slurm answers.
-            preempted=quiet and bool(self.retry(3 if status else 1, self.slurm.preempted, lambda v: v is not None)),
+            preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
             restarts=self.requeue.counted(), max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
-            stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task))
+            stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task),
+            program_stopped=eventlog.stopped_since_start(evs, task))
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

@@ -348,6 +348,11 @@ class Checkpointer:
             self.memory.clear()
             self._say_memory_off()
 
+    def copies_in_memory(self) -> bool:
+        """Copies into node memory go on: a tier, and not turned off by a copy that could not
+        be written (said once, as soon as it is seen)."""
+        return self.memory is not None and not self._say_memory_off()
+
     def _say_memory_off(self) -> bool:
         """The tier turned itself off (a copy could not be written): said once, by rank 0, in
         the log and as an event; training goes on with the durable saves."""

@@ -164,11 +164,12 @@ class Trainer:
         elif durable is None and cfg.save_steps and step % cfg.save_steps == 0:
             self.ckpt.save(step)
             saved = True
-        if memory is not None and self.ckpt.last_saved != step and \
+        copies = cfg.memory_steps and self.ckpt.last_saved != step and self.ckpt.copies_in_memory()
+        if copies and memory is not None and \
                 memory.due(step, max(self.ckpt.last_saved, self.ckpt.last_kept)):  # either is a restart point
             self._save_on_cadence(memory, step, self.ckpt.keep_in_memory, tier="memory")
             saved = True
-        elif memory is None and cfg.memory_steps and step % cfg.memory_steps == 0 and self.ckpt.last_saved != step:
+        elif copies and memory is None and step % cfg.memory_steps == 0:
             self.ckpt.keep_in_memory(step)
             saved = True
         if saved:

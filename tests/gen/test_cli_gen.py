@@ -379,8 +379,8 @@ def test_what_a_script_reads_and_does_not_use_is_said_before_the_queue(tmp_path,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(text)
     err = CliRunner().invoke(main, ["gen", "--", "python", "train.py"]).stderr
-    assert ("train.py takes its rank from SLURM_PROCID, but the torchrun launcher starts 2 processes a node in one "
-            "Slurm task, so they would take the same rank: use --launcher srun" in err) is warned, err
+    assert ("train.py reads SLURM_PROCID, but the torchrun launcher starts 2 processes a node in one Slurm task, "
+            "which all see the same one: if it takes its rank from it, use --launcher srun" in err) is warned, err
     assert ("note: train.py does not use slurmtrain.stop, so it reports no checkpoint: after a preemption or the "
             "time limit its job is not requeued" in err) is noted, err
     srun = CliRunner().invoke(main, ["gen", "--launcher", "srun", "--", "python", "train.py"]).stderr
@@ -398,3 +398,10 @@ def test_a_script_that_does_not_compile_is_warned_of_before_the_queue(tmp_path, 
     assert ("warning: train.py does not compile with this Python (" in result.stderr
             and "SyntaxError: '(' was never closed (line 2); the job would fail as it starts" in result.stderr), \
         result.stderr
+    # A regex's escape (a SyntaxWarning on 3.12) and a coding line are no concern of gen's; nor null bytes.
+    (tmp_path / "train.py").write_bytes(b"# -*- coding: latin-1 -*-\nfrom slurmtrain import stop\n"
+                                        b"import re\nNAME = '\xe9t\xe9'\nPAT = re.compile('\\d+')\n")
+    quiet = CliRunner().invoke(main, ["gen", "--", "python", "train.py"])
+    assert quiet.exit_code == 0 and "compile" not in quiet.stderr and "Warning" not in quiet.stderr, quiet.stderr
+    (tmp_path / "train.py").write_bytes(b"from slurmtrain import stop\n\x00\n")
+    assert "compile" not in CliRunner().invoke(main, ["gen", "--", "python", "train.py"]).stderr

@@ -107,16 +107,17 @@ def test_a_launch_that_succeeded_is_finished():
     assert v.events == [("finished", {"exit_code": 0})]
 
 
-def test_an_exit_0_after_a_stop_is_a_stop_unless_the_program_said_it_finished():
-    """The habit of saving on the signal and exiting 0: not "finished". Requeued where the
-    program reported its checkpoint; else not, saying why; a program that wrote `finished`
-    (and a preemption's exit 0 alike) is done."""
+def test_an_exit_0_after_a_stop_is_finished_but_said_unless_the_program_wrote_stopped():
+    """The habit of saving on the signal and exiting 0: taken as finished (it may have), and
+    said, with the way to be requeued. A program that wrote `stopped` and exited 0, not 75,
+    stopped: requeued as a stop."""
     v = decide.after_launch(replace(STOPPED, status=0))
+    assert (v.action, v.outcome, v.code) == ("end", "finished", 0), v
+    assert v.events == [("finished", {"exit_code": 0, "after_stop": True})]
+    assert v.say.startswith("slurmtrain: the command exited 0 after the stop request: taken as finished; a program "
+                            "that stops early instead reports its checkpoint and exits 75"), v.say
+    v = decide.after_launch(replace(STOPPED, status=0, program_stopped=True))
     assert (v.action, v.kind) == ("requeue", eventlog.TIME_LIMIT), v
-    v = decide.after_launch(replace(STOPPED, status=0, stop_requested=False, preempted=True, saved=False))
-    assert (v.action, v.kind, names(v)) == ("end", eventlog.STOPPED_UNSAVED, ["preempted", "stop_unsaved"]), v
-    assert v.say.endswith("; it exited 0 after the stop request: if it had finished, nothing is lost; if it stopped "
-                          "early, have it report its checkpoint and exit 75 (slurmtrain.stop: docs/survival.md)"), v.say
     v = decide.after_launch(replace(STOPPED, status=0, program_finished=True))
     assert (v.action, v.outcome, v.code) == ("end", "finished", 0)
 

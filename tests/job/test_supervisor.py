@@ -1273,8 +1273,8 @@ def test_the_same_error_at_the_same_step_twice_is_a_program_error(rig):
 
 def test_a_failure_the_spent_budget_alone_ends_says_so(rig, tmp_path):
     """A rank killed after a checkpoint, twice, with one in-job restart: the second ends the
-    run, and the batch log, the event and status say the budget was spent (no error of the
-    program's), with the root cause the supervisor read, not a peer's follow-on error."""
+    run, and the batch log, the event and status say the budget was spent (it would have
+    started again), with the root cause the supervisor read, not a peer's follow-on error."""
     from slurmtrain.runs import classify
 
     with_batch_log(rig, tmp_path)
@@ -1517,8 +1517,7 @@ def test_a_hang_that_names_every_node_blames_none(rig, monkeypatch):
     nothing of any one node; two of them leave no node out."""
     monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
     both_stop = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200))])
-    later = Plan([JOINS, SAVES, (2, beats(0, 9, "n1", 100)), (2, beats(1, 9, "n2", 200))])
-    rig.task = [both_stop, later, RESUMES_AND_FINISHES]
+    rig.task = [both_stop, both_stop, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3, hang_timeout=20) == 0
     assert [e["nodes"] for e in rig.events() if e["event"] == "hang"] == ["n1 n2", "n1 n2"]
     assert "nodes_lost" not in rig.names() and rig.ledger() == []
@@ -1556,9 +1555,9 @@ def beats(rank: int, step: int, node: str, pid: int, ms: float | None = None) ->
 
 HANGS_ON_N2 = Plan([JOINS, SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n2", 200)),
                     (6, beats(0, 5, "n1", 100))])   # rank 1 on n2 stops at 2 s; rank 0 waits in a collective
-# ... again, at a later step: a node's fault comes where it comes (the same step again is the program's).
-HANGS_ON_N2_LATER = Plan([JOINS, SAVES, (2, beats(0, 14, "n1", 100)), (2, beats(1, 14, "n2", 200)),
-                          (6, beats(0, 15, "n1", 100))])
+# ... the same hang with rank 1 on the spare n3: where it hung on n2, now on another node.
+HANGS_ON_N3 = Plan([(1, arrive("n1", "n3")), SAVES, (2, beats(0, 4, "n1", 100)), (2, beats(1, 4, "n3", 300)),
+                    (6, beats(0, 5, "n1", 100))])
 
 
 def test_a_hangs_seconds_count_the_time_its_stacks_took(rig, monkeypatch):
@@ -1812,29 +1811,31 @@ def test_a_partition_with_room_leaves_the_dead_node_out(rig):
 def test_a_node_whose_rank_hangs_twice_is_left_out_and_the_spare_takes_its_place(rig, monkeypatch):
     monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
     on_three_nodes(rig)
-    rig.task = [HANGS_ON_N2, HANGS_ON_N2_LATER, FINISHES_ON_N1_N3]
+    rig.task = [HANGS_ON_N2, HANGS_ON_N2, FINISHES_ON_N1_N3]
     assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
     assert rig.on_nodes == [["n1", "n2"], ["n1", "n2"], ["n1", "n3"]]  # once is chance, twice is the node
     assert [e["event"] for e in rig.events() if e["event"] in ("hang", "nodes_lost")] == ["hang", "hang", "nodes_lost"]
     assert rig.ledger() == [("n2", "in_job")]
 
 
-def test_a_hang_at_the_same_step_on_the_same_ranks_again_is_the_programs_and_blames_no_node(rig, monkeypatch):
-    """Rank 1 hangs at step 4, is started again from its checkpoint, and hangs at step 4
-    again: a bug of the program's (a collective only rank 1 skips), not its node's. The run
-    ends there, no node is left out or put in the ledger, and status says so."""
+def test_a_hang_that_follows_its_ranks_to_another_node_is_the_programs(rig, monkeypatch):
+    """Rank 1 hangs at step 4 on n2, twice: n2 is named twice and left out, the spare n3
+    takes its place, and rank 1 hangs at step 4 again, on n3: a bug of the program's (a
+    collective only rank 1 skips), not a node's. The run ends there, n3 is neither left out
+    nor put in the ledger, and status says so."""
     from slurmtrain.runs import classify
 
     monkeypatch.setattr("slurmtrain.job.hangs.find_py_spy", lambda: None)
     on_three_nodes(rig)
-    rig.task = [HANGS_ON_N2, HANGS_ON_N2, FINISHES_ON_N1_N3]
+    rig.task = [HANGS_ON_N2, HANGS_ON_N2, HANGS_ON_N3, FINISHES_ON_N1_N3]
     assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) != 0
-    assert rig.on_nodes == [["n1", "n2"], ["n1", "n2"]]
-    assert "nodes_lost" not in rig.names() and rig.ledger() == []
+    assert rig.on_nodes == [["n1", "n2"], ["n1", "n2"], ["n1", "n3"]]
+    assert [e["nodes"] for e in rig.events() if e["event"] == "nodes_lost"] == ["n2"]
+    assert rig.ledger() == [("n2", "in_job")]
     assert rig.event("failed")["hung_again"] is True
-    assert "hung again at the step and on the ranks it hung before: the program's hang, not a node's" in rig.said()
+    assert "hung again at the step and on the ranks it hung before, on other nodes: the program's hang" in rig.said()
     out = classify.classify(rig.run_dir)
-    assert out.kind == classify.HANG and "again at the step it hung before" in out.detail, out
+    assert out.kind == classify.HANG and "on other nodes: the program's hang, not a node's" in out.detail, out
 
 
 def test_a_dead_node_with_no_restart_left_requeues_without_it(rig):
@@ -2082,7 +2083,7 @@ def test_a_node_left_out_for_hanging_twice_is_a_hang_that_names_it(rig_on_wall):
     """Alive, named twice: the second fault is the hang it was; goodput says the node went."""
     rig = rig_on_wall
     on_three_nodes(rig)
-    rig.task = [HANGS_ON_N2, HANGS_ON_N2_LATER, FINISHES_ON_N1_N3]
+    rig.task = [HANGS_ON_N2, HANGS_ON_N2, FINISHES_ON_N1_N3]
     assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
     assert [e["cause"] for e in rig.events() if e["event"] == "relaunched"] == ["hang", "hang"]
     assert "seen_as" not in rig.event("nodes_lost")
