@@ -343,12 +343,6 @@ def finished_at(evs: Iterable[Event], task: int | None = None) -> float | None:
                 None)
 
 
-def stopped_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
-    """The program wrote ``stopped`` (the stop contract: saved, and ending) since the latest
-    start: its exit is a stop whatever its status (one that exits 0 instead of 75)."""
-    return any(e.get("event") == Ev.STOPPED for e in since_start(of_task(evs, task)))
-
-
 def stopped_at(evs: Iterable[Event], task: int | None = None) -> float | None:
     """When the program last wrote ``stopped`` (it saved and is ending) among ``evs``; None
     if it did not."""

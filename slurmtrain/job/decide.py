@@ -69,7 +69,7 @@ class Facts:
     error: str | None = None      # what the program said of its failure in its failing node's log
     restarts_spent: int = 0       # resilience.restarts_in_job, when only its being spent kept the launch from starting again
     hung_again: bool = False      # hung at the step and ranks an earlier hang did, on other nodes (repeated_hang)
-    program_stopped: bool = False  # the program wrote `stopped` since this start (eventlog.stopped_since_start)
+    program_stopped: bool = False  # the program wrote `stopped` in this launch (saved, and ending: a stop)
 
 
 @dataclass(frozen=True)
@@ -100,10 +100,10 @@ def ends_uncompleted(v: Verdict) -> bool:
 
 
 def failed_by_itself(f: Facts) -> bool:
-    """The launch failed with no stop, cancel, preemption, Slurm requeue or `finished` to
-    explain it: a rank died, or the supervisor ended a hung launch."""
+    """The launch failed with no stop, cancel, preemption, Slurm requeue, `finished` or
+    `stopped` to explain it: a rank died, or the supervisor ended a hung launch."""
     return not (f.status == 0 or f.program_finished or f.stop_requested or f.cancelled or f.slurm_requeued
-                or f.preempted)
+                or f.preempted or f.program_stopped)
 
 
 def progressed(mine: list[dict], memory_step: int | None) -> bool:
@@ -203,6 +203,8 @@ def after_launch(f: Facts) -> Verdict:
     if not stopped and f.preempted:
         events.append((Ev.PREEMPTED, {"exit_code": f.status}))
         stopped, say = True, "slurmtrain: Slurm preempted the job (the tasks got SIGTERM)\n"
+    if not stopped and f.program_stopped:  # a signal to its tasks from outside the job (scancel --signal)
+        stopped, say = True, "slurmtrain: the program stopped after a checkpoint, asked by no one in the job\n"
     if not stopped and f.hung:
         return _hung(f)
     if not stopped:

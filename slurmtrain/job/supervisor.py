@@ -316,7 +316,7 @@ class Supervisor:
             restarts=self.requeue.counted(), max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
             stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task),
-            program_stopped=eventlog.stopped_since_start(evs, task))
+            program_stopped=eventlog.stopped_at(evs[self.events_mark:], task) is not None)
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

@@ -107,6 +107,18 @@ def test_a_launch_that_succeeded_is_finished():
     assert v.events == [("finished", {"exit_code": 0})]
 
 
+def test_a_program_that_stopped_by_itself_after_a_checkpoint_is_a_stop_not_a_crash():
+    """`scancel --signal=TERM JOB` reaches the tasks, not the supervisor: the program saved,
+    wrote `stopped` and exited 75. It read as a crash ("failed ... exit status 75", an in-job
+    restart, lost steps); it is a stop: requeued, nothing blamed."""
+    f = replace(STOPPED, status=75, stop_requested=False, program_stopped=True)
+    assert not decide.failed_by_itself(f)
+    assert not decide.relaunch(f, progressed=True, repeated_error=False, relaunches=0, budget=3)
+    v = decide.after_launch(f)
+    assert (v.action, names(v)) == ("requeue", ["requeue"]), v
+    assert v.say.startswith("slurmtrain: the program stopped after a checkpoint, asked by no one in the job\n"), v.say
+
+
 def test_an_exit_0_after_a_stop_is_finished_but_said_unless_the_program_wrote_stopped():
     """The habit of saving on the signal and exiting 0: taken as finished (it may have), and
     said, with the way to be requeued. A program that wrote `stopped` and exited 0, not 75,
