@@ -69,11 +69,13 @@ def _note_ledger(rows, runs_dir: str, hours: float) -> None:
     from ..doctor.report import FAIL
     failed = {r.node for r in rows if r.verdict == FAIL}
     passed = sorted({r.node for r in rows} - failed)
-    kept_out = [n for n in passed if n in ledger.excluded(runs_dir, hours)]
+    excluded = set(ledger.excluded(runs_dir, hours))  # the ledger read once
+    kept_out = [n for n in passed if n in excluded]
     if kept_out:
-        click.echo(f"note: {' '.join(kept_out)} passed every check, but the bad-node ledger keeps "
-                   f"{'them' if len(kept_out) > 1 else 'it'} out of new jobs (`slurmtrain nodes` says why); "
-                   f"`slurmtrain nodes forget {' '.join(kept_out)}` clears {'them' if len(kept_out) > 1 else 'it'}")
+        them = "them" if len(kept_out) > 1 else "it"
+        click.echo(f"note: {' '.join(kept_out)} passed every check, but the bad-node ledger keeps {them} out of "
+                   f"new jobs (`slurmtrain nodes` says why); `slurmtrain nodes forget {' '.join(kept_out)}` clears "
+                   f"{them}")
 
 
 @main.group(invoke_without_command=True)

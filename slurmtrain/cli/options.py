@@ -138,12 +138,12 @@ def _text(script: Path) -> str:
         return ""
 
 
-def _warn_of_slurm_ranks(loaded: LoadedProfile, script: Path, name: str) -> None:
+def _warn_of_slurm_ranks(loaded: LoadedProfile, text: str, name: str) -> None:
     """A script that takes its rank from SLURM_PROCID (written for `srun python train.py`)
     under a launcher whose agent starts several processes a node: they share the node's
     task, so they take the same rank, and the job dies in its first collective."""
     from ..render import procs_per_node
-    launcher, text = loaded.profile.launch.launcher, _text(script)
+    launcher = loaded.profile.launch.launcher
     if not launchers.get(launcher).agent or procs_per_node(loaded.profile) < 2 or "SLURM_PROCID" not in text:
         return
     if re.search(r"""["']RANK["']""", text):  # reads torchrun's too
@@ -177,15 +177,14 @@ def _warn_of_syntax_error(script: Path, name: str) -> None:
         pass
 
 
-def _note_no_stop_contract(loaded: LoadedProfile, script: Path, name: str) -> None:
+def _note_no_stop_contract(loaded: LoadedProfile, suffix: str, text: str, name: str) -> None:
     """A program that names nothing of slurmtrain reports no checkpoint: stopped at a
     preemption or the time limit, its job is not requeued (requeue_when = "saved")."""
     if loaded.profile.resilience.requeue_when != "saved" or not loaded.profile.resilience.requeue:
         return
-    text = _text(script)
     # Only a Python program says what it uses (a shell script may start one that does); a
     # Lightning one may requeue its own job (its SLURM auto-requeue).
-    if script.suffix != ".py" or not text or "slurmtrain" in text or "lightning" in text:
+    if suffix != ".py" or not text or "slurmtrain" in text or "lightning" in text:
         return
     click.echo(f"slurmtrain: note: {name} does not use slurmtrain.stop, so it reports no checkpoint: after a "
                "preemption or the time limit its job is not requeued (resilience.requeue_when = \"saved\"). Have it "
@@ -240,8 +239,9 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: Sequen
     if found is not None and found.exists():
         _warn_of_lost_local_rank(loaded, job, found, script)
         _warn_of_no_heartbeat(loaded, found, script)
-        _warn_of_slurm_ranks(loaded, found, script)
-        _note_no_stop_contract(loaded, found, script)
+        text = _text(found)  # read once for what the two below look for
+        _warn_of_slurm_ranks(loaded, text, script)
+        _note_no_stop_contract(loaded, found.suffix, text, script)
         _warn_of_syntax_error(found, script)
     _note_launcher_options(loaded, job)
     _warn_of_missing_command(loaded, job)
@@ -439,8 +439,9 @@ def build_job(argv_name: str, *, profile: str, nodes, gpus_per_node, time_limit,
     refuses and gen only warns of is refused here, before it is said a second time as a warning."""
     check_command(tuple(command))
     recipe_sets = _recipe_sets(sets) if recipe and not command else ()
-    if not recipe_sets and _recipe_sets(sets):  # else the profile's "unknown key", which misleads
-        kv = _recipe_sets(sets)[0]
+    misplaced = () if recipe_sets else _recipe_sets(sets)
+    if misplaced:  # else the profile's "unknown key", which misleads
+        kv = misplaced[0]
         raise UsageError(f"--set {kv}: {kv.split('.', 1)[0]}.* is a key of the built-in trainer's recipe: it "
                          f"applies with --recipe (and no command), not to {'your command' if command else 'a profile'}"
                          + ("; your program takes its own options after --" if command else ""))

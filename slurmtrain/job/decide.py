@@ -140,6 +140,12 @@ _EXIT_0_AFTER_STOP = ("slurmtrain: the command exited 0 after the stop request: 
                       "and the job is requeued")
 
 
+def spent_budget(f: Facts, progressed: bool, repeated_error: bool, relaunches: int, budget: int) -> int:
+    """``budget`` (resilience.restarts_in_job) where only its being spent keeps the launch
+    from starting again here (relaunch, given one left, would); else 0. Said at the end."""
+    return budget if relaunches >= budget and relaunch(f, progressed, repeated_error, 0, 1) else 0
+
+
 def _hung(f: Facts) -> Verdict:
     """The launch hung and does not start again: the program's hang, or no restart left."""
     if f.hung_again:

@@ -254,9 +254,7 @@ class Supervisor:
         if then.action == "requeue_without":
             return decide.Settled("requeue_without", (tuple(lost), then.words, "node", cause))
         if then.action == "finish":
-            # Only the budget kept it from starting again here: said (decide.relaunch with one left).
-            would = decide.relaunch(facts, progressed, repeated, 0, 1)
-            spent = self.cfg.restarts_in_job if would and st.relaunches >= self.cfg.restarts_in_job else 0
+            spent = decide.spent_budget(facts, progressed, repeated, st.relaunches, self.cfg.restarts_in_job)
             return self.finish(replace(facts, restarts_spent=spent))
         said, fields = decide.relaunch_said(then, facts, first, st.relaunches + 1, self.cfg.restarts_in_job,
                                             self.pool.active)

@@ -350,3 +350,12 @@ def test_a_relaunch_says_where_and_why_in_the_log_and_its_event():
     said, fields = decide.relaunch_said(decide.AfterFailure("relaunch"), hung, None, 2, 3, ["n1", "n3"])
     assert said.startswith("slurmtrain: the launch hung and was ended (exit status 143); starting it again")
     assert fields == {"attempt": 2, "exit_code": 143}
+
+
+def test_the_spent_budget_is_said_only_where_it_alone_kept_the_launch_from_starting_again():
+    crashed = replace(STOPPED, status=137, stop_requested=False)
+    assert decide.spent_budget(crashed, progressed=True, repeated_error=False, relaunches=1, budget=1) == 1
+    assert decide.spent_budget(crashed, progressed=True, repeated_error=False, relaunches=0, budget=1) == 0  # left
+    assert decide.spent_budget(crashed, progressed=False, repeated_error=False, relaunches=1, budget=1) == 0
+    assert decide.spent_budget(crashed, progressed=True, repeated_error=True, relaunches=1, budget=1) == 0
+    assert decide.spent_budget(crashed, progressed=True, repeated_error=False, relaunches=0, budget=0) == 0  # off
