@@ -93,6 +93,7 @@ class Ev:
     NODES_LOST = "nodes_lost"              # {nodes, spares, left, cause?, seen_as?}: left out of the job start; spares in their place
     RELAUNCHED = "relaunched"              # {attempt, exit_code?, last_progress?, why?, cause?, seen_as?, nodes?, node? (srun's first failing)}: the launch started again in the job
     FIRST_STEP = "first_step"              # {step, at}: a launch's first heartbeat (at: its own time)
+    RESUMED_BEHIND = "resumed_behind"      # {step, saved, path?}: a launch's first step is below the run's newest checkpoint
     STRAGGLER = "straggler"                # {node, compute_ms, others_ms, pct}: a node computes slower
     HANG = "hang"                          # {seconds, ranks, nodes, step, stacks}: no rank beat for hang_timeout
     FINISHED = "finished"                  # the script: {exit_code, launch_exit?}; the program: {step?}
@@ -120,7 +121,7 @@ class Ev:
 
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
-                           Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.STRAGGLER, Ev.HANG, Ev.FINISHED, Ev.FAILED,
+                           Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.RESUMED_BEHIND, Ev.STRAGGLER, Ev.HANG, Ev.FINISHED, Ev.FAILED,
                            Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.CHECKPOINT_INTERVAL, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR,
                             Ev.MEMORY_OFF})
@@ -376,6 +377,19 @@ def best_saved_step(evs: Iterable[Event]) -> int | None:
                 and isinstance(e.get("step"), int)), default=None)
 
 
+def behind_checkpoint(before: Iterable[Event], first_step: int) -> Event | None:
+    """The newest durable checkpoint the program reported before a launch (``before``: the
+    run's events until then), when the launch's first step is below it: the program did not
+    resume from it (not found: a folder named by job id, like Lightning's ``version_<job>``;
+    a resume path not given) and trains those steps again. Below, not equal: a program may
+    count from the step it resumed at. Copies in node memory are left out: a launch on new
+    nodes rightly resumes from the durable one."""
+    saves = [e for e in before if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
+             and isinstance(e.get("step"), int) and e.get("tier") != "memory"]
+    newest = max(saves, key=lambda e: e["step"], default=None)
+    return newest if newest is not None and first_step < newest["step"] else None
+
+
 def progressed_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
     """The program reported a checkpoint since the latest start past every one it reported
     before that start: the start moved the run on (a program that starts over from step 0
@@ -413,6 +427,19 @@ def _stop_cause(start: Start) -> tuple[str, str]:
     if (sig := start.last(Ev.SIGNAL)) is not None:
         return signal_cause(sig)
     return PREEMPTED, "the tasks stopped after a checkpoint"
+
+
+def _stopped_unsaved(why: str, e: Event) -> str:
+    """A stop with nothing saved in the run: why it was not requeued, and what to change."""
+    code = e.get("exit_code", "?")
+    if e.get("signal"):
+        return (f"{why}; the program was killed by SIG{e['signal']}, the stop signal (exit status {code}): it had "
+                "no handler for it, none at all or none yet, and nothing was saved, so it was not requeued (set up "
+                "slurmtrain.stop's handler, or the Lightning or Hugging Face callback, before heavy imports and data "
+                "loading: docs/survival.md)")
+    return (f"{why}; the program has reported no checkpoint in this run (exit status {code}), so it was not "
+            "requeued (a program reports them through slurmtrain.stop: docs/survival.md; or set "
+            'resilience.requeue_when = "always" to requeue anyway)')
 
 
 def requeued_how(e: Event) -> str:
@@ -525,11 +552,7 @@ def outcome(start: Start, later: bool = False) -> Outcome:
         kind, why = _requeued_by(e)
         return Outcome(kind, _with_step(f"{why}; requeued", step), False, step, e)
     if (e := last(Ev.STOP_UNSAVED)) is not None:
-        why = _stop_cause(start)[1]
-        return Outcome(STOPPED_UNSAVED, f"{why}; the program has reported no checkpoint in this run (exit status "
-                                        f"{e.get('exit_code', '?')}), so it was not requeued (a program "
-                                        "reports them through slurmtrain.stop: docs/survival.md; or set "
-                                        'resilience.requeue_when = "always" to requeue anyway)', True, step, e)
+        return Outcome(STOPPED_UNSAVED, _stopped_unsaved(_stop_cause(start)[1], e), True, step, e)
     if (e := last(Ev.FAILED)) is not None:
         return _failed(start, e, step)
     if (e := last(Ev.REQUEUE)) is not None:

@@ -300,13 +300,7 @@ def _print_status(st) -> None:
     for label, chosen in (("ckpt", st.checkpoint_interval), ("memory", st.memory_interval)):
         if chosen:
             row(label, describe(chosen))
-    for i, s in enumerate(st.stragglers):
-        row("stragglers" if i == 0 else "", f"{s['node']}: {s['pct']}% slower than the other nodes ({s['compute_ms']} "
-            f"ms against {s['others_ms']} ms for the same work), since {_clock(s['time'])}")
-    if st.slow:
-        from ..runs import pace
-
-        row("slow", pace.describe(st.slow))
+    _pace_rows(st, row)
     row("submitted", _submitted(st))
     for label, text in _tracking_rows(st):  # the W&B run (link or offline folders), TensorBoard
         row(label, text)
@@ -316,6 +310,23 @@ def _print_status(st) -> None:
         click.echo("history")
         for line in classify.history(st.run):
             click.echo(f"  {line}")
+
+
+def _pace_rows(st, row: Callable[[str, object], None]) -> None:
+    """Steps trained again (a launch that did not resume from the newest checkpoint), slow
+    nodes, slow stretches."""
+    for b in st.behind:
+        where = f" ({b['path']})" if b.get("path") else ""
+        row("warning", f"a launch at {_clock(b['time'])} began at step {b['step']}, below the checkpoint of step "
+            f"{b['saved']}{where} the run had saved: the program did not resume from it and trained those steps "
+            "again (a folder named by job id? docs/survival.md)")
+    for i, s in enumerate(st.stragglers):
+        row("stragglers" if i == 0 else "", f"{s['node']}: {s['pct']}% slower than the other nodes ({s['compute_ms']} "
+            f"ms against {s['others_ms']} ms for the same work), since {_clock(s['time'])}")
+    if st.slow:
+        from ..runs import pace
+
+        row("slow", pace.describe(st.slow))
 
 
 def _point_of(run: str | None) -> str | None:

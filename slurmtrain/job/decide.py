@@ -7,13 +7,14 @@ the run's events) and asks here; the unit tests ask the same questions directly.
 from __future__ import annotations
 
 import math
+import signal
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
 from typing import Union
 
-from .. import eventlog
+from .. import eventlog, exits
 from ..eventlog import Ev
 
 # Why a SIGTERM reached the supervisor (Slurm's preemption with a GraceTime signals the
@@ -70,6 +71,7 @@ class Facts:
     restarts_spent: int = 0       # resilience.restarts_in_job, when only its being spent kept the launch from starting again
     hung_again: bool = False      # hung at the step and ranks an earlier hang did, on other nodes (repeated_hang)
     program_stopped: bool = False  # the program wrote `stopped` in this launch (saved, and ending: a stop)
+    stop_signal: int = 0          # the signal the supervisor asks the tasks to stop with (resilience.signal)
 
 
 @dataclass(frozen=True)
@@ -216,11 +218,7 @@ def after_launch(f: Facts) -> Verdict:
     if not stopped:
         return _failed(f)
     if not f.requeue_always and f.status != eventlog.EXIT_STOPPED and not f.saved:
-        return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued",
-                       f.status, events + [(Ev.STOP_UNSAVED, {"exit_code": f.status})],
-                       say + f"slurmtrain: stopped, but the program has reported no checkpoint in this run (exit "
-                       f"{f.status}); not requeueing, it would start over (a program reports them through "
-                       "slurmtrain.stop; resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)")
+        return _stopped_unsaved(f, events, say)
     # A stop that is no preemption (the time limit's warning) after a start that moved the
     # run on is the run going on as planned: its requeue does not count, so a run longer than
     # its time limit is requeued for as long as each start saves something new.
@@ -235,6 +233,50 @@ def after_launch(f: Facts) -> Verdict:
                                            **({"counted": False} if free else {})})],
                    say + f"slurmtrain: stopped after a checkpoint (exit {f.status}); requeueing the job"
                    + (" (not counted toward max_requeues: this start saved a newer checkpoint)" if free else ""))
+
+
+def killed_by_stop(f: Facts) -> str | None:
+    """The name of the stop signal (resilience.signal) the program died of, when it did: it
+    had no handler for it yet (still importing, say). Not SIGTERM: srun's own status after
+    one is 143 too, and the supervisor's escalation sends it to a program that did not stop."""
+    sig = exits.signal_of(f.status)
+    if sig is None or sig != f.stop_signal or sig == signal.SIGTERM:
+        return None
+    return signal.Signals(sig).name.removeprefix("SIG")
+
+
+def _stopped_unsaved(f: Facts, events: list[tuple[str, dict]], say: str) -> Verdict:
+    """Stopped, and nothing saved in the whole run: not requeued (it would start over, for
+    ever with a program that never saves)."""
+    killed = killed_by_stop(f)
+    if killed:
+        why = (f"the program was killed by SIG{killed}, the stop signal (exit {f.status}): it had no handler for "
+               "it, none at all or none yet (slurmtrain.stop.install(), or the Lightning or Hugging Face callback, "
+               "set up before heavy imports and data loading catches a stop that comes early); ")
+    else:
+        why = (f"the program has reported no checkpoint in this run (exit {f.status}); a program reports them "
+               "through slurmtrain.stop; ")
+    return Verdict("end", eventlog.STOPPED_UNSAVED, "stopped; the program saved nothing, not requeued",
+                   f.status, events + [(Ev.STOP_UNSAVED, {"exit_code": f.status, **({"signal": killed} if killed
+                                                                                   else {})})],
+                   say + f"slurmtrain: stopped, but {why}not requeueing, it would start over "
+                   "(resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)")
+
+
+def resumed_behind(before: list[dict], step: int) -> tuple[dict, str] | None:
+    """A launch's first step is ``step``, below the newest checkpoint the run reported before
+    it (eventlog.behind_checkpoint): the ``resumed_behind`` event's fields and the batch log's
+    line; None where it resumed as it should."""
+    saved = eventlog.behind_checkpoint(before, step)
+    if saved is None:
+        return None
+    path = saved.get("path")
+    return ({"step": step, "saved": saved["step"], **({"path": path} if path else {})},
+            f"slurmtrain: warning: the program's first step in this launch is {step}, but the run saved step "
+            f"{saved['step']}" + (f" ({path})" if path else "") + ": it did not resume from its newest checkpoint "
+            "and trains those steps again (a checkpoint folder named by job id, such as Lightning's version_<job>, "
+            "is not found after a requeue or resubmit: resume from the run's own folder, "
+            "slurmtrain.stop.lightning.resume_from or slurmtrain.stop.hf.resume_from; docs/survival.md)")
 
 
 # ---- the supervisor's state machine ----------------------------------------------------

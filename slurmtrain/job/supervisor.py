@@ -105,6 +105,7 @@ class Supervisor:
                 hang = None
             if seen is None and self.hangs.first is not None:  # where start-up ends, for goodput
                 self.record.event(Ev.FIRST_STEP, step=self.hangs.first.step, at=round(self.hangs.first.time, 3))
+                self.say_if_behind(self.hangs.first.step)
             if hang is None and self.state.failed_at is None and self.record.first_failure(self.log_mark):
                 self.feed(decide.TaskFailed())
             self.feed(decide.Beats(hang, stepping=self.hangs.first is not None))
@@ -289,6 +290,14 @@ class Supervisor:
         named = self.hang_nodes if self.state.hung else [n for n in [self.record.first_failure(self.log_mark)] if n]
         return self.faults.lost(self.state.dead, named, self.state.hung, blame)
 
+    def say_if_behind(self, step: int) -> None:
+        """A first step below the run's newest checkpoint: the program did not resume from it."""
+        before = eventlog.of_task(events.read(self.cfg.run_dir)[:self.events_mark], self.job.array_task)
+        found = decide.resumed_behind(before, step)
+        if found is not None:
+            self.record.event(Ev.RESUMED_BEHIND, **found[0])
+            self.say(found[1])
+
     def do_record_hang(self, hang: hangs.Hang) -> None:
         self.hang_nodes = self.faults.hang(hang, self.cfg.run_dir / "stacks" /
                                            f"{self.job.tag}-{self.job.restarts}-{self.state.launch}")
@@ -314,7 +323,8 @@ class Supervisor:
             restarts=self.requeue.counted(), max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
             stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task),
-            program_stopped=eventlog.stopped_at(evs[self.events_mark:], task) is not None)
+            program_stopped=eventlog.stopped_at(evs[self.events_mark:], task) is not None,
+            stop_signal=self.cfg.stop_signal)
 
     def finish(self, facts: decide.Facts) -> decide.Settled | decide.Over:
         """The end of this start: decide.after_launch's verdict, carried out."""

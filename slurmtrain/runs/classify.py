@@ -108,6 +108,8 @@ _PHRASES = {
               "(step {step}); stacks in {stacks}"),
     Ev.STRAGGLER: "straggler: {node} computes {pct}% slower than the other nodes ({compute_ms} ms against {others_ms} ms)",
     Ev.FIRST_STEP: "training under way: first progress of the launch (step {step})",
+    Ev.RESUMED_BEHIND: ("the program did not resume from its newest checkpoint: its first step is {step}, but the run "
+                        "had saved step {saved}; those steps are trained again"),
     Ev.CANCEL_REQUESTED: "cancel requested for job {job_id}",
     Ev.NODES_EXCLUDED: "left out of the job: node(s) {nodes} (from the {source})",
     Ev.DOCTOR: "doctor ran its checks on the nodes",
@@ -157,11 +159,9 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
     if name == Ev.HANG and e.get("stuck_ranks"):
         return (_PHRASES[name].format_map(_Fields(e)).replace("; stacks in", f"; of them rank(s) {e['stuck_ranks']} "
                 f"on {e.get('stuck_nodes', '?')}: {e.get('why', '?')}; stacks in"))
-    if name == Ev.RELAUNCHED and e.get("why") == "straggler":
-        return "started again in the job from the checkpoint it stopped at, without the straggler"
-    if name == Ev.RELAUNCHED and e.get("why") == "nodes lost":
-        return (f"the launch ended with exit status {e.get('exit_code')} as nodes were lost: started again in the "
-                f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
+    if name == Ev.STOP_UNSAVED and e.get("signal"):
+        return (f"stopped: the program was killed by SIG{e['signal']}, the stop signal, with no handler for it yet "
+                f"(exit status {e.get('exit_code', '?')}); nothing saved: not requeued")
     if name == Ev.RELAUNCHED:
         return _relaunched(e)
     if name == Ev.NODES_LOST and e.get("spares") == "none":
@@ -189,7 +189,12 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
 
 
 def _relaunched(e: dict[str, Any]) -> str:
-    """An in-job restart after a failure (a straggler's and lost nodes' are said above)."""
+    """An in-job restart: without a straggler, after lost nodes, or after a failure."""
+    if e.get("why") == "straggler":
+        return "started again in the job from the checkpoint it stopped at, without the straggler"
+    if e.get("why") == "nodes lost":
+        return (f"the launch ended with exit status {e.get('exit_code')} as nodes were lost: started again in the "
+                f"job from the newest checkpoint (in-job restart {e.get('attempt')})")
     attempt = f"(in-job restart {e.get('attempt', '?')})"
     if e.get("cause") == eventlog.LAUNCH_FAILED:
         return f"srun could not start the tasks on {e.get('nodes', '?')}: launched again {attempt}"

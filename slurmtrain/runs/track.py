@@ -58,6 +58,7 @@ class RunStatus:
     events: list[dict[str, Any]] = field(default_factory=list)
     goodput: dict[str, Any] | None = None  # runs/goodput.py's report (to_json), once the job was submitted
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # the supervisor's `straggler` events
+    behind: list[dict[str, Any]] = field(default_factory=list)  # its `resumed_behind`: launches that started over
     slow: list[dict[str, Any]] = field(default_factory=list)  # stretches of slow steps (runs/pace.py)
     checkpoint_interval: dict[str, Any] | None = None  # the trainer's latest choice under checkpoint_every = "auto"
     memory_interval: dict[str, Any] | None = None      # ... for its copies in node memory (train.memory_steps)
@@ -180,12 +181,14 @@ def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_eve
 
 def _from_run_events(st: RunStatus, evs: list[dict[str, Any]]) -> None:
     """What the run's own events say whatever Slurm says: goodput, the checkpoint cadence,
-    stragglers."""
+    launches that did not resume from the newest checkpoint, stragglers."""
     report = goodput.of_events(evs)
     st.goodput = report.to_json() if report.spans else None
     chosen = [e for e in evs if e.get("event") == eventlog.Ev.CHECKPOINT_INTERVAL]
     st.checkpoint_interval = next((e for e in reversed(chosen) if not e.get("tier")), None)
     st.memory_interval = next((e for e in reversed(chosen) if e.get("tier") == "memory"), None)
+    st.behind = [{k: e.get(k) for k in ("time", "step", "saved", "path")} for e in evs
+                 if e.get("event") == eventlog.Ev.RESUMED_BEHIND]
     st.stragglers = [{k: e.get(k) for k in ("time", "node", "pct", "compute_ms", "others_ms")} for e in evs
                      if e.get("event") == eventlog.Ev.STRAGGLER]
 

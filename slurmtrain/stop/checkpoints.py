@@ -66,6 +66,21 @@ def newest_hf(output_dir: str | os.PathLike, warn: bool = True) -> Path | None:
     return None
 
 
+def lightning_resume_point(root: str | os.PathLike) -> Path | None:
+    """lightning.resume_from's answer: ``root`` itself where it is a complete ``.ckpt``; else
+    the newest complete one under ``root`` (under its folder, for a ``.ckpt`` cut short)."""
+    p = Path(root)
+    if p.name.endswith(".ckpt") and p.exists():
+        if lightning_complete(p):
+            return p
+        log.warning("resume_from: %s is incomplete (the save was interrupted); looking in its folder", p)
+        p = p.parent
+    found = newest_lightning(p)
+    if found is None:
+        say_none_found(p, "*.ckpt")
+    return found
+
+
 def lightning_complete(path: str | os.PathLike) -> bool:
     """A ``.ckpt`` file is complete when it is a whole zip archive (``torch.save``'s format;
     a copy cut short lacks the directory at its end); a ``.ckpt`` folder (sharded strategies)
@@ -108,3 +123,40 @@ def newest_lightning(root: str | os.PathLike, warn: bool = True) -> Path | None:
         if warn:
             log.warning("skipping %s: incomplete (the save was interrupted)", path)
     return None
+
+
+def say_none_found(root: str | os.PathLike, kind: str) -> None:
+    """``resume_from(root)`` found no ``kind`` checkpoint. On a first start that is as it
+    should be; said (a warning) where it is likely a mistake: ``root`` is missing, or this
+    run reported a checkpoint (its events, inside a slurmtrain job) that is not under it."""
+    p = Path(root)
+    saved = _run_checkpoint()
+    if saved is None:
+        if not p.exists():
+            log.info("resume_from: %s does not exist (yet): training from the start", p)
+        return
+    step, where = saved
+    at = f" at {where}" if where else ""
+    if not p.exists():
+        log.warning("resume_from: %s does not exist, though this run saved a checkpoint of step %d%s: training "
+                    "from the start; pass the folder the checkpoints are written under (one that does not change "
+                    "with the job id)", p, step, at)
+    else:
+        log.warning("resume_from: no complete %s checkpoint under %s, though this run saved one of step %d%s: "
+                    "training from the start; pass the folder the checkpoints are written under (one that does "
+                    "not change with the job id)", kind, p, step, at)
+
+
+def _run_checkpoint() -> tuple[int, str | None] | None:
+    """(step, path) of the newest durable checkpoint this run reported, inside a slurmtrain
+    job; None outside one, or before any."""
+    from .. import events
+    from ..eventlog import Ev
+
+    run = os.environ.get("SLURMTRAIN_RUN_DIR")
+    if not run:
+        return None
+    saves = [e for e in events.read(run) if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
+             and isinstance(e.get("step"), int) and e.get("tier") != "memory"]
+    newest = max(saves, key=lambda e: e["step"], default=None)
+    return None if newest is None else (newest["step"], newest.get("path"))

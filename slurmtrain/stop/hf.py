@@ -38,6 +38,8 @@ def resume_from(output_dir) -> str | None:
     Folders written before ``StopCallback`` was in use count as complete when they hold
     ``trainer_state.json``."""
     found = checkpoints.newest_hf(output_dir)
+    if found is None:
+        checkpoints.say_none_found(output_dir, "checkpoint-<step>")
     return str(found) if found is not None else None
 
 

@@ -54,8 +54,9 @@ def resume_from(root) -> str | None:
     pass the trainer's ``default_root_dir`` or the checkpoint folder, not a folder with the
     data in it), or ``None``, for ``trainer.fit(..., ckpt_path=...)``. A ``.ckpt`` file is
     complete when it is a whole zip archive; a sharded ``.ckpt`` folder when this callback
-    marked it."""
-    found = checkpoints.newest_lightning(root)
+    marked it. A ``.ckpt`` path itself is returned when it is complete. Finding none is
+    said where it looks like a mistake (``root`` missing, or this run has saved before)."""
+    found = checkpoints.lightning_resume_point(root)
     return str(found) if found is not None else None
 
 

@@ -2,7 +2,11 @@
 step every SECONDS, saving its count to counter.json in the run directory every SAVE steps
 and when asked to stop; a new start resumes from the saved count.
 
-    python3 counter.py STEPS SECONDS SAVE
+    python3 counter.py STEPS SECONDS SAVE [NAME]
+
+NAME: the state file's name, formatted with the environment (default counter.json): a name
+with {SLURM_RESTART_COUNT} in it is a folder per start, as a log folder named by job id is,
+where a requeued start finds nothing to resume from.
 """
 
 import json
@@ -14,7 +18,9 @@ from pathlib import Path
 from slurmtrain import stop
 
 steps, seconds, save_every = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-state = Path(os.environ.get("SLURMTRAIN_RUN_DIR", ".")) / "counter.json"
+# Slurm sets SLURM_RESTART_COUNT from the first requeue on: "0" before.
+name = sys.argv[4].format_map({"SLURM_RESTART_COUNT": "0", **os.environ}) if len(sys.argv) > 4 else "counter.json"
+state = Path(os.environ.get("SLURMTRAIN_RUN_DIR", ".")) / name
 
 
 def save(step: int) -> None:

@@ -115,7 +115,8 @@ def test_one_preemption_one_requeue_then_completed(tmp_path, version, limit):
     final = wait_final(tmp_path, [name], timeout=180)[name]
     started = named(tmp_path, name, "started")
     assert (final["state"], final["exit_code"], final["outcome"]) == ("COMPLETED", 0, "completed"), (version, final)
-    assert (final["restarts"], len(started), len(named(tmp_path, name, "requeue"))) == (1, 2, 1), (version, final)
+    assert (final["restarts"], len(started), len(named(tmp_path, name, "requeue"))) == (1, 2, 1), \
+        f"{version}: {final}\n{(run_dir(tmp_path, name) / 'events.jsonl').read_text()}"
     assert named(tmp_path, name, "resumed")[0]["step"] >= 5
     kinds = [o.kind for o in classify.ends(run_dir(tmp_path, name))]
     assert kinds == [classify.PREEMPTED, classify.COMPLETED], (version, kinds)

@@ -4,6 +4,7 @@ the verdict after the launch (tests/job/test_supervisor.py drives them through t
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 from datetime import datetime
 
@@ -359,3 +360,51 @@ def test_the_spent_budget_is_said_only_where_it_alone_kept_the_launch_from_start
     assert decide.spent_budget(crashed, progressed=False, repeated_error=False, relaunches=1, budget=1) == 0
     assert decide.spent_budget(crashed, progressed=True, repeated_error=True, relaunches=1, budget=1) == 0
     assert decide.spent_budget(crashed, progressed=True, repeated_error=False, relaunches=0, budget=0) == 0  # off
+
+
+@pytest.mark.parametrize("status", [128 + signal.SIGUSR2, -signal.SIGUSR2])
+def test_a_program_killed_by_the_stop_signal_is_told_to_install_its_handler_first(status):
+    """Killed by USR2 itself (srun's 140, or -12): the stop came before the program's handler
+    was in place; the words say so, not "reports no checkpoint through slurmtrain.stop"."""
+    v = decide.after_launch(replace(STOPPED, saved=False, status=status, stop_signal=signal.SIGUSR2))
+    assert (v.action, v.kind) == ("end", eventlog.STOPPED_UNSAVED)
+    assert v.events == [("stop_unsaved", {"exit_code": status, "signal": "USR2"})]
+    assert "killed by SIGUSR2, the stop signal (exit" in v.say and "none at all or none yet" in v.say, v.say
+    assert "before heavy imports" in v.say and "reported no checkpoint" not in v.say
+
+
+@pytest.mark.parametrize("status, stop", [(143, signal.SIGTERM), (137, signal.SIGUSR2), (1, signal.SIGUSR2),
+                                          (140, signal.SIGUSR1)])
+def test_other_deaths_of_a_stop_with_nothing_saved_keep_the_plain_words(status, stop):
+    """SIGTERM's 143 is srun's own too; SIGKILL is the escalation's; another signal is not the stop's."""
+    v = decide.after_launch(replace(STOPPED, saved=False, status=status, stop_signal=stop))
+    assert v.events == [("stop_unsaved", {"exit_code": status})]
+    assert "reported no checkpoint in this run" in v.say
+
+
+def test_exit_statuses_decode_to_signals():
+    from slurmtrain import exits
+    assert [exits.signal_of(s) for s in (140, -12, 137, 0, 1, 75, 128, 200, -70)] == \
+        [12, 12, 9, None, None, None, None, None, None]
+
+
+def test_a_first_step_below_the_runs_newest_checkpoint_is_said_with_the_checkpoint():
+    """A program that started over after a requeue (its checkpoint folder named by job id, like
+    Lightning's version_<job>): its first step is below what the run saved before the launch."""
+    before = [{"event": "checkpoint_saved", "step": 40, "path": "/ck/version_7/last.ckpt"},
+              {"event": "checkpoint_saved", "step": 50, "tier": "memory"},  # a copy in node memory: may be gone
+              {"event": "stopped", "step": 43}]
+    fields, line = decide.resumed_behind(before, 1)
+    assert fields == {"step": 1, "saved": 43}
+    assert line.startswith("slurmtrain: warning: the program's first step in this launch is 1, but the run saved "
+                           "step 43: it did not resume from its newest checkpoint"), line
+    assert "version_<job>" in line and "resume_from" in line
+    fields, _ = decide.resumed_behind(before[:1], 12)
+    assert fields == {"step": 12, "saved": 40, "path": "/ck/version_7/last.ckpt"}
+
+
+@pytest.mark.parametrize("step", [44, 43])
+def test_a_first_step_past_or_at_the_checkpoint_is_a_resume(step):
+    """At: a program may count from the step it resumed at."""
+    assert decide.resumed_behind([{"event": "stopped", "step": 43}], step) is None
+    assert decide.resumed_behind([], 1) is None  # nothing saved before: a first start

@@ -199,3 +199,21 @@ def test_a_start_moved_the_run_on_only_past_every_checkpoint_before_it():
     assert not progressed_since_start(tasks, 1)
     assert free_requeues(again, "5") == 1 and free_requeues(again, "6") == 0
     assert free_requeues(again + [{"event": "requeue", "job_id": "5"}], "5") == 1  # counted: not free
+
+
+def test_a_program_killed_by_the_stop_signal_is_told_to_install_its_handler_first(tmp_path):
+    """The supervisor's `stop_unsaved {signal}`: the outcome and the history name the signal
+    and the fix, not "reports no checkpoint through slurmtrain.stop"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [{"time": 1.0, "event": "submitted", "job_id": "9"},
+             {"time": 2.0, "event": "started", "job_id": "9", "restart": 0, "nodes": "n1"},
+             {"time": 3.0, "event": "signal", "job_id": "9", "restart": 0, "signal": "USR2"},
+             {"time": 4.0, "event": "stop_unsaved", "job_id": "9", "restart": 0, "exit_code": 140, "signal": "USR2"}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    o = classify.classify(run)
+    assert o.kind == K.STOPPED_UNSAVED and o.final
+    assert "killed by SIGUSR2, the stop signal (exit status 140): it had no handler for it" in o.detail
+    assert "before heavy imports" in o.detail and "reported no checkpoint" not in o.detail, o.detail
+    said = [line.split("  ", 1)[1] for line in classify.history(run)]
+    assert said[-1].startswith("stopped: the program was killed by SIGUSR2, the stop signal"), said

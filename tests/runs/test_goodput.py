@@ -401,3 +401,20 @@ def test_a_cancel_of_a_job_pending_again_after_a_requeue_holds_no_nodes():
            ev(62, "cancel_requested", job_id="7")]
     g = goodput.of_events(evs, now=100)
     assert g.allocated == 2 * (50 - 10), parts(g)
+
+
+def test_status_warns_of_a_launch_that_did_not_resume_from_the_newest_checkpoint(tmp_path, fake_slurm):
+    from click.testing import CliRunner
+
+    from slurmtrain import events
+    from slurmtrain.cli import main
+    from runs_fakes import recorded_run
+
+    run, _ = recorded_run(tmp_path, "crash_hang_preempted")
+    events.append(run.path, "resumed_behind", job_id="140", restart=1, step=1, saved=40, path="/ck/version_140")
+    fake_slurm(scontrol="", sacct=None)
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    [line] = [l for l in out.splitlines() if l.startswith("warning")]
+    assert "began at step 1, below the checkpoint of step 40 (/ck/version_140) the run had saved" in line, out
+    assert "the program did not resume from its newest checkpoint: its first step is 1, but the run had saved " \
+           "step 40" in out  # history

@@ -78,3 +78,38 @@ def test_lightning_newest_complete_file_or_marked_folder(tmp_path, monkeypatch):
     os.utime(sharded / MARKER, (2000, 2000))
     assert checkpoints.newest_lightning(tmp_path) == sharded
     assert checkpoints.newest_lightning(tmp_path / "missing") is None
+
+
+def test_finding_none_is_warned_of_where_the_run_saved_before(tmp_path, monkeypatch, caplog):
+    """A first start finds nothing, rightly, in silence; after this run saved (its events), a
+    folder with none, or one that is missing, is a likely mistake (a folder per job id): said,
+    naming the checkpoint the run reported."""
+    import logging
+
+    from slurmtrain import events
+
+    run = tmp_path / "run"
+    run.mkdir()
+    monkeypatch.setenv("SLURMTRAIN_RUN_DIR", str(run))
+    caplog.set_level(logging.INFO, logger="slurmtrain.stop")
+    checkpoints.say_none_found(tmp_path / "out", "checkpoint-<step>")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # a first start
+    events.append(run, "checkpoint_saved", step=40, path="/ck/version_7/last.ckpt")
+    events.append(run, "checkpoint_saved", step=50, tier="memory")  # a node-memory copy: not a resume point
+    checkpoints.say_none_found(tmp_path / "missing", "*.ckpt")
+    checkpoints.say_none_found(tmp_path, "*.ckpt")
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2, warned
+    assert warned[0].startswith(f"resume_from: {tmp_path / 'missing'} does not exist, though this run saved a "
+                                "checkpoint of step 40 at /ck/version_7/last.ckpt"), warned
+    assert warned[1].startswith(f"resume_from: no complete *.ckpt checkpoint under {tmp_path}, though this run "
+                                "saved one of step 40"), warned
+
+
+def test_lightning_resume_from_takes_a_ckpt_path_itself(tmp_path):
+    """(lightning.resume_from's answer, without importing Lightning.)"""
+    whole = _zip(tmp_path / "ck" / "last.ckpt")
+    assert checkpoints.lightning_resume_point(whole) == whole
+    cut = tmp_path / "ck" / "cut.ckpt"
+    cut.write_bytes(whole.read_bytes()[:-30])
+    assert checkpoints.lightning_resume_point(cut) == whole  # incomplete: its folder's newest complete one

@@ -6,7 +6,10 @@
   Trainer's global step carries on. (Through torchrun, in an apptainer image: the
   container lane's tests/containers/test_workflows.py.)
 - A plain program with no handler: stopped at the warning, not requeued (it saved nothing);
-  one that saves on the signal and exits 0: completed, and told how a stop is requeued.
+  killed by the stop signal itself (srun launcher): told it had no handler yet; one that
+  saves on the signal and exits 0: completed, and told how a stop is requeued.
+- A program that starts over after a requeue (its state in a file per start): warned of,
+  naming the checkpoint it did not resume from.
 - A program whose checkpoint takes 40 s: test_survival.py, preempted together with the
   other program of the user's own there.
 """
@@ -126,3 +129,42 @@ def test_a_program_that_ignores_every_stop_gets_sigterm_then_sigkill(workdir, ru
     assert 5 <= timeout["time"] - signalled < 15, describe(run)
     assert 15 <= escalated["time"] - timeout["time"] < 30, describe(run)
     assert named(run, "stop_unsaved") and not named(run, "requeue"), describe(run)
+
+
+def test_a_program_killed_by_the_stop_signal_is_told_it_had_no_handler_yet(workdir, runs_dir):
+    """Still importing when the stop came (srun launcher: the task dies of USR2, exit 140): the
+    outcome names the signal and says to set the handler up first, not "report checkpoints"."""
+    late = ("import os, time\n"
+            "open(os.path.join(os.environ['SLURMTRAIN_RUN_DIR'], 'running-' + os.environ['RANK']), 'w').close()\n"
+            "time.sleep(900)  # heavy imports; slurmtrain.stop.install() would come after\n")
+    run, job = submit(runs_dir, workdir, ["--name", "late", "--launcher", "srun", "--set", "launch.rdzv_port=29767"],
+                      ["python3", "-c", late])
+    wait_until(run, "both ranks to run", lambda: len(list(run.glob("running-*"))) == 2, 180, job)
+    ask_to_stop(job)
+    assert wait_job_gone(job, run, 180) == "FAILED", describe(run)
+    assert [e.get("signal") for e in named(run, "stop_unsaved")] == ["USR2"], describe(run)
+    status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
+    assert "killed by SIGUSR2, the stop signal (exit status 140): it had no handler for it" in status, status
+    batch = next(run.glob("logs/job-*.out")).read_text()
+    assert "before heavy imports and data loading" in batch, batch
+
+
+def test_a_requeued_program_that_starts_over_is_warned_of_with_its_checkpoint(workdir, runs_dir):
+    """Its state in a file per start (as Lightning's log folder is per job id): after the
+    stop and requeue it starts from step 1 though the run saved more. The batch log, the
+    events and status say so, naming the checkpoint it did not resume from."""
+    counter = HERE.parent / "e2e" / "counter.py"
+    run, job = submit(runs_dir, workdir, ["--name", "over", "--launcher", "srun", "-N", "1",
+                                          "--set", "launch.procs_per_node=1"],
+                      [sys.executable, str(counter), "40", "0.2", "5", "counter-{SLURM_RESTART_COUNT}.json"])
+    wait_until(run, "a checkpoint", lambda: named(run, "checkpoint_saved"), 180, job)
+    ask_to_stop(job)
+    assert wait_job_gone(job, run, 300) == "COMPLETED", describe(run)
+    stopped = named(run, "stopped")[0]["step"]
+    [behind] = named(run, "resumed_behind")
+    assert (behind["step"], behind["saved"]) == (1, stopped), describe(run)
+    assert behind["path"].endswith("counter-0.json"), behind
+    batch = "".join(p.read_text() for p in run.glob("logs/job-*.out"))
+    assert f"the program's first step in this launch is 1, but the run saved step {stopped}" in batch, batch
+    status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
+    assert f"began at step 1, below the checkpoint of step {stopped}" in status, status
