@@ -49,18 +49,24 @@ class Watcher(SlurmInfoWatcher):
         self.since: float | None = None  # before every registered job was submitted (slurmquery.query)
 
     def update(self) -> None:
-        to_check = sorted({x.split("_")[0] for x in self._registered - self._finished})
+        """Every registered job, each time: submitit leaves out a job once its state is none of
+        its few running ones, and keeps the answer for good, but a job of ours comes back:
+        requeued (after a stop, by an administrator, by Slurm after a preemption) or shown
+        SIGNALING (Slurm 24.11) on its way. A process that polls (`watch`, `resubmit --watch`)
+        kept a stale answer (its restart count, its state) for the rest of the run. One
+        query asks for all of them anyway."""
+        to_check = sorted({x.split("_")[0] for x in self._registered})
         if not to_check:
             return
         self._num_calls += 1
         infos = slurmquery.query(to_check, self.since)  # raises SlurmError, unlike submitit's sacct call
+        for job_id in to_check:  # one Slurm has forgotten since: no stale answer in its place
+            self.job_infos.pop(job_id, None)
+            self._info_dict.pop(job_id, None)
         self.job_infos.update(infos)
         self._info_dict.update({j: {"State": i.raw_state or i.state.value, "NodeList": i.nodelist or ""}
                                 for j, i in infos.items()})
         self._last_status_check = time.time()
-        for job_id in to_check:
-            if self.is_done(job_id, mode="cache"):
-                self._finished.add(job_id)
 
 
 class TrackedJob(submitit.SlurmJob):

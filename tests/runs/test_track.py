@@ -285,3 +285,19 @@ def test_a_pending_reason_waiting_does_not_get_past_says_what_to_change(tmp_path
     out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
     assert ("reason: PartitionTimeLimit (its time limit is above the partition's MaxTime (--time): it will not "
             "start as it is") in out, out
+
+
+def test_one_process_that_polls_sees_a_job_come_back_after_a_state_submitit_takes_for_done(tmp_path, fake_slurm):
+    """submitit's watcher (a class attribute: one per process) stopped asking about a job once
+    its state was none of submitit's running ones, and kept that answer: a poll that met 24.11's
+    SIGNALING on the way to a requeue read SIGNALING, Restarts=0, for the rest of the run (CI's
+    Slurm-version lane: COMPLETED with 0 restarts after a preemption and a requeue)."""
+    fake = fake_slurm(scontrol="JobId=41 JobState=SIGNALING Restarts=0 ExitCode=0:0 NodeList=stnode1 NumNodes=1",
+                      sacct=None)
+    run = _run(tmp_path, "back", "41", [("started", {"job_id": "41", "restart": 0, "nodes": "stnode1"})])
+    assert [(s.state, s.restarts) for s in track.statuses([run])] == [(JobState.SIGNALING, 0)]
+    fake.scontrol = "JobId=41 JobState=RUNNING Restarts=1 ExitCode=0:0 NodeList=stnode2 NumNodes=1"
+    assert [(s.state, s.restarts, s.nodelist) for s in track.statuses([run])] == [(JobState.RUNNING, 1, "stnode2")]
+    fake.scontrol = ""  # forgotten since (MinJobAge): the events say, not the last answer
+    (gone,) = track.statuses([run])
+    assert (gone.source, gone.restarts) == ("events.jsonl", 0), gone
