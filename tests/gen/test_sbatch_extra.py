@@ -116,3 +116,11 @@ def test_slurm_extra_is_refused_naming_where_it_came_from_and_how_a_list_is_writ
         load_profile("local", ["slurm.extra=--qos=foo"])
     assert "(a list is written [\"--qos=foo\"]; in --set, quote it for the shell: --set 'slurm.extra=" \
            "[\"--qos=foo\"]')" in str(err.value), err.value
+
+
+@pytest.mark.parametrize("value", ["USR1", "SIGUSR1", "\"10\""])
+def test_usr1_as_the_stop_signal_is_warned_of(value):
+    """Lightning's SLURM auto-requeue answers SIGUSR1 by requeueing the job itself."""
+    said = [w for w in warnings(load_profile("local", [f"resilience.signal={value}"])) if "resilience.signal" in w]
+    assert len(said) == 1 and "Lightning's SLURM auto-requeue handles it" in said[0], said
+    assert not [w for w in warnings(load_profile("local", ["resilience.signal=USR2"])) if "resilience.signal" in w]
