@@ -111,7 +111,7 @@ class Ev:
     MEMORY_OFF = "memory_off"              # {step, error}: a copy in node memory could not be written; no more this launch
     # The CLI.
     SUBMITTED = "submitted"                # {job_id}
-    SUBMIT_REFUSED = "submit_refused"      # {message}
+    SUBMIT_REFUSED = "submit_refused"      # {message, excluded?}: excluded: the nodes it left out, for a refusal of its size
     CANCEL_REQUESTED = "cancel_requested"  # {job_id, user?}
     RESUBMITTED = "resubmitted"            # {job_id, previous_job_id, user?}
     DEPENDENCY_NEVER_SATISFIED = "dependency_never_satisfied"  # {after, detail}: a chain's run waited for failed
@@ -620,7 +620,9 @@ def _failure(start: Start, e: Event) -> str:
 def _without_script(start: Start, step: int | None) -> Outcome:
     """A program that wrote events outside a job (no batch script), or a refused submit."""
     if (e := start.last(Ev.SUBMIT_REFUSED)) is not None:
-        return Outcome(USER_ERROR, f"sbatch refused the job: {e.get('message')}", True, None, e)
+        left = (f"; the job left out node(s) {e['excluded']} (the bad-node ledger, --exclude): too few left? "
+                "`slurmtrain nodes`") if e.get("excluded") else ""
+        return Outcome(USER_ERROR, f"sbatch refused the job: {e.get('message')}{left}", True, None, e)
     if (e := start.last(Ev.TRAIN_ERROR)) is not None:
         return Outcome(USER_ERROR, f"the program failed at step {e.get('step')}: {e.get('error')}", True, step, e)
     if (e := next((x for x in reversed(start.events) if is_program_finished(x)), None)) is not None:

@@ -116,7 +116,8 @@ def submit_run(run: RunDir, sbatch_args: tuple[str, ...] = (), config: str | Non
     except SlurmError as err:
         message = str(err)
         run.update_manifest(state="refused", refusal=message)
-        events.append(run.path, Ev.SUBMIT_REFUSED, message=message)
+        left_out = excluded_nodes(run) if any(t in message for t in _TOO_BIG) else ""
+        events.append(run.path, Ev.SUBMIT_REFUSED, message=message, **({"excluded": left_out} if left_out else {}))
         raise SlurmError(f"sbatch refused the job: {message} (recorded in {run.path}){_size_hint(run, message)}"
                          f"{_config_hint(message)}{_ledger_hint(run)}{_extra_hint(run, message)}") from None
     now = datetime.now().astimezone().isoformat(timespec="seconds")

@@ -230,3 +230,19 @@ def test_a_time_limit_the_stop_signal_would_come_at_the_start_of_is_refused(fake
     assert not (fake_bin / "sbatch.calls").exists()
     longer = CliRunner().invoke(main, ["submit", "--time", "2", "--", "python", "x.py"])  # stops after 60 s: warned
     assert longer.exit_code == 0 and "about 60 s after it starts" in longer.output, longer.output
+
+
+def test_a_refusal_of_its_size_names_the_nodes_the_job_left_out(fake_bin, tmp_path):
+    """--nodes 3 on a partition of 2 with a node left out: the event and the outcome name it
+    (the bad-node ledger leaving too few nodes read as a plain "user error")."""
+    from slurmtrain import ledger
+    from slurmtrain.runs import classify
+
+    ledger.add(tmp_path / "runs", "stnode2", "node_failure")
+    CliRunner().invoke(main, ["submit", "--nodes", "3", "--", "python", "x.py"])
+    (run,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
+    (refused,) = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert refused["excluded"] == "stnode2", refused
+    detail = classify.classify(run).detail
+    assert detail.endswith("; the job left out node(s) stnode2 (the bad-node ledger, --exclude): too few left? "
+                           "`slurmtrain nodes`"), detail
