@@ -241,7 +241,8 @@ def test_a_refusal_of_its_size_names_the_nodes_the_job_left_out(fake_bin, tmp_pa
     ledger.add(tmp_path / "runs", "stnode2", "node_failure")
     CliRunner().invoke(main, ["submit", "--nodes", "3", "--", "python", "x.py"])
     (run,) = [d for d in (tmp_path / "runs").iterdir() if d.is_dir()]
-    (refused,) = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    (refused,) = [e for e in map(json.loads, (run / "events.jsonl").read_text().splitlines())
+                  if e["event"] == "submit_refused"]
     assert refused["excluded"] == "stnode2", refused
     detail = classify.classify(run).detail
     assert detail.endswith("; the job left out node(s) stnode2 (the bad-node ledger, --exclude): too few left? "
