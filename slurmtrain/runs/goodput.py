@@ -12,7 +12,8 @@ checkpoint  the seconds a save held the training (``checkpoint_saved {stall}``; 
             it, as from programs that save synchronously, all of ``seconds``; a save
             reported without ``seconds`` costs nothing known, but ends the lost steps)
 lost        a launch's last checkpoint to its last progress, when a fault ended it:
-            steps that are trained again
+            steps that are trained again; and a launch's steps up to the run's newest
+            checkpoint when it did not resume from it (``resumed_behind``)
 hang        the last progress to the supervisor's detection (``hang {seconds}``)
 restart     a fault's last progress to the next launch's first progress (in the job)
 spare       a spare node's time until it takes a lost node's place (``slurm.spare_nodes``)
@@ -197,6 +198,7 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
         progress, fault = _launch_end(out, evs, nxt, until)
         if first is not None:
             claims.append(_Claim("trained", first, progress))
+            claims += _trained_again(out, evs, first, progress)
             if fault is not None:
                 went_on = [t for _, t in saves if t <= progress]
                 kept = _memory_copy_time(evs, launches[n + 1][1]) if nxt is not None else None
@@ -211,6 +213,26 @@ def _claims(out: Goodput, start: eventlog.Start, end: float, carried: int | None
     if prev_fault is not None and not out.faults[prev_fault].in_job:
         claims.append(_Claim("other", prev_progress or end, end, prev_fault))  # stopping, requeueing
     return claims, prev_fault if prev_fault is not None and not out.faults[prev_fault].in_job else None
+
+
+def _trained_again(out: Goodput, evs: list[Event], first: float, progress: float) -> list[_Claim]:
+    """A launch that did not resume from the run's newest checkpoint (``resumed_behind``):
+    its steps up to that checkpoint's are trained again, lost, charged to a fault of their
+    own. When it reached that step is placed at the pace of its reports with a step
+    (first_step, then its checkpoints, stop or finish); a launch that ended before lost all."""
+    behind = next((e for e in evs if e.get("event") == Ev.RESUMED_BEHIND), None)
+    start = next((e for e in evs if e.get("event") == Ev.FIRST_STEP), None)
+    if behind is None or start is None or not isinstance(behind.get("saved"), int):
+        return []
+    saved, s0 = behind["saved"], start.get("step")
+    later = next((e for e in evs if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED)
+                  and isinstance(e.get("step"), int) and e["step"] >= saved and e["time"] > first), None)
+    until = progress
+    if later is not None and isinstance(s0, int) and later["step"] > s0:
+        until = min(progress, first + (saved - s0) / (later["step"] - s0) * (later["time"] - first))
+    fault = _fault(out, "trained again", behind["time"], f"began at step {behind.get('step')}, below the "
+                   f"checkpoint of step {saved}: the program did not resume from it", True)
+    return [_Claim("lost", first, max(first, until), fault)]
 
 
 def _memory_copy_time(evs: list[Event], nxt: list[Event]) -> float | None:

@@ -418,3 +418,19 @@ def test_status_warns_of_a_launch_that_did_not_resume_from_the_newest_checkpoint
     assert "began at step 1, below the checkpoint of step 40 (/ck/version_140) the run had saved" in line, out
     assert "the program did not resume from its newest checkpoint: its first step is 1, but the run had saved " \
            "step 40" in out  # history
+
+
+def test_steps_trained_again_by_a_launch_that_did_not_resume_are_lost():
+    """Saved step 40 in the first start; the second began at step 1 again (resumed_behind) and
+    reached step 40 at its pace (0.5 s a step): those 20 s are lost, charged to a fault of
+    their own, not trained."""
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=40), ev(30, "stopped", step=40), ev(31, "requeue", exit_code=75),
+           ev(40, "started", nodes="a", job_id="7", restart=1), ev(50, "first_step", step=1),
+           ev(50.5, "resumed_behind", step=1, saved=40), ev(80, "checkpoint_saved", step=60),
+           ev(90, "finished", step=80), ev(90, "finished", exit_code=0)]
+    g = goodput.of_events(evs)
+    again = [i for i, f in enumerate(g.faults) if f.kind == "trained again"]
+    assert len(again) == 1 and g.faults[again[0]].in_job, g.faults
+    assert g.cost(again[0]) == {"lost": pytest.approx(50 + (40 - 1) / (60 - 1) * 30 - 50)}
+    assert parts(g)["trained"] == pytest.approx(20 + 40 - g.cost(again[0])["lost"], abs=0.01)

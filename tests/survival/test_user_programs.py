@@ -168,3 +168,7 @@ def test_a_requeued_program_that_starts_over_is_warned_of_with_its_checkpoint(wo
     assert f"the program's first step in this launch is 1, but the run saved step {stopped}" in batch, batch
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
     assert f"began at step 1, below the checkpoint of step {stopped}" in status, status
+    got = json.loads(run_cli(["status", "--json", "--runs-dir", str(runs_dir), run.name], cwd=workdir).stdout)
+    got = got[0] if isinstance(got, list) else got
+    [again] = [f for f in got["goodput"]["faults"] if f["kind"] == "trained again"]
+    assert again["cost"].get("lost", 0) > 0, got["goodput"]  # the steps run twice are not counted as trained
