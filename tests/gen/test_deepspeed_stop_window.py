@@ -56,16 +56,21 @@ def test_no_agent_preamble_ends_the_shell_word_it_is_written_in():
     ("75 75", 75, False),  # every worker stopped as the stop contract says: one line, its status
     ("75 sleep", 75, False),  # ... one still exiting when the first had left: torchrun's SIGTERM (-15)
     ("3 75", 1, True),     # a failure among them is torchrun's, as it was: traceback, Root Cause, exit 1
+    ("usr2 usr2", 140, False),  # killed by the stop signal, no handler yet: 128 + 12, as srun would say it
 ])
 def test_the_torchrun_agent_passes_a_stop_on_in_one_line(tmp_path, codes, status, traceback):
     from slurmtrain.launchers.torchrun import ROOT_CAUSE
     workers = (f"codes=({codes}); [ ${{codes[$LOCAL_RANK]}} = sleep ] && exec sleep 30; "
-               "exit ${codes[$LOCAL_RANK]}")
+               "[ ${codes[$LOCAL_RANK]} = usr2 ] && kill -USR2 $BASHPID; exit ${codes[$LOCAL_RANK]}")
     proc = subprocess.run([sys.executable, "-c", agent("torchrun", 30), "torch.distributed.run", "--nnodes=1",
                            "--nproc-per-node=2", "--no-python", "bash", "-c", workers],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == status, proc.stderr
     assert ("Traceback" in proc.stderr) is traceback, proc.stderr
+    if status == 140:
+        assert proc.stderr.splitlines()[-1].endswith("the workers were killed by SIGUSR2, the stop signal: no "
+                                                     "handler for it yet"), proc.stderr
+        return
     assert ROOT_CAUSE.search(proc.stderr)[1] in ("75", "3")  # status still reads the program's own code
     if not traceback:
         assert "the workers stopped after a checkpoint (exitcode: 75)" in proc.stderr.splitlines()[-1]
