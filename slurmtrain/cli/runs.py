@@ -224,12 +224,12 @@ def _print_failure(target, job_id: str | None, lines: int) -> None:
     from ..runs.logs import program_errors
     errors = program_errors(target, job_id)  # the program's words, above the launcher's
     logs = track.failing_node_logs(target, job_id, lines)
-    for node, tail in sorted(logs.items(), key=lambda item: list(errors).index(item[0])
-                             if item[0] in errors else len(errors)):
+    for node in [*errors, *(n for n in logs if n not in errors)]:  # the root cause's node first
+        tail = logs.get(node, [])
         if node in errors:
             click.echo(f"program error on {node}: {errors[node]}")
         if tail:  # none asked for (-n 0), or the launch printed nothing
-            click.echo(f"last lines of {node}'s log ({target.node_logs(job_id)[node]}):")
+            click.echo(f"last lines of {node}'s log ({target.node_logs(job_id).get(node)}):")
         for line in tail:
             click.echo(f"  {line}")
 

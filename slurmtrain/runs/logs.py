@@ -15,6 +15,7 @@ import re
 
 from .. import eventlog
 from ..programlog import program_error
+from ..slurmtext import SRUN_TASK_ERROR
 from .rundir import RunDir, events_of
 from .track import failing_node_logs, tail
 
@@ -28,10 +29,23 @@ def program_errors(run: RunDir, job_id: str | None = None) -> dict[str, str]:
     found = {node: program_error(tail) for node, tail in failing_node_logs(run, job_id, lines=_SCAN_LINES).items()}
     roots = [node for node, e in found.items() if e and e.root]
     out = {node: found[node].line for node in roots}
+    killed = None if roots else _killed_first(run, job_id)
+    if killed is not None:  # a process killed says nothing: srun's word; a peer's error follows from it
+        roots, out = [killed], {killed: f"a task on {killed} was killed by SIGKILL (out of memory, or a kill)"}
     for node, e in found.items():
-        if e and not e.root:
+        if e and not e.root and node not in out:
             out[node] = e.line + (f" (after the failure on {roots[0]})" if roots else "")
     return out
+
+
+def _killed_first(run: RunDir, job_id: str | None) -> str | None:
+    """The node of the first task srun reported failing, where that task was killed
+    (``srun: error: n2: task 1: Killed``); None otherwise."""
+    for batch in run.batch_logs(job_id or run.job_id).values():
+        first = next(filter(None, map(SRUN_TASK_ERROR.search, tail(batch, 200))), None)
+        if first is not None:
+            return first["node"] if first["how"] == "Killed" else None
+    return None
 
 
 # bash's own error in the batch script: "<spool>/job00460/slurm_script: line 30: X: unbound variable"

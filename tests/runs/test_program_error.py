@@ -241,3 +241,26 @@ def test_a_script_that_did_not_compile_is_named_with_its_file_and_line(tmp_path)
     out = subprocess.run([sys.executable, str(tmp_path / "bad.py")], capture_output=True, text=True).stderr
     found = programlog.program_error(["----- slurmtrain: job 5, launch 1 on a -----", *out.splitlines()])
     assert found == programlog.Error(f"SyntaxError: '(' was never closed ({tmp_path / 'bad.py'}, line 1)", True)
+
+
+def test_a_killed_task_is_the_root_cause_and_its_peers_error_follows_from_it(tmp_path, fake_slurm):
+    """srun launcher: rank 1 SIGKILLed (out of memory) says nothing; srun says "Killed" first;
+    rank 0's gloo error is the consequence, not the program's error."""
+    fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    run = rundir.create(tmp_path, "oom")
+    run.update_manifest(name=run.name, job_ids=["12"], state="submitted", nodes=2)
+    events.append(run.path, "failed", job_id="12", restart=0, exit_code=137)
+    (run.logs / "job-12.out").write_text("srun: error: stnode2: task 1: Killed\n"
+                                         "srun: error: stnode1: task 0: Exited with exit code 1\n")
+    (run.logs / "12-stnode1.out").write_text("\n".join(PEER_NODE) + "\n")
+    (run.logs / "12-stnode2.out").write_text("step 3\n")
+    assert list(logs.program_errors(run, "12").items()) == [
+        ("stnode2", "a task on stnode2 was killed by SIGKILL (out of memory, or a kill)"),
+        ("stnode1", PEER_NODE[-1].removeprefix("[rank2]: ") + " (after the failure on stnode2)")]
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert out.index("program error on stnode2: a task on stnode2 was killed by SIGKILL") < \
+        out.index("program error on stnode1: RuntimeError"), out
+    # A first failure that exited (srun then kills the rest): not a kill's
+    (run.logs / "job-12.out").write_text("srun: error: stnode1: task 0: Exited with exit code 1\n"
+                                         "srun: error: stnode2: task 1: Killed\n")
+    assert "stnode2" not in logs.program_errors(run, "12")
