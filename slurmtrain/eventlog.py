@@ -195,10 +195,11 @@ ENDINGS: dict[str, Ending] = {
 # they count as a node failure, as they said then.
 BY_NODE_FAILURE = "node failure"
 BY_ADMIN = "scontrol requeue"
+BY_LIGHTNING = "lightning"  # Lightning's SLURM auto-requeue, seen in a node log: a `scontrol requeue` too
 
 
 def requeued_by_admin(e: Event) -> bool:
-    return e.get("by") == BY_ADMIN
+    return e.get("by") in (BY_ADMIN, BY_LIGHTNING)
 
 
 @dataclass(frozen=True)
@@ -483,6 +484,11 @@ def signal_cause(e: Event) -> tuple[str, str]:
 
 def _requeued_by(e: Event) -> tuple[str, str]:
     """(kind, words) of a requeue from outside the script."""
+    if e.get("by") == BY_LIGHTNING:
+        return REQUEUED, ("requeued by the program: Lightning's SLURM auto-requeue ran `scontrol requeue` on its "
+                          "signal, past the run's own stop and requeue rules (pass "
+                          "plugins=[SLURMEnvironment(auto_requeue=False)] and slurmtrain's StopCallback: "
+                          "docs/survival.md)")
     if requeued_by_admin(e):
         return REQUEUED, ("requeued from outside the job (`scontrol requeue` by an administrator or another "
                           "program; no node of the job was down)")

@@ -21,6 +21,8 @@ from .eventlog import EXIT_STOPPED
 
 # What launchers put before each line of a task's output: torchrun's "[rank0]:" and
 # "[default0]:" (--tee), srun --label's "0: ".
+# Lightning's SLURMEnvironment(auto_requeue=True) at its signal: it requeues the job itself.
+LIGHTNING_REQUEUE = re.compile(r"Handling auto-requeue signal: |Requeued SLURM job: \d+")
 _PREFIX = re.compile(r"^(\[[A-Za-z]*\d+\]:|\d+: )\s?")
 # ... or the same, or a traceback, in the middle of a line: a progress bar (tqdm's) redraws
 # itself with carriage returns and leaves its last frame with no newline before what follows.

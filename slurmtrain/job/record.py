@@ -94,6 +94,15 @@ class Record:
             pass
         self.node_marks = marks
 
+    def lightning_requeued(self) -> bool:
+        """A node log of this launch has Lightning's SLURM auto-requeue at work (its
+        SLURMEnvironment, on its signal, runs `scontrol requeue` itself)."""
+        for name, mark in self.node_marks.items():
+            if any(programlog.LIGHTNING_REQUEUE.search(line)
+                   for line in programlog.tail_lines(self.run_dir / "logs" / name, mark)):
+                return True
+        return False
+
     def first_failure(self, since: int) -> str | None:
         """The node of the failure srun reported in the batch log after byte ``since``: of
         the nodes it saw fail, in its order, the first whose log (this launch's part) holds

@@ -50,7 +50,8 @@ class Requeue:
         if not self.down_nodes and not final:
             return
         self.said = True
-        by = eventlog.BY_NODE_FAILURE if self.down_nodes else eventlog.BY_ADMIN
+        by = eventlog.BY_NODE_FAILURE if self.down_nodes else \
+            eventlog.BY_LIGHTNING if self.record.lightning_requeued() else eventlog.BY_ADMIN
         # Slurm noticed the node SlurmdTimeout after it went quiet: goodput counts that wait
         # as a hang's (nothing trained, nothing noticed), not as steps trained then lost.
         progress = self.last_progress() if self.down_nodes else None

@@ -146,6 +146,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"the job finished (exit 0): the program had finished, its launch exited {e['launch_exit']} after")
     if name == Ev.FINISHED:
         return f"finished at step {e['step']}" if "step" in e else "the program finished"
+    if name == Ev.REQUEUED_BY_SLURM and e.get("by") == eventlog.BY_LIGHTNING:
+        return "requeued by the program itself: Lightning's SLURM auto-requeue (`scontrol requeue` on its signal)"
     if name == Ev.REQUEUED_BY_SLURM and eventlog.requeued_by_admin(e):
         return "requeued from outside the job (`scontrol requeue` by an administrator or another program)"
     if name == Ev.REQUEUED_BY_SLURM and e.get("nodes"):

@@ -788,6 +788,18 @@ def test_a_sigterm_with_the_restart_count_up_and_no_node_down_is_someones_scontr
     assert "`scontrol requeue` by an administrator" in rig.said()
 
 
+def test_a_requeue_by_lightnings_auto_requeue_is_named_so(rig):
+    """A Lightning script left with SLURMEnvironment(auto_requeue=True): on its signal it runs
+    `scontrol requeue` itself, which its node log says; the event and status name Lightning."""
+    rig.task = Plan([JOINS, SAVES, (9, node_log("n1", "Handling auto-requeue signal: Signals.SIGUSR1",
+                                                 "Requeued SLURM job: 77")), (11, exits(143))])
+    rig.clock.at(10, TERM, cause=lambda: setattr(rig.slurm, "restarts", 1))
+    assert rig.run() == 143
+    assert rig.events()[-1]["by"] == "lightning", rig.events()
+    (end,) = eventlog.ends(rig.events())
+    assert end.kind == eventlog.REQUEUED and "Lightning's SLURM auto-requeue ran `scontrol requeue`" in end.detail
+
+
 # ---- hazard 7: a stop that lands as the program finishes ----------------------------------------
 
 def test_a_stop_that_lands_as_the_program_finishes_is_finished(rig):
