@@ -263,12 +263,14 @@ def _stopped_unsaved(f: Facts, events: list[tuple[str, dict]], say: str) -> Verd
                    "(resilience.requeue_when = \"always\" requeues anyway; docs/survival.md)")
 
 
-def resumed_behind(before: list[dict], step: int) -> tuple[dict, str] | None:
+def resumed_behind(before: list[dict], mine: list[dict], step: int | None) -> tuple[dict, str] | None:
     """A launch's first step is ``step``, below the newest checkpoint the run reported before
     it (eventlog.behind_checkpoint): the ``resumed_behind`` event's fields and the batch log's
-    line; None where it resumed as it should."""
-    saved = eventlog.behind_checkpoint(before, step)
-    if saved is None:
+    line; None where it resumed as it should, or said it did (a ``resumed`` at or past that
+    checkpoint among the launch's events, ``mine``: a step count of its own may differ)."""
+    saved = eventlog.behind_checkpoint(before, step) if step is not None else None
+    if saved is None or any(e.get("event") == Ev.RESUMED and isinstance(e.get("step"), int)
+                            and e["step"] >= saved["step"] for e in mine):
         return None
     path = saved.get("path")
     return ({"step": step, "saved": saved["step"], **({"path": path} if path else {})},

@@ -290,10 +290,12 @@ class Supervisor:
         named = self.hang_nodes if self.state.hung else [n for n in [self.record.first_failure(self.log_mark)] if n]
         return self.faults.lost(self.state.dead, named, self.state.hung, blame)
 
-    def say_if_behind(self, step: int) -> None:
+    def say_if_behind(self, step: int | None) -> None:
         """A first step below the run's newest checkpoint: the program did not resume from it."""
-        before = eventlog.of_task(events.read(self.cfg.run_dir)[:self.events_mark], self.job.array_task)
-        found = decide.resumed_behind(before, step)
+        every = events.read(self.cfg.run_dir)
+        before, mine = (eventlog.of_task(e, self.job.array_task) for e in (every[:self.events_mark],
+                                                                          every[self.events_mark:]))
+        found = decide.resumed_behind(before, mine, step)
         if found is not None:
             self.record.event(Ev.RESUMED_BEHIND, **found[0])
             self.say(found[1])

@@ -394,17 +394,25 @@ def test_a_first_step_below_the_runs_newest_checkpoint_is_said_with_the_checkpoi
     before = [{"event": "checkpoint_saved", "step": 40, "path": "/ck/version_7/last.ckpt"},
               {"event": "checkpoint_saved", "step": 50, "tier": "memory"},  # a copy in node memory: may be gone
               {"event": "stopped", "step": 43}]
-    fields, line = decide.resumed_behind(before, 1)
+    fields, line = decide.resumed_behind(before, [], 1)
     assert fields == {"step": 1, "saved": 43}
     assert line.startswith("slurmtrain: warning: the program's first step in this launch is 1, but the run saved "
                            "step 43: it did not resume from its newest checkpoint"), line
     assert "version_<job>" in line and "resume_from" in line
-    fields, _ = decide.resumed_behind(before[:1], 12)
+    fields, _ = decide.resumed_behind(before[:1], [], 12)
     assert fields == {"step": 12, "saved": 40, "path": "/ck/version_7/last.ckpt"}
 
 
 @pytest.mark.parametrize("step", [44, 43])
 def test_a_first_step_past_or_at_the_checkpoint_is_a_resume(step):
     """At: a program may count from the step it resumed at."""
-    assert decide.resumed_behind([{"event": "stopped", "step": 43}], step) is None
-    assert decide.resumed_behind([], 1) is None  # nothing saved before: a first start
+    assert decide.resumed_behind([{"event": "stopped", "step": 43}], [], step) is None
+    assert decide.resumed_behind([], [], 1) is None  # nothing saved before: a first start
+
+
+def test_a_launch_that_said_it_resumed_from_the_checkpoint_is_not_warned_of():
+    """Its own step count may differ (an epoch's batch index), or its heartbeat carries none."""
+    before = [{"event": "checkpoint_saved", "step": 40}]
+    assert decide.resumed_behind(before, [{"event": "resumed", "step": 40}], 0) is None
+    assert decide.resumed_behind(before, [{"event": "resumed", "step": 20}], 21) is not None
+    assert decide.resumed_behind(before, [], None) is None

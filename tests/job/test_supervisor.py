@@ -2095,7 +2095,10 @@ def test_a_node_left_out_for_hanging_twice_is_a_hang_that_names_it(rig_on_wall):
     """Alive, named twice: the second fault is the hang it was; goodput says the node went."""
     rig = rig_on_wall
     on_three_nodes(rig)
-    rig.task = [HANGS_ON_N2, HANGS_ON_N2, FINISHES_ON_N1_N3]
+    # Started again from the checkpoint of step 5, it hangs past it (at step 4 would be a
+    # launch that did not resume: resumed_behind, a fault of its own).
+    again = Plan([JOINS, (2, beats(0, 6, "n1", 100)), (2, beats(1, 6, "n2", 200)), (6, beats(0, 7, "n1", 100))])
+    rig.task = [HANGS_ON_N2, again, FINISHES_ON_N1_N3]
     assert rig.run(restarts_in_job=3, hang_timeout=20, spare_nodes=1) == 0
     assert [e["cause"] for e in rig.events() if e["event"] == "relaunched"] == ["hang", "hang"]
     assert "seen_as" not in rig.event("nodes_lost")
