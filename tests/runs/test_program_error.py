@@ -136,17 +136,23 @@ def test_the_root_cause_wins_over_a_peers_failure_printed_after_it():
     assert programlog.program_error(PEER_NODE) == (PEER_NODE[-1].removeprefix("[rank2]: "), False)
 
 
+def failed_on_two_nodes(tmp_path, name: str, code: int, srun_said: list[str], node_logs: dict[str, list[str]]):
+    """A run of job 12 that failed with ``code``: srun's task lines in the batch log, each node's log."""
+    run = rundir.create(tmp_path, name)
+    run.update_manifest(name=run.name, job_ids=["12"], state="submitted", nodes=2)
+    events.append(run.path, "failed", job_id="12", restart=0, exit_code=code)
+    (run.logs / "job-12.out").write_text("".join(f"srun: error: {line}\n" for line in srun_said))
+    for node, lines in node_logs.items():
+        (run.logs / f"12-{node}.out").write_text("\n".join(lines) + "\n")
+    return run
+
+
 def test_status_names_the_node_of_the_root_cause_first_and_the_others_as_followers(tmp_path, fake_slurm):
     """srun saw stnode2's launcher exit first (its ranks' connections closed), stnode1's
     terminated: the crash is stnode1's."""
     fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
-    run = rundir.create(tmp_path, "crash")
-    run.update_manifest(name=run.name, job_ids=["12"], state="submitted", nodes=2)
-    events.append(run.path, "failed", job_id="12", restart=0, exit_code=1)
-    (run.logs / "job-12.out").write_text("srun: error: stnode2: task 1: Exited with exit code 1\n"
-                                         "srun: error: stnode1: task 0: Terminated\n")
-    (run.logs / "12-stnode1.out").write_text("\n".join(CRASH_NODE) + "\n")
-    (run.logs / "12-stnode2.out").write_text("\n".join(PEER_NODE) + "\n")
+    run = failed_on_two_nodes(tmp_path, "crash", 1, ["stnode2: task 1: Exited with exit code 1", "stnode1: task 0: "
+                                                     "Terminated"], {"stnode1": CRASH_NODE, "stnode2": PEER_NODE})
     assert list(logs.program_errors(run, "12").items()) == [
         ("stnode1", "RuntimeError: deliberate crash at step 3 on rank 1"),
         ("stnode2", PEER_NODE[-1].removeprefix("[rank2]: ") + " (after the failure on stnode1)")]
@@ -247,13 +253,8 @@ def test_a_killed_task_is_the_root_cause_and_its_peers_error_follows_from_it(tmp
     """srun launcher: rank 1 SIGKILLed (out of memory) says nothing; srun says "Killed" first;
     rank 0's gloo error is the consequence, not the program's error."""
     fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
-    run = rundir.create(tmp_path, "oom")
-    run.update_manifest(name=run.name, job_ids=["12"], state="submitted", nodes=2)
-    events.append(run.path, "failed", job_id="12", restart=0, exit_code=137)
-    (run.logs / "job-12.out").write_text("srun: error: stnode2: task 1: Killed\n"
-                                         "srun: error: stnode1: task 0: Exited with exit code 1\n")
-    (run.logs / "12-stnode1.out").write_text("\n".join(PEER_NODE) + "\n")
-    (run.logs / "12-stnode2.out").write_text("step 3\n")
+    run = failed_on_two_nodes(tmp_path, "oom", 137, ["stnode2: task 1: Killed", "stnode1: task 0: Exited with exit "
+                                                     "code 1"], {"stnode1": PEER_NODE, "stnode2": ["step 3"]})
     assert list(logs.program_errors(run, "12").items()) == [
         ("stnode2", "a task on stnode2 was killed by SIGKILL (out of memory, or a kill)"),
         ("stnode1", PEER_NODE[-1].removeprefix("[rank2]: ") + " (after the failure on stnode2)")]
