@@ -6,7 +6,7 @@
   Trainer's global step carries on. (Through torchrun, in an apptainer image: the
   container lane's tests/containers/test_workflows.py.)
 - A plain program with no handler: stopped at the warning, not requeued (it saved nothing);
-  killed by the stop signal itself (srun launcher): told it had no handler yet; one that
+  killed by the stop signal itself (srun's task, torchrun's workers): told it had no handler yet; one that
   saves on the signal and exits 0: completed, and told how a stop is requeued.
 - A program that starts over after a requeue (its state in a file per start): warned of,
   naming the checkpoint it did not resume from.
@@ -24,8 +24,8 @@ import pytest
 
 from slurmtrain.runs import classify
 
-from survival_util import (HERE, describe, hf_steps, job_field, named, run_cli, slurm, submit, take_all_nodes,
-                           wait_job_gone, wait_until)
+from survival_util import (HERE, TORCHRUN, describe, hf_steps, job_field, named, run_cli, slurm, submit,
+                           take_all_nodes, wait_job_gone, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -87,7 +87,9 @@ def test_a_program_without_a_handler_is_stopped_and_not_requeued(workdir, runs_d
     (outcome,) = classify.ends(run)
     assert outcome.kind == classify.STOPPED_UNSAVED, outcome
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
-    assert "reported no checkpoint" in status and "not requeued" in status, status
+    # The srun launcher: the task died of USR2 itself (exit 140), which status names.
+    assert "the program was killed by SIGUSR2, the stop signal (exit status 140): it had no handler for it" in \
+        status and "not requeued" in status, status
 
 
 def test_a_program_that_saves_on_the_signal_and_exits_0_is_told_how_to_be_requeued(workdir, runs_dir):
@@ -131,13 +133,14 @@ def test_a_program_that_ignores_every_stop_gets_sigterm_then_sigkill(workdir, ru
     assert named(run, "stop_unsaved") and not named(run, "requeue"), describe(run)
 
 
-def test_a_program_killed_by_the_stop_signal_is_told_it_had_no_handler_yet(workdir, runs_dir):
-    """Still importing when the stop came (srun launcher: the task dies of USR2, exit 140): the
+def test_workers_killed_by_the_stop_signal_under_torchrun_are_told_they_had_no_handler_yet(workdir, runs_dir):
+    """Still importing when the stop came, under torchrun: the workers die of USR2, the job
+    script's agent says so in one line and exits 140 (not torchrun's traceback and 1), and the
     outcome names the signal and says to set the handler up first, not "report checkpoints"."""
     late = ("import os, time\n"
             "open(os.path.join(os.environ['SLURMTRAIN_RUN_DIR'], 'running-' + os.environ['RANK']), 'w').close()\n"
             "time.sleep(900)  # heavy imports; slurmtrain.stop.install() would come after\n")
-    run, job = submit(runs_dir, workdir, ["--name", "late", "--launcher", "srun", "--set", "launch.rdzv_port=29767"],
+    run, job = submit(runs_dir, workdir, ["--name", "late", *TORCHRUN, "--set", "launch.rdzv_port=29767"],
                       ["python3", "-c", late])
     wait_until(run, "both ranks to run", lambda: len(list(run.glob("running-*"))) == 2, 180, job)
     ask_to_stop(job)
@@ -147,6 +150,9 @@ def test_a_program_killed_by_the_stop_signal_is_told_it_had_no_handler_yet(workd
     assert "killed by SIGUSR2, the stop signal (exit status 140): it had no handler for it" in status, status
     batch = next(run.glob("logs/job-*.out")).read_text()
     assert "before heavy imports and data loading" in batch, batch
+    node_logs = "".join(p.read_text() for p in run.glob("logs/*-stnode*.out"))
+    assert "the workers were killed by SIGUSR2, the stop signal: no handler for it yet" in node_logs, node_logs
+    assert "ChildFailedError" not in node_logs, node_logs
 
 
 def test_a_requeued_program_that_starts_over_is_warned_of_with_its_checkpoint(workdir, runs_dir):
