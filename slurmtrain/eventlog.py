@@ -379,16 +379,17 @@ def best_saved_step(evs: Iterable[Event]) -> int | None:
 
 
 def behind_checkpoint(before: Iterable[Event], first_step: int) -> Event | None:
-    """The newest durable checkpoint the program reported before a launch (``before``: the
+    """The latest durable checkpoint the program reported before a launch (``before``: the
     run's events until then), when the launch's first step is below it: the program did not
     resume from it (not found: a folder named by job id, like Lightning's ``version_<job>``;
-    a resume path not given) and trains those steps again. Below, not equal: a program may
+    a resume path not given) and trains those steps again. The latest reported, not the
+    highest step: after a rollback (a resume from an older checkpoint on purpose, or a launch
+    that started over) the saves that follow are the run's. Below, not equal: a program may
     count from the step it resumed at. Copies in node memory are left out: a launch on new
     nodes rightly resumes from the durable one."""
-    saves = [e for e in before if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
-             and isinstance(e.get("step"), int) and e.get("tier") != "memory"]
-    newest = max(saves, key=lambda e: e["step"], default=None)
-    return newest if newest is not None and first_step < newest["step"] else None
+    latest = next((e for e in reversed(list(before)) if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
+                   and isinstance(e.get("step"), int) and e.get("tier") != "memory"), None)
+    return latest if latest is not None and first_step < latest["step"] else None
 
 
 def progressed_since_start(evs: Iterable[Event], task: int | None = None) -> bool:
@@ -434,8 +435,9 @@ def _stopped_unsaved(why: str, e: Event) -> str:
     """A stop with nothing saved in the run: why it was not requeued, and what to change."""
     code = e.get("exit_code", "?")
     if e.get("signal"):
-        return (f"{why}; the program was killed by SIG{e['signal']}, the stop signal (exit status {code}): it had "
-                "no handler for it, none at all or none yet, and nothing was saved, so it was not requeued (set up "
+        return (f"{why}; the program (or a shell in front of it) was killed by SIG{e['signal']}, the stop signal "
+                f"(exit status {code}): it had no handler for it, none at all or none yet, and nothing was saved, so "
+                "it was not requeued (set up "
                 "slurmtrain.stop's handler, or the Lightning or Hugging Face callback, before heavy imports and data "
                 "loading: docs/survival.md)")
     return (f"{why}; the program has reported no checkpoint in this run (exit status {code}), so it was not "

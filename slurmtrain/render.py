@@ -487,7 +487,7 @@ def warnings(loaded: LoadedProfile) -> list[str]:
     short = short_time_limit(loaded)
     if short:
         out.append(short)
-    if _signal_name(r.signal) == "USR1":
+    if _signal_name(r.signal) in ("USR1", str(int(signal.SIGUSR1))):
         out.append(f"resilience.signal = {r.signal!r} ({loaded.source}): SIGUSR1 is taken: Lightning's SLURM "
                    "auto-requeue handles it (it requeues the job itself, without the run's checkpoint rules), and "
                    "NCCL and parts of PyTorch may use it; USR2, the default, is left alone by all of them")
@@ -509,17 +509,6 @@ def warnings(loaded: LoadedProfile) -> list[str]:
                    f"({r.stop_timeout} s); a longer checkpoint is cut short there (the torchrun and srun "
                    "launchers honour stop_timeout)")
     return out
-
-
-def _signal_name(value: str) -> str:
-    """``"SIGUSR1"``, ``"USR1"`` or ``"10"``: ``"USR1"``."""
-    name = value.upper().removeprefix("SIG")
-    if name.isdigit():
-        try:
-            return signal.Signals(int(name)).name.removeprefix("SIG")
-        except ValueError:
-            return name
-    return name
 
 
 def _container_warnings(p: Profile, name: str) -> list[str]:

@@ -11,6 +11,9 @@ import re
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
+# The supervisor's words in the batch log before an in-job restart: what precedes them there
+# is an earlier launch's (decide.relaunch_said writes them, status reads them).
+RELAUNCH_SAID = "; starting it again in this allocation"
 # srun's own line for a task that failed, in the batch log: its node is the first failure's.
 SRUN_TASK_ERROR = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: "
                              r"(?P<how>Exited with exit code \d+|Killed|Terminated)",

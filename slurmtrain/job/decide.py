@@ -16,6 +16,7 @@ from typing import Union
 
 from .. import eventlog, exits
 from ..eventlog import Ev
+from ..slurmtext import RELAUNCH_SAID
 
 # Why a SIGTERM reached the supervisor (Slurm's preemption with a GraceTime signals the
 # tasks only, and the stop signal is its own):
@@ -250,9 +251,10 @@ def _stopped_unsaved(f: Facts, events: list[tuple[str, dict]], say: str) -> Verd
     ever with a program that never saves)."""
     killed = killed_by_stop(f)
     if killed:
-        why = (f"the program was killed by SIG{killed}, the stop signal (exit {f.status}): it had no handler for "
-               "it, none at all or none yet (slurmtrain.stop.install(), or the Lightning or Hugging Face callback, "
-               "set up before heavy imports and data loading catches a stop that comes early); ")
+        why = (f"the program (or a shell in front of it) was killed by SIG{killed}, the stop signal (exit "
+               f"{f.status}): it had no handler for it, none at all or none yet (slurmtrain.stop.install(), or the "
+               "Lightning or Hugging Face callback, set up before heavy imports and data loading catches a stop that "
+               "comes early; a wrapper script runs the program with exec); ")
     else:
         why = (f"the program has reported no checkpoint in this run (exit {f.status}); a program reports them "
                "through slurmtrain.stop; ")
@@ -853,7 +855,7 @@ def relaunch_said(then: AfterFailure, f: Facts, node: str | None, attempt: int, 
             f"the program failed{where} (exit status {status}) {then.words}")
     fields = {"attempt": attempt, "exit_code": f.status, **({"why": then.why} if then.why else {}),
               **({"node": node} if node else {}), **({"error": f.error} if f.error else {})}
-    return (f"slurmtrain: {what}; starting it again in this allocation on {' '.join(active)} ({attempt} of {budget})",
+    return (f"slurmtrain: {what}{RELAUNCH_SAID} on {' '.join(active)} ({attempt} of {budget})",
             fields)
 
 

@@ -54,6 +54,7 @@ class Supervisor:
         self.unreached = 0              # launches srun could not start on a node, in this job start
         self.log_mark = 0               # the batch log's size when the launch began: its srun lines follow
         self.events_mark = 0            # the run's events before the launch: this launch's follow
+        self.behind_checked = False     # this launch's first step was compared with the run's checkpoint
         self.end_at_start = ""
         self.kept: list[int] = []        # signals taken during a pause, for the loop
 
@@ -105,7 +106,7 @@ class Supervisor:
                 hang = None
             if seen is None and self.hangs.first is not None:  # where start-up ends, for goodput
                 self.record.event(Ev.FIRST_STEP, step=self.hangs.first.step, at=round(self.hangs.first.time, 3))
-                self.say_if_behind(self.hangs.first.step)
+            self.say_if_behind()
             if hang is None and self.state.failed_at is None and self.record.first_failure(self.log_mark):
                 self.feed(decide.TaskFailed())
             self.feed(decide.Beats(hang, stepping=self.hangs.first is not None))
@@ -201,6 +202,7 @@ class Supervisor:
 
     def do_start_launch(self) -> None:
         self.events_mark = len(events.read(self.cfg.run_dir))  # this launch's events are the ones after it
+        self.behind_checked = False
         self.hangs.launch()
         self.log_mark = self.record.log_size()
         self.record.mark_node_logs(self.pool.active, self.state.launch)
@@ -290,8 +292,13 @@ class Supervisor:
         named = self.hang_nodes if self.state.hung else [n for n in [self.record.first_failure(self.log_mark)] if n]
         return self.faults.lost(self.state.dead, named, self.state.hung, blame)
 
-    def say_if_behind(self, step: int | None) -> None:
-        """A first step below the run's newest checkpoint: the program did not resume from it."""
+    def say_if_behind(self) -> None:
+        """The launch's first beat with a step (a beat from a busy thread may carry none) below
+        the run's latest checkpoint: the program did not resume from it. Judged once a launch."""
+        stepped = [b for b in self.hangs.beats if b.step is not None]
+        if self.behind_checked or not stepped:
+            return
+        self.behind_checked, step = True, min(stepped, key=lambda b: b.time).step
         every = events.read(self.cfg.run_dir)
         before, mine = (eventlog.of_task(e, self.job.array_task) for e in (every[:self.events_mark],
                                                                           every[self.events_mark:]))

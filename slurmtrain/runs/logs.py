@@ -15,7 +15,7 @@ import re
 
 from .. import eventlog
 from ..programlog import program_error
-from ..slurmtext import SRUN_TASK_ERROR
+from ..slurmtext import RELAUNCH_SAID
 from .rundir import RunDir, events_of
 from .track import failing_node_logs, tail
 
@@ -38,13 +38,20 @@ def program_errors(run: RunDir, job_id: str | None = None) -> dict[str, str]:
     return out
 
 
+# srun's line for any task that ended badly ("Exited with exit code 1", "Killed",
+# "Segmentation fault (core dumped)"...), in the batch log.
+_SRUN_TASK_ENDED = re.compile(r"^srun: error: (?P<node>\S+): tasks? [\d,-]+: (?P<how>.+)$")
+
+
 def _killed_first(run: RunDir, job_id: str | None) -> str | None:
-    """The node of the first task srun reported failing, where that task was killed
-    (``srun: error: n2: task 1: Killed``); None otherwise."""
+    """The node of the first task srun reported ending badly in the last launch, where that
+    task was killed (``srun: error: n2: task 1: Killed``); None otherwise."""
     for batch in run.batch_logs(job_id or run.job_id).values():
-        first = next(filter(None, map(SRUN_TASK_ERROR.search, tail(batch, 200))), None)
+        lines = tail(batch, 200)
+        last = max((i for i, line in enumerate(lines) if RELAUNCH_SAID in line), default=-1)
+        first = next(filter(None, map(_SRUN_TASK_ENDED.match, lines[last + 1:])), None)
         if first is not None:
-            return first["node"] if first["how"] == "Killed" else None
+            return first["node"] if first["how"].strip() == "Killed" else None
     return None
 
 

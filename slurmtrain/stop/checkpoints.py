@@ -127,8 +127,9 @@ def newest_lightning(root: str | os.PathLike, warn: bool = True) -> Path | None:
 
 def say_none_found(root: str | os.PathLike, kind: str) -> None:
     """``resume_from(root)`` found no ``kind`` checkpoint. On a first start that is as it
-    should be; said (a warning) where it is likely a mistake: ``root`` is missing, or this
-    run reported a checkpoint (its events, inside a slurmtrain job) that is not under it."""
+    should be; said (a warning, on global rank 0) where it is likely a mistake: this run (this
+    array task) reported a checkpoint before, and ``root`` is missing, or that checkpoint is
+    not under ``root``, or it is gone from there."""
     p = Path(root)
     saved = _run_checkpoint()
     if saved is None:
@@ -137,26 +138,39 @@ def say_none_found(root: str | os.PathLike, kind: str) -> None:
         return
     step, where = saved
     at = f" at {where}" if where else ""
+    if where and _under(Path(where), p):
+        if not Path(where).exists():
+            log.warning("resume_from: the checkpoint of step %d this run saved at %s is gone (removed, or purged "
+                        "from a scratch file system): training from the start", step, where)
+        return  # there, but incomplete: said as it was skipped
+    pass_it = ("training from the start; pass the folder the checkpoints are written under (one that does not "
+               "change with the job id)")
     if not p.exists():
-        log.warning("resume_from: %s does not exist, though this run saved a checkpoint of step %d%s: training "
-                    "from the start; pass the folder the checkpoints are written under (one that does not change "
-                    "with the job id)", p, step, at)
+        log.warning("resume_from: %s does not exist, though this run saved a checkpoint of step %d%s: %s",
+                    p, step, at, pass_it)
     else:
-        log.warning("resume_from: no complete %s checkpoint under %s, though this run saved one of step %d%s: "
-                    "training from the start; pass the folder the checkpoints are written under (one that does "
-                    "not change with the job id)", kind, p, step, at)
+        log.warning("resume_from: no complete %s checkpoint under %s, though this run saved one of step %d%s: %s",
+                    kind, p, step, at, pass_it)
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except OSError:
+        return False
 
 
 def _run_checkpoint() -> tuple[int, str | None] | None:
-    """(step, path) of the newest durable checkpoint this run reported, inside a slurmtrain
-    job; None outside one, or before any."""
-    from .. import events
-    from ..eventlog import Ev
+    """(step, path) of the latest durable checkpoint this run (this array task) reported,
+    read on global rank 0 inside a slurmtrain job; None elsewhere, or before any."""
+    from .. import events, stop
+    from ..eventlog import Ev, of_task
 
     run = os.environ.get("SLURMTRAIN_RUN_DIR")
-    if not run:
+    if not run or stop.rank() != 0:
         return None
-    saves = [e for e in events.read(run) if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
-             and isinstance(e.get("step"), int) and e.get("tier") != "memory"]
-    newest = max(saves, key=lambda e: e["step"], default=None)
-    return None if newest is None else (newest["step"], newest.get("path"))
+    task = os.environ.get("SLURMTRAIN_ARRAY_TASK")
+    evs = of_task(events.read(run), int(task) if task and task.isdigit() else None)
+    latest = next((e for e in reversed(evs) if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
+                   and isinstance(e.get("step"), int) and e.get("tier") != "memory"), None)
+    return None if latest is None else (latest["step"], latest.get("path"))

@@ -55,7 +55,7 @@ def resume_from(root) -> str | None:
     data in it), or ``None``, for ``trainer.fit(..., ckpt_path=...)``. A ``.ckpt`` file is
     complete when it is a whole zip archive; a sharded ``.ckpt`` folder when this callback
     marked it. A ``.ckpt`` path itself is returned when it is complete. Finding none is
-    said where it looks like a mistake (``root`` missing, or this run has saved before)."""
+    said where it looks like a mistake (checkpoints.say_none_found)."""
     found = checkpoints.lightning_resume_point(root)
     return str(found) if found is not None else None
 

@@ -416,3 +416,12 @@ def test_a_launch_that_said_it_resumed_from_the_checkpoint_is_not_warned_of():
     assert decide.resumed_behind(before, [{"event": "resumed", "step": 40}], 0) is None
     assert decide.resumed_behind(before, [{"event": "resumed", "step": 20}], 21) is not None
     assert decide.resumed_behind(before, [], None) is None
+
+
+def test_after_a_rollback_the_saves_that_follow_are_the_runs():
+    """Saved 3000, resumed at 1000 on purpose, saved 1500: a launch resuming at 1500 is right;
+    so is one after a launch that started over, once it saved again."""
+    before = [{"event": "checkpoint_saved", "step": 3000}, {"event": "resumed", "step": 1000},
+              {"event": "checkpoint_saved", "step": 1500}]
+    assert decide.resumed_behind(before, [], 1501) is None
+    assert decide.resumed_behind(before, [], 1)[0]["saved"] == 1500

@@ -1247,6 +1247,19 @@ def fails_at(step: int, saved: int | None = None) -> Plan:
     return Plan([JOINS, *saves, (3, emit("train_error", step=step, error="ValueError: bad batch")), (4, exits(1))])
 
 
+def test_an_in_job_restart_that_starts_below_the_checkpoint_is_warned_of_once(rig):
+    """Launched again after a crash that followed the checkpoint of step 5, the program's first
+    step with a number is 1 (a beat without one, from a busy thread, comes first): it did not
+    resume from it. Said once, in the batch log and as an event."""
+    starts_over = Plan([JOINS, (2, beats(0, None, "n1", 100)), (3, beats(0, 1, "n1", 100)),
+                        (4, beats(0, 2, "n1", 100)), (6, emit("finished", step=10)), (6, exits(0))])
+    rig.task = [DIES_AFTER_SAVING, starts_over]
+    assert rig.run(restarts_in_job=3) == 0
+    [behind] = [e for e in rig.events() if e["event"] == "resumed_behind"]
+    assert (behind["step"], behind["saved"]) == (1, 5), behind
+    assert "the program's first step in this launch is 1, but the run saved step 5" in rig.said()
+
+
 def test_a_rank_that_dies_after_a_checkpoint_is_launched_again_in_the_job(rig):
     rig.task = [DIES_AFTER_SAVING, RESUMES_AND_FINISHES]
     assert rig.run(restarts_in_job=3) == 0
@@ -1553,14 +1566,15 @@ def test_a_preemption_after_a_checkpoint_is_requeued_not_launched_again(rig):
 
 # ---- hangs (resilience.hang_timeout) ------------------------------------------------------------
 
-def beats(rank: int, step: int, node: str, pid: int, ms: float | None = None) -> Action:
+def beats(rank: int, step: int | None, node: str, pid: int, ms: float | None = None) -> Action:
     """Rank ``rank`` reports progress (slurmtrain.heartbeat.beat), at this fake time; ``ms``:
     its compute probe's time."""
     def act(step_: FakeStep) -> None:
         import os
         folder = step_.rig.run_dir / f".heartbeat-{JOB}"
         folder.mkdir(exist_ok=True)
-        (folder / str(rank)).write_text(f"{step} {node} {pid}" + ("" if ms is None else f" {ms}") + "\n")
+        (folder / str(rank)).write_text(f"{'-' if step is None else step} {node} {pid}" +
+                                        ("" if ms is None else f" {ms}") + "\n")
         os.utime(folder / str(rank), (step_.rig.clock.wall(), step_.rig.clock.wall()))
     return act
 

@@ -265,3 +265,18 @@ def test_a_killed_task_is_the_root_cause_and_its_peers_error_follows_from_it(tmp
     (run.logs / "job-12.out").write_text("srun: error: stnode1: task 0: Exited with exit code 1\n"
                                          "srun: error: stnode2: task 1: Killed\n")
     assert "stnode2" not in logs.program_errors(run, "12")
+
+
+def test_only_a_first_failure_that_was_a_kill_is_the_root_and_only_in_the_last_launch(tmp_path, fake_slurm):
+    """srun's other words for a task's end (a segfault) count as a first failure that was no
+    kill; a kill in an earlier launch (the supervisor ended a hung one) is that launch's."""
+    fake_slurm(scontrol=(RECORDED / "scontrol_show_job.txt").read_text(), sacct=None)
+    run = failed_on_two_nodes(tmp_path, "segv", 139, ["stnode2: task 1: Segmentation fault (core dumped)",
+                                                      "stnode1: task 0: Killed"], {"stnode1": PEER_NODE})
+    assert "killed by SIGKILL" not in " ".join(logs.program_errors(run, "12").values())
+    (run.logs / "job-12.out").write_text(
+        "srun: error: stnode2: task 1: Killed\n"
+        "slurmtrain: the launch hung on stnode2 and was ended (exit status 137); starting it again in this "
+        "allocation on stnode1 stnode2 (1 of 3)\n"
+        "srun: error: stnode1: task 0: Exited with exit code 1\n")
+    assert "killed by SIGKILL" not in " ".join(logs.program_errors(run, "12").values())

@@ -104,6 +104,25 @@ def test_finding_none_is_warned_of_where_the_run_saved_before(tmp_path, monkeypa
                                 "checkpoint of step 40 at /ck/version_7/last.ckpt"), warned
     assert warned[1].startswith(f"resume_from: no complete *.ckpt checkpoint under {tmp_path}, though this run "
                                 "saved one of step 40"), warned
+    caplog.clear()
+    events.append(run, "checkpoint_saved", step=60, path=str(tmp_path / "ck" / "last.ckpt"))  # under it, gone
+    checkpoints.say_none_found(tmp_path, "*.ckpt")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resume_from: the checkpoint of step 60 this run saved at {tmp_path / 'ck' / 'last.ckpt'} is gone (removed, "
+        "or purged from a scratch file system): training from the start"]
+    caplog.clear()
+    array = tmp_path / "array"
+    array.mkdir()
+    monkeypatch.setenv("SLURMTRAIN_RUN_DIR", str(array))
+    monkeypatch.setenv("SLURMTRAIN_ARRAY_TASK", "0")
+    events.append(array, "checkpoint_saved", step=40, path="/ck/task0/last.ckpt")  # task 0's, tagged so
+    monkeypatch.setenv("SLURMTRAIN_ARRAY_TASK", "1")  # another task of the array: its own first start
+    checkpoints.say_none_found(tmp_path / "missing", "*.ckpt")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    monkeypatch.delenv("SLURMTRAIN_ARRAY_TASK")
+    monkeypatch.setenv("RANK", "1")  # said once, by global rank 0
+    checkpoints.say_none_found(tmp_path / "missing", "*.ckpt")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_lightning_resume_from_takes_a_ckpt_path_itself(tmp_path):

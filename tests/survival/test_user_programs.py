@@ -88,7 +88,7 @@ def test_a_program_without_a_handler_is_stopped_and_not_requeued(workdir, runs_d
     assert outcome.kind == classify.STOPPED_UNSAVED, outcome
     status = run_cli(["status", "--runs-dir", str(runs_dir), run.name], cwd=workdir, check=False).stdout
     # The srun launcher: the task died of USR2 itself (exit 140), which status names.
-    assert "the program was killed by SIGUSR2, the stop signal (exit status 140): it had no handler for it" in \
+    assert "the program (or a shell in front of it) was killed by SIGUSR2, the stop signal (exit status 140): it had no handler for it" in \
         status and "not requeued" in status, status
 
 
