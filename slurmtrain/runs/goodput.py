@@ -221,18 +221,23 @@ def _trained_again(out: Goodput, evs: list[Event], first: float, progress: float
     own. When it reached that step is placed at the pace of its reports with a step
     (first_step, then its checkpoints, stop or finish); a launch that ended before lost all."""
     behind = next((e for e in evs if e.get("event") == Ev.RESUMED_BEHIND), None)
-    start = next((e for e in evs if e.get("event") == Ev.FIRST_STEP), None)
-    if behind is None or start is None or not isinstance(behind.get("saved"), int):
+    if behind is None or not isinstance(behind.get("saved"), int) or not isinstance(behind.get("step"), int):
         return []
-    saved, s0 = behind["saved"], start.get("step")
-    later = next((e for e in evs if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED)
-                  and isinstance(e.get("step"), int) and e["step"] >= saved and e["time"] > first), None)
+    saved, s0 = behind["saved"], behind["step"]
+    # The pace from the first step to the first report at or past the checkpoint's step; else
+    # to the last report with a step (a launch still short of it: the rest extrapolated).
+    reports = [e for e in evs if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED, Ev.FINISHED, Ev.RELAUNCHED)
+               and isinstance(e.get("step", e.get("last_step")), int) and e["time"] > first]
+    steps = [(e.get("step", e.get("last_step")), float(e.get("last_progress", e["time"]))) for e in reports]
+    known = next(((s, t) for s, t in steps if s >= saved), None) or max(steps, default=None)
     until = progress
-    if later is not None and isinstance(s0, int) and later["step"] > s0:
-        until = min(progress, first + (saved - s0) / (later["step"] - s0) * (later["time"] - first))
-    fault = _fault(out, "trained again", behind["time"], f"began at step {behind.get('step')}, below the "
-                   f"checkpoint of step {saved}: the program did not resume from it", True)
-    return [_Claim("lost", first, max(first, until), fault)]
+    if known is not None and known[0] > s0:
+        until = min(progress, first + (saved - s0) / (known[0] - s0) * (known[1] - first))
+    if until <= first:
+        return []
+    fault = _fault(out, "trained again", behind["time"], f"began at step {s0}, below the checkpoint of step "
+                   f"{saved}: the program did not resume from it", True)
+    return [_Claim("lost", first, until, fault)]
 
 
 def _memory_copy_time(evs: list[Event], nxt: list[Event]) -> float | None:

@@ -48,14 +48,14 @@ class Watcher(SlurmInfoWatcher):
         self.job_infos: dict[str, JobInfo] = {}
         self.since: float | None = None  # before every registered job was submitted (slurmquery.query)
 
-    def update(self) -> None:
-        """Every registered job, each time: submitit leaves out a job once its state is none of
-        its few running ones, and keeps the answer for good, but a job of ours comes back:
-        requeued (after a stop, by an administrator, by Slurm after a preemption) or shown
-        SIGNALING (Slurm 24.11) on its way. A process that polls (`watch`, `resubmit --watch`)
-        kept a stale answer (its restart count, its state) for the rest of the run. One
-        query asks for all of them anyway."""
-        to_check = sorted({x.split("_")[0] for x in self._registered})
+    def update(self, ids: list[str] | None = None) -> None:
+        """``ids`` (default: every registered job), each time: submitit leaves out a job once
+        its state is none of its few running ones, and keeps the answer for good, but a job
+        of ours comes back: requeued (after a stop, by an administrator, by Slurm after a
+        preemption) or shown SIGNALING (Slurm 24.11) on its way. A process that polls
+        (`watch`, `resubmit --watch`) kept a stale answer (its restart count, its state) for
+        the rest of the run."""
+        to_check = sorted({x.split("_")[0] for x in (self._registered if ids is None else ids)})
         if not to_check:
             return
         self._num_calls += 1
@@ -97,7 +97,7 @@ def refresh(jobs: list[TrackedJob], since: float | None = None) -> None:
     after ``since`` where it is known."""
     if jobs:
         TrackedJob.watcher.since = since
-        TrackedJob.watcher.update()
+        TrackedJob.watcher.update([j.job_id for j in jobs])  # not every job this process asked about before
 
 
 class ScriptExecutor(submitit.SlurmExecutor):

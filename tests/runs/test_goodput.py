@@ -434,3 +434,15 @@ def test_steps_trained_again_by_a_launch_that_did_not_resume_are_lost():
     assert len(again) == 1 and g.faults[again[0]].in_job, g.faults
     assert g.cost(again[0]) == {"lost": pytest.approx(50 + (40 - 1) / (60 - 1) * 30 - 50)}
     assert parts(g)["trained"] == pytest.approx(20 + 40 - g.cost(again[0])["lost"], abs=0.01)
+
+
+def test_a_launch_still_short_of_the_checkpoint_is_lost_at_its_pace_not_to_its_end():
+    """Running, at step 21 of 40 by its last report: the steps to 40 are placed at that pace
+    (0.5 s a step), not all its time counted lost."""
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(10, "first_step", step=1),
+           ev(30, "checkpoint_saved", step=40), ev(30, "stopped", step=40), ev(31, "requeue", exit_code=75),
+           ev(40, "started", nodes="a", job_id="7", restart=1), ev(50, "first_step", step=1),
+           ev(50.5, "resumed_behind", step=1, saved=40), ev(60, "checkpoint_saved", step=21)]
+    g = goodput.of_events(evs, now=100)
+    [again] = [i for i, f in enumerate(g.faults) if f.kind == "trained again"]
+    assert g.cost(again) == {"lost": pytest.approx((40 - 1) * 0.5)}

@@ -301,3 +301,16 @@ def test_one_process_that_polls_sees_a_job_come_back_after_a_state_submitit_take
     fake.scontrol = ""  # forgotten since (MinJobAge): the events say, not the last answer
     (gone,) = track.statuses([run])
     assert (gone.source, gone.restarts) == ("events.jsonl", 0), gone
+
+
+def test_a_refresh_asks_about_its_own_jobs_only(tmp_path, fake_slurm):
+    """A process that asked about many runs (a table, then one run's status): the next
+    refresh names only the jobs it is for, not every job asked about before."""
+    fake = fake_slurm(scontrol="JobId=51 JobState=RUNNING Restarts=0 ExitCode=0:0 NodeList=stnode1 NumNodes=1",
+                      sacct="")
+    one = _run(tmp_path, "one", "51", [("started", {"job_id": "51", "restart": 0, "nodes": "stnode1"})])
+    two = _run(tmp_path, "two", "52", [("started", {"job_id": "52", "restart": 0, "nodes": "stnode1"})])
+    track.statuses([one, two])
+    track.statuses([one])
+    asked = [c for c in fake.calls if c[0] == "sacct"][-1]
+    assert "51" in " ".join(asked) and "52" not in " ".join(asked), asked
