@@ -23,16 +23,19 @@ class NodeFaults:
         """After a launch failed by itself: (its nodes that are dead, those alive that this job
         start has now named twice: ``named``, the first to fail or the last to report before a
         hang, as decide.blamed counts them); each goes to the bad-node ledger."""
-        active = self.pool.active
-        gone = list(dead_seen) or nodes_mod.dead(self.slurm, active)
+        active, why = self.pool.active, {}
+        gone = list(dead_seen) or nodes_mod.dead(self.slurm, active, why=why)
         # A dead node explains the failure: its peers fail first (a connection reset), which
         # is not held against them (a batch host whose ranks failed first as two nodes died
         # in turn was named twice, and left out).
         named = [] if gone else named
         twice = [n for n in self.pool.blame(decide.blamed(named, active, blame)) if n not in gone]
         for node in gone:
+            probe = f": {why[node]}" if why.get(node) else ""
+            if probe:
+                self.record.say(f"slurmtrain: node probe: {node} did not answer{probe}")
             self.record.ledger_add(node, "node_failure", f"did not answer after a failed launch of job {self.job.ref} "
-                                   "(dead, or Slurm holds it down)")
+                                   f"(dead, or Slurm holds it down){probe}")
         for node in twice:
             what = "hung" if hung else "failed first"
             self.record.ledger_add(node, "in_job", f"its ranks {what} in {nodes_mod.BLAME_LIMIT} launches of job "

@@ -72,25 +72,34 @@ class Pool:
         return [n for n in self.active if n not in before]
 
 
-def dead(slurm: Slurm, nodes: list[str], suspect: bool = False) -> list[str]:
+def dead(slurm: Slurm, nodes: list[str], suspect: bool = False, why: dict[str, str] | None = None) -> list[str]:
     """The nodes of ``nodes`` that do not answer, and those Slurm holds down or not
     responding. One ``srun`` on all of them first (cheap when all answer), unless
     ``suspect`` (one is known to be wrong); then one per node that did not answer, at once
-    (a step with a dead node fails for every node, after srun's connection timeout)."""
+    (a step with a dead node fails for every node, after srun's connection timeout).
+    ``why`` gets srun's words for each node that did not answer: a node taken for dead goes
+    to the bad-node ledger, and a healthy one that answered too late must be told apart."""
     if not nodes:
         return []
-    answered = set() if suspect else set(_ask(slurm, nodes))
+    said: dict[str, str] = {}
+    answered = set() if suspect else set(_ask(slurm, nodes, said))
     silent = [n for n in nodes if n not in answered]
     if silent and (suspect or len(nodes) > 1):
         with ThreadPoolExecutor(max_workers=min(PROBES_AT_ONCE, len(silent))) as pool:
-            answered = list(pool.map(lambda n: n in _ask(slurm, [n]), silent))
+            answered = list(pool.map(lambda n: n in _ask(slurm, [n], said), silent))
         silent = [n for n, ok in zip(silent, answered) if not ok]
     down = slurm.unhealthy(",".join(nodes))
+    if why is not None:
+        why.update({n: said.get(",".join([n])) or said.get(",".join(nodes), "no answer") for n in silent})
+        why.update({n: "Slurm holds it down or not responding" for n in down if n in nodes and n not in silent})
     return sorted(set(silent) | (set(down) & set(nodes)))
 
 
-def _ask(slurm: Slurm, nodes: list[str]) -> list[str]:
-    """The nodes of ``nodes`` where a one-line task ran (each prints its own name)."""
+def _ask(slurm: Slurm, nodes: list[str], said: dict[str, str]) -> list[str]:
+    """The nodes of ``nodes`` where a one-line task ran (each prints its own name); srun's
+    last words, where it failed, in ``said`` under the nodes asked."""
     a = slurm.call("srun", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "-w", ",".join(nodes),
                    "--kill-on-bad-exit=0", "bash", "-c", 'echo "$SLURMD_NODENAME"', timeout=PROBE_S)
+    if not a.ok:
+        said[",".join(nodes)] = (a.err.strip().splitlines() or [a.text])[-1][:200]
     return a.out.split()

@@ -1713,6 +1713,8 @@ def test_a_dead_node_is_replaced_by_the_spare_and_the_run_goes_on_in_the_job(rig
                                                                                    "left": 0}
     assert rig.ledger() == [("n2", "node_failure")]
     assert "going on in this allocation on n1 n3 (spare n3 in their place)" in rig.said()
+    # srun's words for the node that did not answer: in the batch log and the ledger's reason
+    assert "slurmtrain: node probe: n2 did not answer: srun: error: Task launch failed on node n2" in rig.said()
     assert rig.event("relaunched")["why"] == "nodes lost"
     from slurmtrain.runs import classify
     assert any(line.endswith("the launch ended with exit status 137 as nodes were lost: started again in the job from "
