@@ -23,8 +23,11 @@ _HF_NAME = re.compile(r"^checkpoint-(\d+)$")  # transformers' PREFIX_CHECKPOINT_
 
 
 def mark_complete(folder: str | os.PathLike) -> None:
-    """Write the marker into ``folder`` (rank 0, after a barrier that follows every rank's writes)."""
-    tmp = Path(folder) / f".{MARKER}.tmp"
+    """Write the marker into ``folder`` (rank 0, after a barrier that follows every rank's
+    writes). The temporary file is this process's own: where several processes take
+    themselves for rank 0 (a framework that missed the launcher's world), one's rename must
+    not take the file from under another's."""
+    tmp = Path(folder) / f".{MARKER}.{os.getpid()}.tmp"
     tmp.write_text("")
     tmp.replace(Path(folder) / MARKER)
 

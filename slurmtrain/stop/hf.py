@@ -21,6 +21,7 @@ callback warns at the start of training when the newest folder is incomplete.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -56,6 +57,12 @@ class StopCallback(TrainerCallback):
         self._saved_since_stop = False
 
     def on_train_begin(self, args, state, control, **kwargs):
+        launched = int(os.environ.get("WORLD_SIZE") or 1)
+        if args.world_size != launched and stop.rank() == 0:
+            log.warning("the Trainer sees a world of %d process(es), but the launcher started %d: each trains on its "
+                        "own, with the whole data, into the same output_dir (the Trainer, accelerate or DeepSpeed "
+                        "did not take the launcher's world: on CPU, give --use_cpu and --ddp_backend gloo)",
+                        args.world_size, launched)
         if state.global_step > 0:
             stop.resumed(state.global_step)
         if state.is_world_process_zero:
@@ -95,7 +102,7 @@ class StopCallback(TrainerCallback):
         # are done only once every rank is here.
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         stop.barrier()
-        if state.is_world_process_zero and folder.is_dir():
+        if state.is_world_process_zero and stop.rank() == 0 and folder.is_dir():
             checkpoints.mark_complete(folder)
         stop.saved(state.global_step, folder)
         if self._stopping:

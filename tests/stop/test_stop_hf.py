@@ -82,3 +82,34 @@ def test_hf_two_ranks_under_torchrun_all_stop_when_only_rank_1_is_signalled(tmp_
     assert (ckpt / MARKER).is_file() and (ckpt / "rng_state_1.pth").is_file()
     assert [(e["event"], e["step"]) for e in events.read(tmp_path)] == [
         ("checkpoint_saved", 2), ("checkpoint_saved", STOP_AT), ("stopped", STOP_AT)]
+
+
+def test_a_trainer_that_missed_the_launchers_world_is_warned_of_and_marks_once(tmp_path, monkeypatch, caplog):
+    """HF + DeepSpeed on CPU without --use_cpu: every process took itself for a world of one
+    and for rank 0; each wrote the marker through one temporary name, and they raced. Said
+    at the start (rank 0 by the launcher's RANK), and only that rank marks."""
+    import logging
+    from types import SimpleNamespace
+
+    from slurmtrain import stop
+    from slurmtrain.stop import hf
+
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    callback = hf.StopCallback()
+    args = SimpleNamespace(world_size=1, output_dir=str(tmp_path))
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+    caplog.set_level(logging.WARNING, logger="slurmtrain.stop")
+    for rank in ("0", "1"):
+        monkeypatch.setenv("RANK", rank)
+        callback.on_train_begin(args, state, None)
+    assert [r.getMessage()[:82] for r in caplog.records] == [
+        "the Trainer sees a world of 1 process(es), but the launcher started 4: each trains"], caplog.records
+    folder = tmp_path / "checkpoint-2"
+    folder.mkdir()
+    monkeypatch.setattr(stop, "barrier", lambda: None)
+    state.global_step = 2
+    callback.on_save(args, state, None)  # rank 1, though the Trainer calls it world process zero
+    assert not (folder / MARKER).exists()
+    monkeypatch.setenv("RANK", "0")
+    callback.on_save(args, state, None)
+    assert (folder / MARKER).is_file() and not list(folder.glob(".*.tmp"))
