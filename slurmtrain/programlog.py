@@ -19,14 +19,15 @@ from typing import Callable, Iterable, NamedTuple
 from . import launchers
 from .eventlog import EXIT_STOPPED
 
-# What launchers put before each line of a task's output: torchrun's "[rank0]:" and
-# "[default0]:" (--tee), srun --label's "0: ".
 # Lightning's SLURMEnvironment(auto_requeue=True) at its signal: it requeues the job itself.
 LIGHTNING_REQUEUE = re.compile(r"Handling auto-requeue signal: |Requeued SLURM job: \d+")
+# What launchers put before each line of a task's output: torchrun's "[rank0]:" and
+# "[default0]:" (--tee), srun --label's "0: ".
 _PREFIX = re.compile(r"^(\[[A-Za-z]*\d+\]:|\d+: )\s?")
 # ... or the same, or a traceback, in the middle of a line: a progress bar (tqdm's) redraws
-# itself with carriage returns and leaves its last frame with no newline before what follows.
-_MID_LINE = re.compile(r"(?<=\S)(\[[A-Za-z]*\d+\]:|Traceback \(most recent call last\):)")
+# itself with carriage returns and leaves its last frame with no newline before what follows
+# (a frame tqdm padded with spaces, or one right against it).
+_MID_LINE = re.compile(r"(?<=.)(\[[A-Za-z]*\d+\]:|Traceback \(most recent call last\):)")
 # A launcher's own exception (torchrun's), which says only that a worker failed; the worker's is earlier.
 _LAUNCHER_EXCEPTIONS = tuple(e for spec in launchers.LAUNCHERS.values() for e in spec.own_exceptions)
 # Python itself, before any program ran: `python nosuch.py`, `python -m nosuch`.
@@ -104,7 +105,7 @@ def program_error(lines: Iterable[str]) -> Error | None:
     usage: dict[str, bool] = {}         # ... and their argparse usage, before its error line
     seen, where = [], ""
     for raw in lines:
-        cut = _MID_LINE.search(raw)  # after a progress bar's last frame, which ends in no newline
+        cut = None if _PREFIX.match(raw) else _MID_LINE.search(raw)  # after a progress bar's last frame
         raw = raw[cut.start():] if cut else raw
         prefix = _PREFIX.match(raw)
         key = prefix[1] if prefix else ""

@@ -280,3 +280,14 @@ def test_only_a_first_failure_that_was_a_kill_is_the_root_and_only_in_the_last_l
         "allocation on stnode1 stnode2 (1 of 3)\n"
         "srun: error: stnode1: task 0: Exited with exit code 1\n")
     assert "killed by SIGKILL" not in " ".join(logs.program_errors(run, "12").values())
+
+
+def test_a_traceback_after_a_progress_bar_padded_with_spaces_is_read():
+    """tqdm pads its last frame with spaces: rank 3's traceback began after them, unread, and
+    a peer's collective error was taken for the failure (the wrong node blamed)."""
+    lines = ["61it [00:01, 43.86it/s]               61it [00:01, 59.00it/s]               [rank3]: Traceback "
+             "(most recent call last):", '[rank3]:   File "train.py", line 9, in <module>',
+             "[rank3]: FileNotFoundError: [Errno 2] No such file or directory: 'x'",
+             "[rank2]: Traceback (most recent call last):", '[rank2]:   File "train.py", line 9, in <module>',
+             PEER_NODE[-1].replace("[rank2]: ", "[rank2]: ")]
+    assert programlog.program_error(lines) == ("FileNotFoundError: [Errno 2] No such file or directory: 'x'", True)
