@@ -211,13 +211,17 @@ def check_deepspeed_config(loaded: LoadedProfile, job: JobSpec) -> None:
 
 
 def _deepspeed_configs(command: tuple[str, ...]) -> list[str]:
-    """--deepspeed_config FILE: read by every rank at its start (another config-like argument
-    may name a file the program writes: only warned of)."""
+    """--deepspeed_config FILE, or the Hugging Face Trainer's --deepspeed FILE.json: read by
+    every rank at its start (another config-like argument may name a file the program
+    writes: only warned of). DeepSpeed's own --deepspeed is a flag: a value only when it
+    names a .json file."""
     out = []
     for i, word in enumerate(command):
         key, eq, value = word.partition("=")
-        if key in ("--deepspeed_config", "--deepspeed-config"):
+        if key in ("--deepspeed_config", "--deepspeed-config", "--deepspeed"):
             value = value if eq else (command[i + 1] if i + 1 < len(command) else "")
+            if key == "--deepspeed" and not value.endswith(".json"):
+                continue
             if value and "{" not in value and "$" not in value:
                 out.append(value)
     return out

@@ -55,3 +55,19 @@ def test_gen_refuses_a_config_deepspeed_would_refuse_for_the_jobs_world_size(tmp
     assert CliRunner().invoke(main, [*args[:3], "--nodes", "2", *args[3:]]).exit_code == 0  # 2 x 2 x 2 = 8
     refused = CliRunner().invoke(main, [*args[:3], "--nodes", "1", *args[3:]])
     assert refused.exit_code == 2 and "x 2 ranks = 4" in refused.output, refused.output
+
+
+def test_the_hugging_face_trainers_deepspeed_json_is_read_as_a_config(tmp_path, monkeypatch):
+    """The Trainer's --deepspeed ds.json (not DeepSpeed's own --deepspeed flag): the same
+    checks as --deepspeed_config, and a missing one refused by submit's check."""
+    from slurmtrain.cli.options import _deepspeed_configs
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("import transformers\n")
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 7, "train_micro_batch_size_per_gpu": 2,
+                                                  "gradient_accumulation_steps": 1}))
+    args = ["gen", "--profile", "local", "--launcher", "deepspeed", "--nodes", "1", "--", "deepspeed", "train.py",
+            "--deepspeed", "ds.json"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and "train_batch_size" in refused.output, refused.output
+    assert _deepspeed_configs(("train.py", "--deepspeed", "--deepspeed_config", "a.json")) == ["a.json"]
+    assert _deepspeed_configs(("train.py", "--deepspeed=b.json", "--deepspeed", "{\"x\": 1}")) == ["b.json"]
