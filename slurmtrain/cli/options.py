@@ -237,7 +237,9 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: Sequen
     for name in [*([script] if script else []), *_config_files(job.command)]:
         path, where = job_path(loaded, name)
         if path is not None and not path.exists():
-            click.echo(f"slurmtrain: warning: {_no_such_file(name, path, where)}", err=True)
+            elsewhere = "" if where or path.parent.is_dir() else (
+                f" here, nor its folder {path.parent}: a file system only the nodes mount? (not refused for that)")
+            click.echo(f"slurmtrain: warning: {_no_such_file(name, path, where)}{elsewhere}", err=True)
     # Read for what it says (in a container too: the image's copy is usually this one).
     found = (job_path(loaded, script)[0] or Path(script).expanduser()) if script else None
     if found is not None and found.exists():
@@ -260,6 +262,10 @@ def warn_about_command(loaded: LoadedProfile, job: JobSpec, recipe_notes: Sequen
 # slurmtrain's options that no training program is likely to have: after `--` they went to
 # the program, and the job used the defaults (`-- python train.py --profile aws-p4d`).
 _OWN_OPTIONS = ("--profile", "--launcher", "--runs-dir")
+# ... and those a program may have too, but that after a command without `--` (`gen python
+# train.py --nodes 1`) were as likely meant for slurmtrain: said only where the job's own
+# value differs from the one the program gets.
+_JOB_OPTIONS = ("--nodes", "--time", "--partition")
 
 
 def _note_own_options_after_dashes(loaded: LoadedProfile, job: JobSpec) -> None:
@@ -268,6 +274,18 @@ def _note_own_options_after_dashes(loaded: LoadedProfile, job: JobSpec) -> None:
         click.echo(f"slurmtrain: note: {word.split('=', 1)[0]} after `--` goes to the program, not to slurmtrain "
                    f"(the job uses profile {loaded.name}, launcher {loaded.profile.launch.launcher}): slurmtrain's "
                    "options go before `--`", err=True)
+        return
+    words = list(job.command[1:])
+    for i, w in enumerate(words):
+        key, eq, value = w.partition("=")
+        value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+        slurm = loaded.profile.slurm
+        job_value = {"--nodes": str(slurm.nodes), "--time": slurm.time, "--partition": slurm.partition}.get(key, "")
+        if key in _JOB_OPTIONS and value and value != job_value:
+            click.echo(f"slurmtrain: note: {key} {value} after the program's name goes to the program; the job "
+                       f"itself asks Slurm for {key.removeprefix('--')} {job_value or '(the default)'} (slurmtrain's "
+                       "options go before the command, or before `--`)", err=True)
+            return
 
 
 def _warn_of_missing_command(loaded: LoadedProfile, job: JobSpec) -> None:
@@ -279,6 +297,12 @@ def _warn_of_missing_command(loaded: LoadedProfile, job: JobSpec) -> None:
         return
     import shutil
     first = job.command[0]
+    if first.endswith(".py") and Path(first).is_file():
+        from .. import launchers
+        if not launchers.get(p.launch.launcher).agent:  # an agent (torchrun's, DeepSpeed's) runs it with Python
+            click.echo(f"slurmtrain: warning: {first} is a Python script, not a command the {p.launch.launcher} "
+                       f"launcher can run: write `python {first}`", err=True)
+        return
     if "/" not in first and shutil.which(first) is None:
         click.echo(f"slurmtrain: warning: {first}: not on this shell's PATH, which the job gets: activate the "
                    "environment before submitting, give its full path, or add a setup line (launch.setup) that "

@@ -351,6 +351,29 @@ def test_slurmtrains_own_option_after_the_dashes_is_noted(tmp_path, monkeypatch)
     assert "after `--`" not in quiet, quiet
 
 
+def test_a_job_option_after_the_program_that_differs_from_the_jobs_is_noted(tmp_path, monkeypatch):
+    """`gen python train.py --nodes 1 --time 5` (no `--`): the options went to the program and
+    the job asked Slurm for the profile's; the same value as the job's says nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    said = CliRunner().invoke(main, ["gen", "python", "train.py", "--nodes", "1", "--time", "5"]).stderr
+    assert "note: --nodes 1 after the program's name goes to the program; the job itself asks Slurm for nodes 2" \
+        in said, said
+    quiet = CliRunner().invoke(main, ["gen", "--nodes", "1", "--", "python", "train.py", "--nodes=1"]).stderr
+    assert "after the program's name" not in quiet, quiet
+
+
+def test_a_python_script_as_the_command_is_told_to_be_run_with_python_where_the_launcher_does_not(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print(1)\n")
+    said = CliRunner().invoke(main, ["gen", "--launcher", "srun", "--", "train.py"]).stderr
+    assert "warning: train.py is a Python script, not a command the srun launcher can run: write `python " \
+           "train.py`" in said, said
+    quiet = CliRunner().invoke(main, ["gen", "--launcher", "torchrun", "--", "train.py"]).stderr
+    assert "train.py" not in quiet.replace("train.py does not use", ""), quiet  # torchrun runs it with Python
+
+
 def test_gen_says_which_bad_nodes_submit_would_leave_out_and_this_script_does_not(tmp_path, monkeypatch):
     from slurmtrain import ledger
 
