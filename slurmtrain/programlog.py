@@ -43,6 +43,16 @@ _USAGE_ERROR = re.compile(r"^\S+: error: ")
 # A collective that failed because a peer went away (gloo, NCCL, c10d's store).
 _FOLLOW_ON = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote worker crash|remote process exited"
                         r"|communicator was aborted|for (recv|send) operation to complete")
+# An error about the network or the distributed store (a timeout, a connection, a rendezvous):
+# what a rank on a node cut off from the others says, so no sign that its node is reachable.
+_NETWORK = re.compile(r"time[ds]? ?out|connect|rendezvous|DistNetworkError|DistStoreError|nccl|gloo|socket|"
+                      r"unreachable|no route", re.I)
+
+
+def says_network(line: str) -> bool:
+    return bool(_NETWORK.search(line))
+
+
 # torchrun's summary of a worker killed by a signal (SIGKILL from the OOM killer or a person):
 # the worker printed nothing, and its node's other workers fail with gloo/NCCL errors after it.
 # One block: it ends with a line of "=".

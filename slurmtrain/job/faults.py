@@ -25,6 +25,15 @@ class NodeFaults:
         hang, as decide.blamed counts them); each goes to the bad-node ledger."""
         active, why = self.pool.active, {}
         gone = list(dead_seen) or nodes_mod.dead(self.slurm, active, why=why)
+        # A node whose ranks wrote the program's own error ran the program to its failure: a
+        # probe it did not answer (a machine slow under load) does not make it dead, unless
+        # Slurm holds it down. Its error is the failure's cause, and blamed as such below.
+        alive = [n for n in gone if not dead_seen and why.get(n) != nodes_mod.HELD_DOWN
+                 and self.record.wrote_own_error(n)]
+        for node in alive:
+            self.record.say(f"slurmtrain: node probe: {node} did not answer ({why.get(node, 'no answer')}), but its "
+                            "ranks wrote the program's error there: taken for alive")
+        gone = [n for n in gone if n not in alive]
         # A dead node explains the failure: its peers fail first (a connection reset), which
         # is not held against them (a batch host whose ranks failed first as two nodes died
         # in turn was named twice, and left out).

@@ -27,6 +27,7 @@ from .slurm import Slurm
 BLAME_LIMIT = 2     # a node named in this many failed launches of one job start is left out
 PROBE_S = 30.0      # how long a probe may take: srun to a dead node waits for its connection timeout
 PROBES_AT_ONCE = 32  # one srun per node, this many at a time
+HELD_DOWN = "Slurm holds it down or not responding"  # dead()'s word for such a node
 
 
 @dataclass
@@ -91,7 +92,7 @@ def dead(slurm: Slurm, nodes: list[str], suspect: bool = False, why: dict[str, s
     down = slurm.unhealthy(",".join(nodes))
     if why is not None:
         why.update({n: said.get(",".join([n])) or said.get(",".join(nodes), "no answer") for n in silent})
-        why.update({n: "Slurm holds it down or not responding" for n in down if n in nodes and n not in silent})
+        why.update({n: HELD_DOWN for n in down if n in nodes})
     return sorted(set(silent) | (set(down) & set(nodes)))
 
 

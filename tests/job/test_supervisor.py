@@ -1701,6 +1701,24 @@ FINISHES_ON_N1_N3 = Plan([(1, arrive("n1", "n3")), (5, emit("resumed", step=5)),
                           (20, exits(0))])
 
 
+def test_a_node_that_wrote_the_programs_error_is_not_taken_for_dead_by_a_probe_it_missed(rig):
+    """Under load the probe's srun got no answer from n2, whose ranks had just written the
+    program's error there: n2 ran the program to its failure. Not lost, not in the ledger;
+    the failure is the program's (a walk-through saw a healthy node left out, and every
+    later two-node submit refused)."""
+    on_three_nodes(rig)
+    slow = lambda step: rig.slurm.dead.append("n2")  # noqa: E731  the probe's srun fails on it
+    crash = node_log("n2", "[rank1]: Traceback (most recent call last):",
+                     "[rank1]: FileNotFoundError: [Errno 2] No such file or directory: 'x'")
+    rig.task = [Plan([JOINS, SAVES, (4, crash), (4, slow), (5, exits(1))]),
+                Plan([JOINS, (2, lambda step: rig.slurm.dead.clear()), (3, emit("finished", step=9)), (3, exits(0))])]
+    assert rig.run(restarts_in_job=3, spare_nodes=1) == 0
+    assert "nodes_lost" not in rig.names() and rig.ledger() == [], (rig.names(), rig.ledger())
+    assert "node probe: n2 did not answer (srun: error: Task launch failed on node n2), but its ranks wrote the " \
+           "program's error there: taken for alive" in rig.said()
+    assert rig.event("relaunched")["cause"] == "crash" and rig.on_nodes == [["n1", "n2"], ["n1", "n2"]]
+
+
 def test_a_dead_node_is_replaced_by_the_spare_and_the_run_goes_on_in_the_job(rig):
     on_three_nodes(rig)
     rig.task = [Plan([JOINS, (10, dies("n2")), (10, exits(137))]), FINISHES_ON_N1_N3]  # before any new checkpoint
