@@ -385,8 +385,9 @@ def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, st
     if not report["progress_known"]:  # a run starting up has sent none yet: not known to send none
         # Lost steps are known from the checkpoints even then; the steps' own start is not.
         lost = "" if parts.get("lost", 0) >= 0.005 * allocated else " and lost steps"
-        text += (f" (no heartbeat came: the program sends none, or ended before its first step; start-up{lost} "
-                 f"count{'' if lost else 's'} as trained)"
+        counted = "" if parts.get("trained", 0) < 0.005 * allocated else (  # none counted: nothing to qualify
+            f"; start-up{lost} count{'' if lost else 's'} as trained")
+        text += (f" (no heartbeat came: the program sends none, or ended before its first step{counted})"
                  if ended else " (no heartbeat yet: until the first, start-up counts as trained)")
     rows = [("goodput", text)]
     for i, f in enumerate(report["faults"]):

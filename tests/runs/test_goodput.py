@@ -446,3 +446,12 @@ def test_a_launch_still_short_of_the_checkpoint_is_lost_at_its_pace_not_to_its_e
     g = goodput.of_events(evs, now=100)
     [again] = [i for i, f in enumerate(g.faults) if f.kind == "trained again"]
     assert g.cost(again) == {"lost": pytest.approx((40 - 1) * 0.5)}
+
+
+def test_a_run_that_trained_nothing_is_not_said_to_count_its_start_up_as_trained():
+    """Failed at import, before any heartbeat: 0% trained, so the note says no more than why
+    there is no heartbeat (it said "start-up counts as trained" beside 0%)."""
+    from slurmtrain.cli.runs import _goodput_rows
+    evs = [ev(0, "started", nodes="a", job_id="7", restart=0), ev(2, "failed", exit_code=1, error="ImportError: x")]
+    [(_, said), *_] = _goodput_rows(goodput.of_events(evs, now=10).to_json(), ended=True)
+    assert said.endswith("(no heartbeat came: the program sends none, or ended before its first step)"), said
