@@ -281,11 +281,24 @@ def _note_own_options_after_dashes(loaded: LoadedProfile, job: JobSpec) -> None:
         value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
         slurm = loaded.profile.slurm
         job_value = {"--nodes": str(slurm.nodes), "--time": slurm.time, "--partition": slurm.partition}.get(key, "")
-        if key in _JOB_OPTIONS and value and value != job_value:
+        if key in _JOB_OPTIONS and value and value != job_value and not (key == "--time"
+                                                                        and _same_time(value, job_value)):
             click.echo(f"slurmtrain: note: {key} {value} after the program's name goes to the program; the job "
                        f"itself asks Slurm for {key.removeprefix('--')} {job_value or '(the default)'} (slurmtrain's "
                        "options go before the command, or before `--`)", err=True)
             return
+
+
+def _same_time(a: str, b: str | None) -> bool:
+    """Two of sbatch's time limits that mean the same ("30" minutes, "00:30:00"); unreadable: not."""
+    from ..slurmtext import parse_duration
+
+    def seconds(t: str | None) -> int | None:
+        try:
+            return int(t) * 60 if t and t.isdigit() else parse_duration(t)
+        except ValueError:
+            return None
+    return seconds(a) is not None and seconds(a) == seconds(b)
 
 
 def _warn_of_missing_command(loaded: LoadedProfile, job: JobSpec) -> None:

@@ -361,6 +361,8 @@ def test_a_job_option_after_the_program_that_differs_from_the_jobs_is_noted(tmp_
         in said, said
     quiet = CliRunner().invoke(main, ["gen", "--nodes", "1", "--", "python", "train.py", "--nodes=1"]).stderr
     assert "after the program's name" not in quiet, quiet
+    same = CliRunner().invoke(main, ["gen", "--time", "00:30:00", "--", "python", "train.py", "--time", "30"]).stderr
+    assert "after the program's name" not in same, same  # the same limit, written otherwise
 
 
 def test_a_python_script_as_the_command_is_told_to_be_run_with_python_where_the_launcher_does_not(
