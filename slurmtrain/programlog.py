@@ -26,8 +26,8 @@ LIGHTNING_REQUEUE = re.compile(r"Handling auto-requeue signal: |Requeued SLURM j
 _PREFIX = re.compile(r"^(\[[A-Za-z]*\d+\]:|\d+: )\s?")
 # ... or the same, or a traceback, in the middle of a line: a progress bar (tqdm's) redraws
 # itself with carriage returns and leaves its last frame with no newline before what follows
-# (a frame tqdm padded with spaces, or one right against it).
-_MID_LINE = re.compile(r"(?<=.)(\[[A-Za-z]*\d+\]:|Traceback \(most recent call last\):)")
+# (right against it, or after the spaces it pads a frame with: see _cut_mid_line).
+_MID_LINE = re.compile(r"\[[A-Za-z]*\d+\]:|Traceback \(most recent call last\):")
 # A launcher's own exception (torchrun's), which says only that a worker failed; the worker's is earlier.
 _LAUNCHER_EXCEPTIONS = tuple(e for spec in launchers.LAUNCHERS.values() for e in spec.own_exceptions)
 # Python itself, before any program ran: `python nosuch.py`, `python -m nosuch`.
@@ -46,11 +46,21 @@ _FOLLOW_ON = re.compile(r"Connection (closed|reset) by peer|Broken pipe|remote w
 # An error about the network or the distributed store (a timeout, a connection, a rendezvous):
 # what a rank on a node cut off from the others says, so no sign that its node is reachable.
 _NETWORK = re.compile(r"time[ds]? ?out|connect|rendezvous|DistNetworkError|DistStoreError|nccl|gloo|socket|"
-                      r"unreachable|no route", re.I)
+                      r"unreachable|no route|lost (connection|communication)|EOFError|\bstore\b", re.I)
+# ... or about the machine: what a node about to fail prints (a GPU's error, NCCL's watchdog;
+# and _NODE_FAULT's words, below).
+_MACHINE = re.compile(r"cuda|\becc\b|\bxid\b|nvlink|fallen off the bus|watchdog|hardware", re.I)
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(Error|Exception)\b|slurmtrain: error:)")
 
 
-def says_network(line: str) -> bool:
-    return bool(_NETWORK.search(line))
+def proves_node_sound(line: str, lines: Iterable[str] = ()) -> bool:
+    """``line``, the program's own error in a node's log (``lines``: that launch's part of
+    it), is one a sound node's program raises: a Python exception or a ``slurmtrain:
+    error:`` line, about neither the network nor the machine, and not built from a
+    launcher's report (a signal, a quiet exit); and no NCCL watchdog fired there."""
+    return (bool(_EXCEPTION_LINE.match(line)) and not _NETWORK.search(line) and not _MACHINE.search(line)
+            and not _NODE_FAULT.search(line)
+            and not any("Watchdog caught collective operation timeout" in x for x in lines))
 
 
 # torchrun's summary of a worker killed by a signal (SIGKILL from the OOM killer or a person):
@@ -100,6 +110,22 @@ def last_launch(lines: list[str]) -> list[str]:
     return lines[starts[-1] + 1:] if starts else lines
 
 
+def _cut_mid_line(raw: str) -> str:
+    """``raw`` from where a launcher's prefix or a traceback begins after a progress bar's
+    last frame: right after a non-space, or after spaces that follow a frame's end (``]``,
+    ``|``). Not after other spaces: torchrun's summary's "traceback : Traceback ...", a
+    message quoting one. A line's own prefix is kept (the rank it is of)."""
+    prefix = _PREFIX.match(raw)
+    head = raw[:prefix.end()] if prefix else ""
+    body = raw[len(head):]
+    for m in _MID_LINE.finditer(body):
+        before = body[:m.start()]
+        if before and (not before[-1].isspace() or before.rstrip().endswith(("]", "|"))):
+            rest = body[m.start():]
+            return rest if _PREFIX.match(rest) else head + rest
+    return raw
+
+
 class Error(NamedTuple):
     line: str
     root: bool  # the program's own (False: a peer's failure seen through a collective)
@@ -115,8 +141,7 @@ def program_error(lines: Iterable[str]) -> Error | None:
     usage: dict[str, bool] = {}         # ... and their argparse usage, before its error line
     seen, where = [], ""
     for raw in lines:
-        cut = None if _PREFIX.match(raw) else _MID_LINE.search(raw)  # after a progress bar's last frame
-        raw = raw[cut.start():] if cut else raw
+        raw = _cut_mid_line(raw)
         prefix = _PREFIX.match(raw)
         key = prefix[1] if prefix else ""
         line = raw[prefix.end():].rstrip() if prefix else raw.rstrip()

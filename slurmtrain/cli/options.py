@@ -281,24 +281,33 @@ def _note_own_options_after_dashes(loaded: LoadedProfile, job: JobSpec) -> None:
         value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
         slurm = loaded.profile.slurm
         job_value = {"--nodes": str(slurm.nodes), "--time": slurm.time, "--partition": slurm.partition}.get(key, "")
-        if key in _JOB_OPTIONS and value and value != job_value and not (key == "--time"
-                                                                        and _same_time(value, job_value)):
+        if key in _JOB_OPTIONS and value and not value.startswith("-") and not _same(key, value, job_value):
             click.echo(f"slurmtrain: note: {key} {value} after the program's name goes to the program; the job "
-                       f"itself asks Slurm for {key.removeprefix('--')} {job_value or '(the default)'} (slurmtrain's "
-                       "options go before the command, or before `--`)", err=True)
+                       f"itself asks Slurm for {key.removeprefix('--')} {job_value or '(the default)'} (if you meant "
+                       "the job's: slurmtrain's options go before the command, or before `--`)", err=True)
             return
 
 
-def _same_time(a: str, b: str | None) -> bool:
-    """Two of sbatch's time limits that mean the same ("30" minutes, "00:30:00"); unreadable: not."""
+def _same(key: str, a: str, b: str | None) -> bool:
+    """Two values of a job option that mean the same: node counts as numbers ("02", "2"),
+    sbatch's time limits as durations ("30" minutes, "00:30:00"); unreadable ones: not."""
     from ..slurmtext import parse_duration
 
     def seconds(t: str | None) -> int | None:
         try:
-            return int(t) * 60 if t and t.isdigit() else parse_duration(t)
+            if t and t.isdigit():
+                return int(t) * 60
+            if t and "-" in t and ":" not in t:  # days-hours
+                days, hours = t.split("-", 1)
+                return (int(days) * 24 + int(hours or 0)) * 3600
+            return parse_duration(t)
         except ValueError:
             return None
-    return seconds(a) is not None and seconds(a) == seconds(b)
+    if a == b:
+        return True
+    if key == "--nodes":
+        return a.isdigit() and b is not None and b.isdigit() and int(a) == int(b)
+    return key == "--time" and seconds(a) is not None and seconds(a) == seconds(b)
 
 
 def _warn_of_missing_command(loaded: LoadedProfile, job: JobSpec) -> None:
@@ -312,7 +321,8 @@ def _warn_of_missing_command(loaded: LoadedProfile, job: JobSpec) -> None:
     first = job.command[0]
     if first.endswith(".py") and Path(first).is_file():
         from .. import launchers
-        if not launchers.get(p.launch.launcher).agent:  # an agent (torchrun's, DeepSpeed's) runs it with Python
+        runs_itself = os.access(first, os.X_OK) and _text(Path(first)).startswith("#!")  # srun runs it as it is
+        if not launchers.get(p.launch.launcher).agent and not runs_itself:  # an agent runs it with Python
             click.echo(f"slurmtrain: warning: {first} is a Python script, not a command the {p.launch.launcher} "
                        f"launcher can run: write `python {first}`", err=True)
         return

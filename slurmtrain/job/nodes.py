@@ -101,6 +101,7 @@ def _ask(slurm: Slurm, nodes: list[str], said: dict[str, str]) -> list[str]:
     last words, where it failed, in ``said`` under the nodes asked."""
     a = slurm.call("srun", "--overlap", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "-w", ",".join(nodes),
                    "--kill-on-bad-exit=0", "bash", "-c", 'echo "$SLURMD_NODENAME"', timeout=PROBE_S)
-    if not a.ok:
-        said[",".join(nodes)] = (a.err.strip().splitlines() or [a.text])[-1][:200]
+    if not a.ok:  # srun's last error line, rather than its "Job step aborted: Waiting up to ..."
+        lines = a.err.strip().splitlines() or [a.text]
+        said[",".join(nodes)] = next((x for x in reversed(lines) if "error:" in x), lines[-1])[:200]
     return a.out.split()

@@ -95,13 +95,13 @@ class Record:
         self.node_marks = marks
 
     def wrote_own_error(self, node: str) -> bool:
-        """``node``'s log of this launch holds the program's own error (a traceback's last
-        line, a ``slurmtrain: error:``), and not one about the network (what a rank cut off
-        from its peers says): its ranks ran to their failure there, reachable."""
+        """``node``'s log of this launch holds the program's own error, one a sound node's
+        program raises (programlog.proves_node_sound: not about the network, which a rank cut
+        off from its peers speaks of, nor the machine): its ranks ran to their failure there."""
         name = f"{self.job.tag}-{node}.out"
-        found = programlog.program_error(programlog.tail_lines(self.run_dir / "logs" / name,
-                                                               self.node_marks.get(name, 0)))
-        return found is not None and found.root and not programlog.says_network(found.line)
+        lines = programlog.tail_lines(self.run_dir / "logs" / name, self.node_marks.get(name, 0))
+        found = programlog.program_error(lines)
+        return found is not None and found.root and programlog.proves_node_sound(found.line, lines)
 
     def lightning_requeued(self) -> bool:
         """A node log of this launch has Lightning's SLURM auto-requeue at work (its

@@ -57,7 +57,8 @@ class StopCallback(TrainerCallback):
         self._saved_since_stop = False
 
     def on_train_begin(self, args, state, control, **kwargs):
-        launched = int(os.environ.get("WORLD_SIZE") or 1)
+        launched = os.environ.get("WORLD_SIZE", "")
+        launched = int(launched) if launched.isdigit() else args.world_size
         if args.world_size != launched and stop.rank() == 0:
             log.warning("the Trainer sees a world of %d process(es), but the launcher started %d: each trains on its "
                         "own, with the whole data, into the same output_dir (the Trainer, accelerate or DeepSpeed "

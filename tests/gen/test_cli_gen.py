@@ -363,6 +363,9 @@ def test_a_job_option_after_the_program_that_differs_from_the_jobs_is_noted(tmp_
     assert "after the program's name" not in quiet, quiet
     same = CliRunner().invoke(main, ["gen", "--time", "00:30:00", "--", "python", "train.py", "--time", "30"]).stderr
     assert "after the program's name" not in same, same  # the same limit, written otherwise
+    for words in (["--nodes", "02"], ["--time", "--epochs", "3"]):  # the same count; a flag of the program's
+        quiet = CliRunner().invoke(main, ["gen", "--nodes", "2", "--", "python", "train.py", *words]).stderr
+        assert "after the program's name" not in quiet, (words, quiet)
 
 
 def test_a_python_script_as_the_command_is_told_to_be_run_with_python_where_the_launcher_does_not(
@@ -374,6 +377,10 @@ def test_a_python_script_as_the_command_is_told_to_be_run_with_python_where_the_
            "train.py`" in said, said
     quiet = CliRunner().invoke(main, ["gen", "--launcher", "torchrun", "--", "train.py"]).stderr
     assert "train.py" not in quiet.replace("train.py does not use", ""), quiet  # torchrun runs it with Python
+    (tmp_path / "run.py").write_text("#!/usr/bin/env python3\nprint(1)\n")
+    (tmp_path / "run.py").chmod(0o755)
+    quiet = CliRunner().invoke(main, ["gen", "--launcher", "srun", "--", "./run.py"]).stderr
+    assert "Python script" not in quiet, quiet  # executable, with its interpreter line: srun runs it
 
 
 def test_gen_says_which_bad_nodes_submit_would_leave_out_and_this_script_does_not(tmp_path, monkeypatch):

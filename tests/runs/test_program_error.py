@@ -291,3 +291,34 @@ def test_a_traceback_after_a_progress_bar_padded_with_spaces_is_read():
              "[rank2]: Traceback (most recent call last):", '[rank2]:   File "train.py", line 9, in <module>',
              PEER_NODE[-1].replace("[rank2]: ", "[rank2]: ")]
     assert programlog.program_error(lines) == ("FileNotFoundError: [Errno 2] No such file or directory: 'x'", True)
+
+
+def test_a_traceback_is_cut_out_of_a_line_only_after_a_progress_bar():
+    """torchrun's @record summary ("traceback : Traceback ...") and a message quoting one are
+    not cut: their next unindented line ("=====", a progress frame) is no error; a prefixed
+    line's tqdm frame padded with spaces is, the rank kept."""
+    summary = ["Traceback (most recent call last):", '  File "t.py", line 3, in <module>', "ValueError: boom",
+               "[ERROR] failed (exitcode: 1) local_rank: 0", "Root Cause (first observed failure):",
+               "[0]:", "  traceback : Traceback (most recent call last):", '    File "t.py", line 3', "=" * 40]
+    assert programlog.program_error(summary) == ("ValueError: boom", True)
+    quoted = ["Traceback (most recent call last):", "ValueError: real",
+              "WARNING step failed: Traceback (most recent call last):", " 50%|#####     | 5/10"]
+    assert programlog.program_error(quoted) == ("ValueError: real", True)
+    prefixed = ["[rank0]:100%|##########| 10/10 [00:01<00:00]    Traceback (most recent call last):",
+                '[rank0]:   File "t.py", line 1, in <module>', "[rank0]: KeyError: 'k'"]
+    assert programlog.program_error(prefixed) == ("KeyError: 'k'", True)
+
+
+@pytest.mark.parametrize("line, sound", [
+    ("FileNotFoundError: [Errno 2] No such file or directory: 'x'", True),
+    ("slurmtrain: error: train.data: no such folder", True),
+    ("RuntimeError: CUDA error: unspecified launch failure", False),      # a GPU about to fail
+    ("OSError: [Errno 5] Input/output error", False),                     # the node's device
+    ("torch.distributed.DistBackendError: NCCL error in: ...", False),     # the network
+    ("RuntimeError: Socket Timeout", False),
+    ("rank 1 was killed by SIGABRT (torchrun's first observed failure: an abort in native code)", False),
+    ("exited with code 1; its last line before: step 100 loss 2.3", False),  # a launcher's report
+])
+def test_only_a_program_error_a_sound_node_raises_proves_the_node_alive(line, sound):
+    assert programlog.proves_node_sound(line) is sound
+    assert not programlog.proves_node_sound("ValueError: x", ["[E] Watchdog caught collective operation timeout"])
