@@ -387,9 +387,13 @@ def behind_checkpoint(before: Iterable[Event], first_step: int) -> Event | None:
     that started over) the saves that follow are the run's. Below, not equal: a program may
     count from the step it resumed at. Copies in node memory are left out: a launch on new
     nodes rightly resumes from the durable one."""
-    latest = next((e for e in reversed(list(before)) if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
-                   and isinstance(e.get("step"), int) and e.get("tier") != "memory"), None)
-    return latest if latest is not None and first_step < latest["step"] else None
+    saves = [e for e in before if e.get("event") in (Ev.CHECKPOINT_SAVED, Ev.STOPPED)
+             and isinstance(e.get("step"), int) and e.get("tier") != "memory"]
+    if not saves or first_step >= saves[-1]["step"]:
+        return None
+    # A `stopped` names no path: the save of its step that did (reported just before it).
+    named = [e for e in saves if e["step"] == saves[-1]["step"] and e.get("path")]
+    return named[-1] if named else saves[-1]
 
 
 def progressed_since_start(evs: Iterable[Event], task: int | None = None) -> bool:

@@ -425,3 +425,10 @@ def test_after_a_rollback_the_saves_that_follow_are_the_runs():
               {"event": "checkpoint_saved", "step": 1500}]
     assert decide.resumed_behind(before, [], 1501) is None
     assert decide.resumed_behind(before, [], 1)[0]["saved"] == 1500
+
+
+def test_a_stop_names_its_checkpoint_through_the_save_of_its_step():
+    """counter.py and the callbacks report the save (with its path), then `stopped` (none)."""
+    before = [{"event": "checkpoint_saved", "step": 5, "path": "/r/c-0.json"},
+              {"event": "checkpoint_saved", "step": 7, "path": "/r/c-0.json"}, {"event": "stopped", "step": 7}]
+    assert decide.resumed_behind(before, [], 1)[0] == {"step": 1, "saved": 7, "path": "/r/c-0.json"}
