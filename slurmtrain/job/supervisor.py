@@ -14,7 +14,7 @@ import signal
 from dataclasses import replace
 from typing import Callable
 
-from .. import eventlog, events, nodememory, programlog, slurmversion
+from .. import eventlog, events, exits, nodememory, programlog, slurmversion
 from ..eventlog import Ev
 from . import decide, hangs
 from . import nodes as nodes_mod
@@ -320,8 +320,11 @@ class Supervisor:
         finished, stop = eventlog.finished_since_start(evs, task), self.stop_file.exists()
         # Asked of Slurm only where it decides: a failure that no signal explains.
         ask = status != 0 and not (stop or finished or st.cancelled or st.slurm_requeued)
-        if ask and status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
-            status = self.record.task_exit_code(self.log_mark) or status  # the failed task's says more
+        if status in (SRUN_TERMINATED, SRUN_KILLED):  # srun's own, from ending the other tasks:
+            first = self.record.task_exit_code(self.log_mark)  # the failed task's says more
+            # ... after a stop, where the stop signal itself killed that task (no handler yet)
+            if first is not None and (ask or (stop and exits.signal_of(first) == self.cfg.stop_signal)):
+                status = first
         stray = status != 0 and self.record.stray_kill(self.log_mark)  # Slurm's kill: it says so itself
         error = self.record.failure_words(self.record.first_failure(self.log_mark), self.log_mark) \
             if ask and not stray else None

@@ -901,6 +901,17 @@ def test_a_stop_with_nothing_saved_is_not_requeued(rig):
     assert "requeue" not in rig.slurm.names()
 
 
+def test_a_task_the_stop_signal_killed_is_named_though_srun_ended_with_143(rig, tmp_path):
+    """Torchrun's agent on n2 exited 140 (its workers died of USR2, no handler yet); srun then
+    terminated n1's task and exited 143, its own status: the task's says what happened."""
+    with_batch_log(rig, tmp_path)
+    rig.task = Plan([JOINS], {STOP: [(1, srun_says("srun: error: n2: task 1: Exited with exit code 140")),
+                                     (1, srun_says("srun: error: n1: task 0: Terminated")), (1, exits(143))]})
+    rig.clock.at(10, STOP)
+    assert rig.run() == 140
+    assert rig.event("stop_unsaved") == {**rig.event("stop_unsaved"), "exit_code": 140, "signal": "USR2"}
+
+
 def test_requeue_always_requeues_a_stop_with_nothing_saved(rig):
     rig.task = Plan([JOINS], {STOP: [(1, exits(143))]})
     rig.clock.at(10, STOP)

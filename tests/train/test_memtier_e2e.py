@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from spawn_ranks import free_port  # a port below the ephemeral ones
 from trainer_util import env, setup_run
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 STEPS = 16
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def two_nodes(cwd: Path, args: list[str], nodes: tuple[str, str], memory: Path) -> list[subprocess.CompletedProcess]:
