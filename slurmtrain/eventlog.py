@@ -33,7 +33,9 @@ the script's ``finished``                   completed
 ``requeue_limit``                           requeue limit (with the cause of the stop)
 ``cancel_requested`` or ``cancelled``       cancelled
 ``requeued_by_slurm``                       node failure, requeued by Slurm (a ``failed``
-                                            the dying script writes after it is no end)
+                                            the dying script writes after it is no end);
+                                            by its ``by``: requeued (``scontrol requeue``),
+                                            preempted (the GraceTime ran out)
 ``stop_unsaved``                            stopped, nothing saved: not requeued
 ``failed`` after a ``hang`` of its launch     hang (no in-job restart left)
 ``failed`` (+ ``train_error``)              user error (the command failed by itself)
@@ -102,6 +104,7 @@ class Ev:
     STOP_TIMEOUT = "stop_timeout"          # {seconds}: tasks still running after the stop; SIGTERM
     STOP_ESCALATED = "stop_escalated"      # {seconds}: still running after SIGTERM; SIGKILL
     STOP_UNSAVED = "stop_unsaved"          # {exit_code}: stopped; the program never reported a checkpoint
+    STOP_LINGERED = "stop_lingered"        # {seconds, step}: the program said `stopped`, its launch ran on; ended
     # The program (the built-in trainer, or any program through slurmtrain.stop; no job_id).
     RESUMED = "resumed"                    # {step, seconds?, tier?, from_peer?, data_changed?, schedule_changed?}: seconds the load took; tier "memory" from node memory (train.memory_steps)
     CHECKPOINT_SAVED = "checkpoint_saved"  # {step, seconds? (to durable), stall? (training held), path?}
@@ -122,7 +125,7 @@ class Ev:
 SCRIPT_EVENTS = frozenset({Ev.STARTED, Ev.RESTARTED, Ev.SIGNAL, Ev.PREEMPTED, Ev.REQUEUE, Ev.REQUEUED_BY_SLURM,
                            Ev.REQUEUE_FAILED, Ev.REQUEUE_LIMIT, Ev.WATCHDOG_TIMEOUT, Ev.SETUP_FAILED, Ev.PREFLIGHT_PASSED,
                            Ev.PREFLIGHT_FAILED, Ev.NODES_LOST, Ev.RELAUNCHED, Ev.FIRST_STEP, Ev.RESUMED_BEHIND, Ev.STRAGGLER, Ev.HANG, Ev.FINISHED, Ev.FAILED,
-                           Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED})
+                           Ev.CANCELLED, Ev.STOP_TIMEOUT, Ev.STOP_ESCALATED, Ev.STOP_UNSAVED, Ev.STOP_LINGERED})
 PROGRAM_EVENTS = frozenset({Ev.RESUMED, Ev.CHECKPOINT_SAVED, Ev.CHECKPOINT_INTERVAL, Ev.STOPPED, Ev.FINISHED, Ev.TRAIN_ERROR,
                             Ev.MEMORY_OFF})
 CLI_EVENTS = frozenset({Ev.SUBMITTED, Ev.SUBMIT_REFUSED, Ev.CANCEL_REQUESTED, Ev.RESUBMITTED, Ev.DEPENDENCY_NEVER_SATISFIED,
@@ -196,10 +199,16 @@ ENDINGS: dict[str, Ending] = {
 BY_NODE_FAILURE = "node failure"
 BY_ADMIN = "scontrol requeue"
 BY_LIGHTNING = "lightning"  # Lightning's SLURM auto-requeue, seen in a node log: a `scontrol requeue` too
+BY_PREEMPTION = "preemption"  # the launch outlived a preemption's GraceTime: Slurm killed and requeued the job
 
 
 def requeued_by_admin(e: Event) -> bool:
     return e.get("by") in (BY_ADMIN, BY_LIGHTNING)
+
+
+def requeue_fault(e: Event) -> str:
+    """The fault a ``requeued_by_slurm`` stands for, in goodput's words."""
+    return "preempted" if e.get("by") == BY_PREEMPTION else "requeued" if requeued_by_admin(e) else "node failure"
 
 
 @dataclass(frozen=True)
@@ -495,6 +504,9 @@ def _requeued_by(e: Event) -> tuple[str, str]:
                           "signal, past the run's own stop and requeue rules (pass "
                           "plugins=[SLURMEnvironment(auto_requeue=False)] and slurmtrain's StopCallback: "
                           "docs/survival.md)")
+    if e.get("by") == BY_PREEMPTION:
+        return PREEMPTED, ("preempted, and the launch was still running when the partition's grace time ran out: "
+                           "Slurm killed the job and requeued it itself")
     if requeued_by_admin(e):
         return REQUEUED, ("requeued from outside the job (`scontrol requeue` by an administrator or another "
                           "program; no node of the job was down)")

@@ -30,6 +30,11 @@ SRUN_LAUNCH_FAILED = re.compile(r"^srun: error: Task launch for StepId=\S+ faile
 SRUN_TASK_LAUNCH_FAILED = re.compile(r"^srun: error: task (?P<task>\d+) launch failed: (?P<why>.+)$", re.M)
 
 
+# slurmstepd's line when Slurm kills a preempted job at the end of its GraceTime (its tasks
+# got SIGTERM at the start of it); in the batch log, then Slurm requeues the job itself.
+PREEMPTION_KILL = re.compile(r"\*\*\* JOB (?P<job>\S+) ON \S+ CANCELLED AT (?P<at>\S+) DUE TO PREEMPTION")
+
+
 def parse_key_values(line: str) -> dict[str, str]:
     """``Key=value Key2=value with spaces`` -> dict; a value runs up to the next `` Key=``."""
     out: dict[str, str] = {}

@@ -352,6 +352,9 @@ def _state_text(st) -> str:
     text = f"{st.state.value}  (from {st.source})" + (f"  reason: {st.reason}" if st.reason else "")
     if st.state.value == "PENDING" and st.reason == "BeginTime" and st.restarts:
         text += " (Slurm holds a requeued job for about two minutes before it may start again)"
+    elif st.state.value == "PREEMPTED" and st.ended:
+        text += (" (Slurm's word for a job it preempted, in this start or an earlier one, and did not requeue: "
+                 "how the run ended is the outcome's)")
     elif st.state.value == "PENDING" and st.reason in _NEVER_STARTS:
         text += f" ({_NEVER_STARTS[st.reason]}: it will not start as it is; cancel it and submit it with that changed)"
     return text

@@ -60,7 +60,8 @@ class Facts:
     saved: bool                   # the program reported a checkpoint in this run (any start)
     slurm_requeued: bool          # a SIGTERM came because the job was requeued from outside the script
     cancelled: bool               # a SIGTERM came from scancel
-    preempted: bool               # Slurm preempted the job, signalling only the tasks
+    preempted: bool               # Slurm preempted the job, signalling only the tasks (with slurm_requeued:
+                                  # and requeued it at the end of the GraceTime, the launch still running)
     restarts: int                 # the requeues so far that count toward max_requeues (eventlog.free_requeues)
     max_requeues: int
     requeue_always: bool          # resilience.requeue_when = "always"
@@ -196,6 +197,10 @@ def after_launch(f: Facts) -> Verdict:
                        [(Ev.FINISHED, {"exit_code": 0, "launch_exit": f.status})],
                        f"slurmtrain: the program finished {why} (launch exit status {f.status}); "
                        "the run is complete, not requeueing")
+    if f.slurm_requeued and f.preempted:  # requeued at the end of the preemption's GraceTime
+        return Verdict("end", eventlog.PREEMPTED, "preempted; Slurm requeued the job at the end of its grace time",
+                       eventlog.EXIT_OK, [], "slurmtrain: Slurm preempted the job and, the launch still running when the "
+                       "partition's grace time ran out, killed it and requeued it; it resumes from its last checkpoint")
     if f.slurm_requeued and not f.down_nodes:
         return Verdict("end", eventlog.REQUEUED, "requeued from outside the job", f.status, [],
                        "slurmtrain: the job was requeued from outside it (`scontrol requeue` by an administrator, "
@@ -446,6 +451,7 @@ class Beats:
     whether any rank has stepped (beaten) yet in this launch."""
     hang: object = None
     stepping: bool = True
+    stopped: tuple[float, int] | None = None  # (wall-clock time, step) the program said `stopped` in this launch
 
 
 @dataclass(frozen=True)
@@ -575,6 +581,14 @@ def _beats(s: State, o: Beats) -> tuple[State, list[Do]]:
     launch's nodes are probed once: srun waits for a dead node until Slurm marks it down."""
     if s.stop != Stop.NONE:
         return s, []
+    if o.stopped is not None and s.wall >= o.stopped[0] + s.knobs.stop_timeout:
+        # A stop from outside the job (a preemption's SIGTERM reaches the tasks only): a launch
+        # that outlives it runs into the partition's GraceTime, where Slurm kills the job.
+        k, step = s.knobs, o.stopped[1]
+        s, acts = _end_launch(s)
+        return s, [_say(f"slurmtrain: the program stopped after its checkpoint of step {step}, but its launch is "
+                        f"still running {k.stop_timeout:g} s later (resilience.stop_timeout); ending it"),
+                   _event(Ev.STOP_LINGERED, seconds=k.stop_timeout, step=step)] + acts
     if o.hang is not None:
         s, acts = _end_launch(s, hung=True)
         return s, [Do("record_hang", (o.hang,))] + acts
@@ -746,13 +760,24 @@ def launch_again_in(unreached: bool, setup_failed: bool, relaunches: int, budget
 
 # ---- after the launch: decisions the supervisor takes once it has asked ------------------
 
-def whose_requeue(action: str, preempted: bool, slurm_requeues_preempted: bool) -> str | None:
+def whose_requeue(action: str, preempted: bool, slurm_requeues_preempted: bool, requeued: bool) -> str | None:
     """Who requeues the job after this end: "slurm" (it requeues a preempted job itself when
     the script ends, Slurm 24.05+: ours as well would start the job once more), "ours", or
-    None; "forbid": the job ends here, and Slurm must be told not to requeue it."""
-    if preempted and slurm_requeues_preempted:
-        return "slurm" if action == "requeue" else "forbid"
-    return "ours" if action == "requeue" else None
+    None; "forbid": the job ends here for good, and Slurm 24.05+ must be told not to requeue
+    it: a job it signalled for a preemption, in this start or an earlier one (a requeue
+    leaves the bit set), it requeues when the script ends, even after the program finished.
+    ``requeued``: Slurm has requeued the job already (it is queued again)."""
+    if action == "requeue":
+        return "slurm" if preempted and slurm_requeues_preempted else "ours"
+    return "forbid" if slurm_requeues_preempted and not requeued else None
+
+
+def asks_version(action: str, f: Facts, restarts: int) -> bool:
+    """Whether :func:`whose_requeue` needs Slurm's version: after a preemption, or at an end
+    for good of a job requeued before (a preemption in an earlier start leaves its bit set)."""
+    if action == "requeue":
+        return f.preempted
+    return not f.slurm_requeued and (f.preempted or restarts > 0)
 
 
 def after_requeue_excluding(ok: bool, held: bool) -> str:

@@ -12,7 +12,8 @@ from typing import Callable
 
 from .. import dependents, eventlog, events, ledger, perms, programlog
 from ..eventlog import Ev
-from ..slurmtext import SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR, SRUN_TASK_LAUNCH_FAILED
+from ..slurmtext import (PREEMPTION_KILL, SRUN_LAUNCH_FAILED, SRUN_NODE_FAILURE, SRUN_TASK_ERROR,
+                         SRUN_TASK_LAUNCH_FAILED)
 from .config import Job
 
 
@@ -183,6 +184,17 @@ class Record:
             keys = {Ev.NODES_LOST: ("nodes",), Ev.REQUEUE: ("exclude", "waits_for"),
                     Ev.REQUEUED_BY_SLURM: ("nodes",)}.get(name, ())
             out.update(n for k in keys for n in str(e.get(k) or "").replace(",", " ").split())
+        return out
+
+    def preemption_kills(self, since: int = 0) -> list[float]:
+        """When Slurm killed the job at the end of a preemption's GraceTime (slurmstepd's
+        "DUE TO PREEMPTION" line, its local time to the second), after byte ``since``."""
+        out = []
+        for m in PREEMPTION_KILL.finditer(self._log_since(since)):
+            try:
+                out.append(time.mktime(time.strptime(m["at"], "%Y-%m-%dT%H:%M:%S")))
+            except ValueError:  # another form: a kill all the same, of unknown time
+                out.append(float("inf"))
         return out
 
     def srun_node_failures(self, since: int) -> list[str]:

@@ -32,6 +32,7 @@ class Requeue:
         self.log_mark = log_mark         # where the launch's part of the batch log begins
         self.down_nodes: list[str] = []  # the job's nodes Slurm held down when it requeued the job
         self.said = False                # ... and the `requeued_by_slurm` event is written
+        self.by = ""                     # ... its `by`: who requeued the job
 
     def counted(self) -> int:
         """The requeues so far that count toward resilience.max_requeues: Slurm's restart
@@ -41,8 +42,9 @@ class Requeue:
 
     def by_slurm(self, final: bool = False) -> None:
         """Who requeued the job: Slurm after a node failure (a node of the job is down, or srun
-        said "Node failure on <node>") or someone's `scontrol requeue` (an administrator, another
-        program): the event says. No node found at the SIGTERM is asked again once the launch
+        said "Node failure on <node>"), Slurm at the end of a preemption's GraceTime (the launch
+        outlived it: slurmstepd's "DUE TO PREEMPTION" line) or someone's `scontrol requeue` (an
+        administrator, another program): the event says. No node found at the SIGTERM is asked again once the launch
         has ended (``final``): Slurm may show the node down, and srun name it, only later."""
         if self.said:
             return
@@ -50,7 +52,8 @@ class Requeue:
         if not self.down_nodes and not final:
             return
         self.said = True
-        by = eventlog.BY_NODE_FAILURE if self.down_nodes else \
+        by = self.by = eventlog.BY_NODE_FAILURE if self.down_nodes else \
+            eventlog.BY_PREEMPTION if self.record.preemption_kills(self.log_mark()) else \
             eventlog.BY_LIGHTNING if self.record.lightning_requeued() else eventlog.BY_ADMIN
         # Slurm noticed the node SlurmdTimeout after it went quiet: goodput counts that wait
         # as a hang's (nothing trained, nothing noticed), not as steps trained then lost.
@@ -73,7 +76,12 @@ class Requeue:
         nodes = str(starts[-1].started.get("nodes") or "").split()
         down = self.slurm.unhealthy(",".join(nodes)) if nodes else []
         if not down:
-            return  # a kill after a preemption's grace time, say: not a node's failure
+            # Slurm 22.05 kills the script too at the end of a preemption's GraceTime: the
+            # batch log's "DUE TO PREEMPTION" line after that start began says so.
+            began = float(starts[-1].started.get("time") or 0) - 1
+            if any(t >= began for t in self.record.preemption_kills()):
+                self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_PREEMPTION, silent=True)
+            return
         self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_NODE_FAILURE, nodes=" ".join(down), silent=True)
         for node in down:
             self.record.ledger_add(node, "node_failure", f"down in Slurm when job {self.job.ref} started again "

@@ -109,11 +109,17 @@ class Supervisor:
             self.say_if_behind()
             if hang is None and self.state.failed_at is None and self.record.first_failure(self.log_mark):
                 self.feed(decide.TaskFailed())
-            self.feed(decide.Beats(hang, stepping=self.hangs.first is not None))
+            self.feed(decide.Beats(hang, stepping=self.hangs.first is not None, stopped=self.program_stopped()))
             if self.state.phase != Phase.RUNNING:
                 return
         for s in self.stragglers.check(self.hangs.beats, self.clock.wall()):
             self.feed(decide.Lagging(s, bool(self.pool.idle) and s.node in self.pool.active))
+
+    def program_stopped(self) -> tuple[float, int] | None:
+        """(when, step) the program said in this launch that it stopped after a checkpoint."""
+        evs = eventlog.of_task(events.read(self.cfg.run_dir)[self.events_mark:], self.job.array_task)
+        e = next((e for e in reversed(evs) if e.get("event") == Ev.STOPPED), None)
+        return None if e is None else (float(e.get("time", 0.0)), e.get("step"))
 
     def finishing(self) -> bool:
         """The program said it finished, or in this launch that it stopped after a checkpoint
@@ -331,7 +337,8 @@ class Supervisor:
         return decide.Facts(
             status=status, stop_requested=stop, program_finished=finished, saved=eventlog.saved_in_run(evs, task),
             slurm_requeued=st.slurm_requeued, cancelled=st.cancelled,
-            preempted=ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None)),
+            preempted=(st.slurm_requeued and self.requeue.by == eventlog.BY_PREEMPTION)
+            or (ask and bool(self.retry(3, self.slurm.preempted, lambda v: v is not None))),
             restarts=self.requeue.counted(), max_requeues=self.cfg.max_requeues, requeue_always=self.cfg.requeue_always,
             hung=st.hung, down_nodes=tuple(self.requeue.down_nodes),
             stray_kill=stray, error=error, progressed=eventlog.progressed_since_start(evs, task),
@@ -349,8 +356,9 @@ class Supervisor:
             for node in self.requeue.down_nodes:
                 self.record.ledger_add(node, "node_failure", f"Slurm requeued job {self.job.ref} after a node "
                                        "failure; the node was down or not responding")
-        srp = facts.preempted and slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
-        whose = decide.whose_requeue(v.action, facts.preempted, srp)
+        srp = decide.asks_version(v.action, facts, self.job.restarts) and \
+            slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
+        whose = decide.whose_requeue(v.action, facts.preempted, srp, facts.slurm_requeued)
         if v.action != "requeue":
             if whose == "forbid":
                 self.slurm.forbid_requeue()  # else Slurm starts the job again after this end

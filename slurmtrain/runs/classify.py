@@ -116,6 +116,8 @@ _PHRASES = {
     Ev.CANCELLED: "job {job_id} cancelled (the batch script got SIGTERM: scancel)",
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",
     Ev.STOP_ESCALATED: "the tasks were still running {seconds} s after SIGTERM: killed them (SIGKILL)",
+    Ev.STOP_LINGERED: ("the program stopped after its checkpoint of step {step}, but its launch was still running "
+                       "{seconds} s later (resilience.stop_timeout): ended it"),
     Ev.STOP_UNSAVED: ("stopped, but the program has reported no checkpoint in this run (exit status {exit_code}): "
                       "not requeued"),
 }
@@ -146,13 +148,8 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
                 f"the job finished (exit 0): the program had finished, its launch exited {e['launch_exit']} after")
     if name == Ev.FINISHED:
         return f"finished at step {e['step']}" if "step" in e else "the program finished"
-    if name == Ev.REQUEUED_BY_SLURM and e.get("by") == eventlog.BY_LIGHTNING:
-        return "requeued by the program itself: Lightning's SLURM auto-requeue (`scontrol requeue` on its signal)"
-    if name == Ev.REQUEUED_BY_SLURM and eventlog.requeued_by_admin(e):
-        return "requeued from outside the job (`scontrol requeue` by an administrator or another program)"
-    if name == Ev.REQUEUED_BY_SLURM and e.get("nodes"):
-        silent = "; the batch script died with them, without a word: said at the next start" if e.get("silent") else ""
-        return f"Slurm had requeued the job itself (node(s) {e['nodes']} of the job failed{silent})"
+    if name == Ev.REQUEUED_BY_SLURM and (said := _requeued_by_slurm(e)):
+        return said
     if name == Ev.REQUEUE:  # and whether it left nodes out, or keeps one the partition cannot spare
         # After a stop that saved, the launcher's exit status says nothing (torchrun's 1 on a
         # SIGTERM, srun's 143, the program's own 75): it is shown where nothing was saved.
@@ -188,6 +185,23 @@ def _describe(e: dict[str, Any], requeued_by_slurm: bool = False) -> str | None:
         return _PHRASES[name].format_map(_Fields(e)) + by
     extra = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event"))
     return f"{name} {extra}".rstrip()
+
+
+def _requeued_by_slurm(e: dict[str, Any]) -> str | None:
+    """Who requeued the job from outside the script, as the event's ``by`` says."""
+    by = e.get("by")
+    if by == eventlog.BY_LIGHTNING:
+        return "requeued by the program itself: Lightning's SLURM auto-requeue (`scontrol requeue` on its signal)"
+    if by == eventlog.BY_PREEMPTION:
+        silent = "; the batch script was killed with it, without a word: said at the next start" if e.get("silent") else ""
+        return ("Slurm preempted the job and, its launch still running when the grace time ran out, killed it and "
+                f"requeued it itself{silent}")
+    if eventlog.requeued_by_admin(e):
+        return "requeued from outside the job (`scontrol requeue` by an administrator or another program)"
+    if e.get("nodes"):
+        silent = "; the batch script died with them, without a word: said at the next start" if e.get("silent") else ""
+        return f"Slurm had requeued the job itself (node(s) {e['nodes']} of the job failed{silent})"
+    return None
 
 
 def _relaunched(e: dict[str, Any]) -> str:

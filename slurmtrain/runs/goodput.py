@@ -317,13 +317,13 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
                                                          Ev.STOP_UNSAVED, Ev.CANCELLED)), None)
     if ending is None:
         return until, None  # still running, or the script was killed with no word
-    kind = {Ev.REQUEUED_BY_SLURM: "requeued" if eventlog.requeued_by_admin(ending) else "node failure",
+    kind = {Ev.REQUEUED_BY_SLURM: eventlog.requeue_fault(ending),
             Ev.FAILED: "failed", Ev.CANCELLED: "cancelled"}.get(ending["event"]) or _stop_kind(evs) or "stopped"
     quiet = _unnoticed(ending)
     detail = "ended without a checkpoint of its last steps" + (
         f"; no progress for {quiet[1] - quiet[0]:.0f} s before Slurm noticed" if quiet else "")
     return (quiet[0] if quiet else ending["time"]), _fault(
-        out, kind, ending["time"], detail, False, requeued=Ev.REQUEUE in names or kind in ("node failure", "requeued"))
+        out, kind, ending["time"], detail, False, requeued=Ev.REQUEUE in names or kind in ("node failure", "requeued", "preempted"))
 
 
 def _unnoticed(e: Event) -> tuple[float, float] | None:
@@ -388,7 +388,7 @@ def _stop_kind(evs: list[Event]) -> str | None:
     if Ev.PREEMPTED in names:
         return "preempted"
     if (by := next((e for e in evs if e.get("event") == Ev.REQUEUED_BY_SLURM), None)) is not None:
-        return "requeued" if eventlog.requeued_by_admin(by) else "node failure"  # the program saved and stopped
+        return eventlog.requeue_fault(by)  # the program saved and stopped
     if (sig := next((e for e in reversed(evs) if e.get("event") == Ev.SIGNAL), None)) is not None:
         return eventlog.signal_cause(sig)[0]  # the words eventlog's outcome says: one reading of a TERM
     return None

@@ -2,11 +2,12 @@
 step every SECONDS, saving its count to counter.json in the run directory every SAVE steps
 and when asked to stop; a new start resumes from the saved count.
 
-    python3 counter.py STEPS SECONDS SAVE [NAME]
+    python3 counter.py STEPS SECONDS SAVE [NAME] [--linger S]
 
 NAME: the state file's name, formatted with the environment (default counter.json): a name
 with {SLURM_RESTART_COUNT} in it is a folder per start, as a log folder named by job id is,
-where a requeued start finds nothing to resume from.
+where a requeued start finds nothing to resume from. --linger S: after a stop, the process
+stays S seconds once it has reported `stopped` (a rank stuck closing its process group).
 """
 
 import json
@@ -17,9 +18,12 @@ from pathlib import Path
 
 from slurmtrain import stop
 
-steps, seconds, save_every = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+args = sys.argv[1:]
+linger = float(args.pop(args.index("--linger") + 1)) if "--linger" in args else 0.0
+args = [a for a in args if a != "--linger"]
+steps, seconds, save_every = int(args[0]), float(args[1]), int(args[2])
 # Slurm sets SLURM_RESTART_COUNT from the first requeue on: "0" before.
-name = sys.argv[4].format_map({"SLURM_RESTART_COUNT": "0", **os.environ}) if len(sys.argv) > 4 else "counter.json"
+name = args[3].format_map({"SLURM_RESTART_COUNT": "0", **os.environ}) if len(args) > 3 else "counter.json"
 state = Path(os.environ.get("SLURMTRAIN_RUN_DIR", ".")) / name
 
 
@@ -41,7 +45,10 @@ for step in range(start + 1, steps + 1):
     if stop.should_stop():
         save(step)
         print(f"stopped at {step}", flush=True)
-        stop.stopped(step)
+        try:
+            stop.stopped(step)
+        finally:
+            time.sleep(linger)
     if step % save_every == 0:
         save(step)
 stop.finished(steps)

@@ -122,6 +122,46 @@ def test_one_preemption_one_requeue_then_completed(tmp_path, version, limit):
     assert kinds == [classify.PREEMPTED, classify.COMPLETED], (version, kinds)
 
 
+def _events_text(cwd: Path, name: str) -> str:
+    return (run_dir(cwd, name) / "events.jsonl").read_text()
+
+
+def test_a_preempted_program_that_lingers_after_stopping_is_ended_within_the_grace_time(tmp_path, version):
+    """A preemption's SIGTERM reaches the tasks only: the program saved and reported `stopped`,
+    but its process stayed. stop_timeout (20 s) after that the supervisor ends the launch,
+    within the partition's GraceTime (60 s): a preemption, requeued, and the run completes."""
+    name = submit(tmp_path, *USER, "--partition", "low", "--name", "lingers", "--set", "resilience.stop_timeout=20",
+                  *counter(60, 0.25, 5), "--linger", "300")
+    preempt_after_a_checkpoint(tmp_path, name, 1)
+    final = wait_final(tmp_path, [name], timeout=240)[name]
+    assert (final["state"], final["outcome"], final["restarts"]) == ("COMPLETED", "completed", 1), \
+        f"{version}: {final}\n{_events_text(tmp_path, name)}"
+    [lingered] = named(tmp_path, name, "stop_lingered")
+    assert lingered["seconds"] == 20 and not named(tmp_path, name, "requeued_by_slurm"), version
+    kinds = [o.kind for o in classify.ends(run_dir(tmp_path, name))]
+    assert kinds == [classify.PREEMPTED, classify.COMPLETED], (version, kinds)
+
+
+def test_a_launch_that_outlives_the_preemptions_grace_time_is_a_preemption_and_starts_twice(tmp_path, version):
+    """The program lingers past the GraceTime (stop_timeout longer than it): Slurm kills the job
+    and requeues it itself. That start reads as a preemption (24.11 sends the script SIGTERM:
+    it read as an administrator's requeue; 22.05 kills the script with it: said by the next
+    start), and the job starts exactly twice: 24.11 started it a third time after it finished."""
+    name = submit(tmp_path, *USER, "--partition", "low", "--name", "outlives", "--set", "resilience.stop_timeout=300",
+                  *counter(60, 0.25, 5), "--linger", "300")
+    preempt_after_a_checkpoint(tmp_path, name, 1)
+    final = wait_final(tmp_path, [name], timeout=300)[name]
+    started = named(tmp_path, name, "started")
+    # 24.05+ ends a job it preempted once and that is kept from its requeue (Requeue=0) as PREEMPTED
+    state = "PREEMPTED" if slurmversion.requeues_preempted(slurmversion.parse(version)) else "COMPLETED"
+    assert (final["state"], final["outcome"], final["restarts"], len(started)) == (state, "completed", 1, 2), \
+        f"{version}: {final}\n{_events_text(tmp_path, name)}"
+    [by] = named(tmp_path, name, "requeued_by_slurm")
+    assert by["by"] == "preemption", f"{version}: {_events_text(tmp_path, name)}"
+    kinds = [o.kind for o in classify.ends(run_dir(tmp_path, name))]
+    assert kinds == [classify.PREEMPTED, classify.COMPLETED], (version, kinds)
+
+
 def test_requeue_limit_counts_stops(tmp_path, version):
     name = submit(tmp_path, *USER, "--partition", "low", "--max-requeues", "1", "--name", "limit",
                   *counter(10_000, 0.25, 5))

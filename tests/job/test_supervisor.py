@@ -1131,6 +1131,78 @@ def test_a_preempted_job_that_ends_for_good_is_kept_from_slurms_own_requeue(rig,
     assert rig.slurm.requeue_flag == forbidden
 
 
+@pytest.mark.parametrize("version, forbidden", [("24.11.5", 0), ("22.05.8", 1)])
+def test_a_job_requeued_before_that_finishes_is_kept_from_slurms_own_requeue(rig, version, forbidden):
+    """Slurm 24.11 requeued a job once more after it finished, where an earlier start had been
+    preempted and requeued (the preemption's bit stays set through a requeue): it ran a third
+    time. Requeue=0 at its end keeps it ended; 22.05 is not asked."""
+    rig.slurm.version, rig.slurm.restarts, rig.restarts = version, 1, 1
+    assert rig.run() == 0
+    assert rig.names()[-1] == "finished" and rig.slurm.requeue_flag == forbidden
+    assert ("config" in rig.slurm.names()) and "requeue" not in rig.slurm.names()
+
+
+def stopped_now(step_no: int) -> Action:
+    """The program writes `stopped` at the rig's wall-clock time (the supervisor times it)."""
+    return lambda step: events.append(step.rig.run_dir, "stopped", when=step.rig.clock.wall(), step=step_no)
+
+
+def test_a_launch_that_runs_on_after_the_program_stopped_is_ended_within_the_grace_time(rig):
+    """A preemption's SIGTERM reached the tasks only; the program saved and wrote `stopped`, but
+    a rank's process stayed (stuck closing its process group). stop_timeout after `stopped` the
+    supervisor ends the launch itself, before Slurm's GraceTime runs out, and the start ends
+    as a preemption, requeued."""
+    rig.task = Plan([JOINS, SAVES, (20, stopped_now(6))])
+    rig.slurm.preempt_time = PREEMPTED_AT
+    assert rig.run(stop_timeout=45) == 0
+    assert rig.names() == ["started", "stop_lingered", "preempted", "requeue"]
+    assert (rig.event("stop_lingered")["seconds"], rig.event("stop_lingered")["step"]) == (45, 6)
+    ended = rig.step.sent[0]
+    assert ended[1] == TERM and 20 + 45 <= ended[0] < 20 + 45 + 2, rig.step.sent
+    assert "the program stopped after its checkpoint of step 6, but its launch is still running 45 s later" \
+        in rig.said()
+    assert "requeue" in rig.slurm.names()
+
+
+@pytest.mark.parametrize("version", ["24.11.5", "22.05.8"])
+def test_a_launch_that_outlived_the_preemptions_grace_time_is_a_preemption(rig, tmp_path, version):
+    """The launch was still running when the GraceTime ran out: Slurm killed the job (its
+    "DUE TO PREEMPTION" line in the batch log) and requeued it, and 24.11 sent the script
+    SIGTERM. It was read as an administrator's `scontrol requeue`. Now a preemption, and the
+    job already queued again is neither requeued nor kept from Slurm's requeue."""
+    with_batch_log(rig, tmp_path)
+    rig.slurm.version = version
+    kill = srun_says(f"slurmstepd-n1: error: *** JOB {JOB} ON n1 CANCELLED AT {PREEMPTED_AT} DUE TO PREEMPTION ***")
+    rig.task = Plan([JOINS, SAVES, (10, kill), (11, exits(143))])
+    rig.clock.at(10.5, TERM, cause=lambda: setattr(rig.slurm, "restarts", 1))
+    assert rig.run() == 0
+    assert rig.names() == ["started", "requeued_by_slurm"]
+    assert rig.event("requeued_by_slurm")["by"] == "preemption"
+    assert rig.summary() == "preempted; Slurm requeued the job at the end of its grace time, exit status 0"
+    assert not {"requeue", "update"} & set(rig.slurm.names()) and rig.slurm.requeue_flag == 1
+    from slurmtrain.runs import classify
+    out = classify.classify(rig.run_dir)
+    assert out.kind == classify.PREEMPTED and "the partition's grace time ran out" in out.detail, out
+    assert any("Slurm preempted the job and, its launch still running when the grace time ran out" in line
+               for line in classify.history(rig.run_dir))
+
+
+def test_a_start_killed_at_the_end_of_a_preemptions_grace_time_is_named_at_the_next_start(rig, tmp_path):
+    """Slurm 22.05 kills the script with the tasks at the end of the GraceTime: the start ended
+    without a word. The next start finds Slurm's "DUE TO PREEMPTION" line in the batch log
+    after that start began: a preemption (was: "a node failure, or a kill after ...")."""
+    _a_start_that_ended_without_a_word(rig)
+    with_batch_log(rig, tmp_path)
+    rig.batch_log.write_text(f"slurmstepd-n1: error: *** JOB {JOB} ON n1 CANCELLED AT {PREEMPTED_AT} "
+                             "DUE TO PREEMPTION ***\n")
+    assert rig.run() == 0
+    evs = events.read(rig.run_dir)
+    said = next(e for e in evs if e["event"] == "requeued_by_slurm")
+    assert (said["by"], said["silent"]) == ("preemption", True) and rig.ledger() == []
+    first, last = eventlog.ends(evs)
+    assert (first.kind, last.kind) == (eventlog.PREEMPTED, eventlog.COMPLETED), first
+
+
 # ---- a time-limit warning that never comes -------------------------------------------------------
 
 def end_in(seconds: float) -> str:

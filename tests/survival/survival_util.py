@@ -121,7 +121,9 @@ def describe(run: Path) -> str:
     log = sorted((run / "logs").glob("job-*.out"))
     tail = "\n".join(log[-1].read_text(errors="replace").splitlines()[-30:]) if log else "(no batch log)"
     evs = "\n".join(json.dumps(e) for e in events(run))
-    return f"events.jsonl of {run}:\n{evs}\nbatch log tail:\n{tail}"
+    nodes = "".join(f"\n{p.name} tail:\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:])
+                    for p in sorted((run / "logs").glob("*.out")) if not p.name.startswith("job-"))
+    return f"events.jsonl of {run}:\n{evs}\nbatch log tail:\n{tail}{nodes}"
 
 
 def progress(run: Path, job_id: str | None = None) -> tuple:
