@@ -382,6 +382,8 @@ def _goodput_rows(report: dict | None, ended: bool = True) -> list[tuple[str, st
     queue = f"queue {_human(report['queue_s'])}{summed}" if report["queue_s"] else ""
     if not allocated:
         return [("goodput", f"- (nothing allocated{'' if ended else ' yet'}; {queue or 'queue 0 s'})")]
+    if allocated < 1 and ended:  # a program that failed as it started: shares of nothing say nothing
+        return [("goodput", f"- (under a second of node time: nothing to share out; {queue or 'queue 0 s'})")]
     rest = [f"{word} {parts[p] / allocated:.0%}" for p, word in _PART_WORDS.items() if parts[p] >= 0.005 * allocated]
     text = (f"{report['share']:.0%} of {_human(allocated)} of node time trained steps that were kept"
             + (f"; {', '.join(rest)}" if rest else "") + (f"; {queue}" if queue else ""))

@@ -79,8 +79,10 @@ class Requeue:
             # Slurm 22.05 kills the script too at the end of a preemption's GraceTime: the
             # batch log's "DUE TO PREEMPTION" line after that start began says so.
             began = float(starts[-1].started.get("time") or 0) - 1
-            if any(t >= began for t in self.record.preemption_kills()):
-                self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_PREEMPTION, silent=True)
+            kills = [t for t in self.record.preemption_kills() if t >= began]
+            if kills:  # at the kill's time, where the line says it: that start's end (its time, goodput)
+                at = {"when": min(kills)} if min(kills) != float("inf") else {}
+                self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_PREEMPTION, silent=True, **at)
             return
         self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_NODE_FAILURE, nodes=" ".join(down), silent=True)
         for node in down:

@@ -1199,6 +1199,7 @@ def test_a_start_killed_at_the_end_of_a_preemptions_grace_time_is_named_at_the_n
     evs = events.read(rig.run_dir)
     said = next(e for e in evs if e["event"] == "requeued_by_slurm")
     assert (said["by"], said["silent"]) == ("preemption", True) and rig.ledger() == []
+    assert said["time"] == datetime.fromisoformat(PREEMPTED_AT).timestamp()  # that start's end
     first, last = eventlog.ends(evs)
     assert (first.kind, last.kind) == (eventlog.PREEMPTED, eventlog.COMPLETED), first
 

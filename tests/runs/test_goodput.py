@@ -227,6 +227,11 @@ def test_the_tasks_of_an_array_are_summed():
     assert _goodput_rows(never.to_json(), ended=True) == [("goodput", "- (nothing allocated; queue 12 s)")]
     assert _goodput_rows(never.to_json(), ended=False)[0][1].startswith("- (nothing allocated yet")
     assert _goodput_rows(g.to_json())[0][1].endswith("; queue 2 s, summed over 2 tasks"), _goodput_rows(g.to_json())
+    # a program that failed as it started: was "0% of 0 s ...; lost steps 100%"
+    gone = goodput.of_events([ev(0, "submitted", job_id="9"), ev(1, "started", job_id="9", restart=0, nodes="a"),
+                              ev(1.4, "failed", job_id="9", restart=0, exit_code=1)])
+    rows = _goodput_rows(gone.to_json())
+    assert rows[0] == ("goodput", "- (under a second of node time: nothing to share out; queue 1 s)"), rows
 
 
 def test_the_json_has_every_part_the_share_and_each_fault_with_its_cost():
