@@ -206,6 +206,19 @@ def requeued_by_admin(e: Event) -> bool:
     return e.get("by") in (BY_ADMIN, BY_LIGHTNING)
 
 
+def preempted_in_job(evs: Iterable[Event], job_id: str, task: int | None = None) -> bool:
+    """Slurm preempted job ``job_id`` in one of its starts: ``preempted``, or a requeue of
+    Slurm's at the end of the GraceTime."""
+    return any(e.get("job_id") == job_id and (e.get("event") == Ev.PREEMPTED or (
+        e.get("event") == Ev.REQUEUED_BY_SLURM and e.get("by") == BY_PREEMPTION)) for e in of_task(evs, task))
+
+
+def completed_in_job(evs: Iterable[Event], job_id: str, task: int | None = None) -> bool:
+    """A start of job ``job_id`` ended completed (the script's ``finished``, exit 0)."""
+    return any(e.get("job_id") == job_id and is_script_finished(e) and e.get("exit_code") == 0
+               for e in of_task(evs, task))
+
+
 def requeue_fault(e: Event) -> str:
     """The fault a ``requeued_by_slurm`` stands for, in goodput's words."""
     return "preempted" if e.get("by") == BY_PREEMPTION else "requeued" if requeued_by_admin(e) else "node failure"

@@ -570,6 +570,12 @@ def _refused(s: State, job_state: str) -> tuple[State, list[Do]]:
     return s, acts + more
 
 
+# The longest a launch may run on after the program said `stopped` (its checkpoint written)
+# to a stop from outside the job, less where stop_timeout is: closing the process group and
+# the launcher's own exit. Short: the GraceTime began before the checkpoint did.
+LINGER_S = 30
+
+
 def _end_launch(s: State, **fields) -> tuple[State, list[Do]]:
     """The supervisor ends the launch: SIGTERM to srun (it SIGKILLs its tasks), SIGKILL to an
     srun that outlives TERM_GRACE_S."""
@@ -581,14 +587,15 @@ def _beats(s: State, o: Beats) -> tuple[State, list[Do]]:
     launch's nodes are probed once: srun waits for a dead node until Slurm marks it down."""
     if s.stop != Stop.NONE:
         return s, []
-    if o.stopped is not None and s.wall >= o.stopped[0] + s.knobs.stop_timeout:
+    wait = min(s.knobs.stop_timeout, LINGER_S)
+    if o.stopped is not None and s.wall >= o.stopped[0] + wait:
         # A stop from outside the job (a preemption's SIGTERM reaches the tasks only): a launch
         # that outlives it runs into the partition's GraceTime, where Slurm kills the job.
-        k, step = s.knobs, o.stopped[1]
+        step = o.stopped[1]
         s, acts = _end_launch(s)
         return s, [_say(f"slurmtrain: the program stopped after its checkpoint of step {step}, but its launch is "
-                        f"still running {k.stop_timeout:g} s later (resilience.stop_timeout); ending it"),
-                   _event(Ev.STOP_LINGERED, seconds=k.stop_timeout, step=step)] + acts
+                        f"still running {wait:g} s later; ending it"),
+                   _event(Ev.STOP_LINGERED, seconds=wait, step=step)] + acts
     if o.hang is not None:
         s, acts = _end_launch(s, hung=True)
         return s, [Do("record_hang", (o.hang,))] + acts
@@ -760,24 +767,25 @@ def launch_again_in(unreached: bool, setup_failed: bool, relaunches: int, budget
 
 # ---- after the launch: decisions the supervisor takes once it has asked ------------------
 
-def whose_requeue(action: str, preempted: bool, slurm_requeues_preempted: bool, requeued: bool) -> str | None:
+def whose_requeue(v: Verdict, preempted: bool, slurm_requeues_preempted: bool, requeued: bool) -> str | None:
     """Who requeues the job after this end: "slurm" (it requeues a preempted job itself when
     the script ends, Slurm 24.05+: ours as well would start the job once more), "ours", or
-    None; "forbid": the job ends here for good, and Slurm 24.05+ must be told not to requeue
-    it: a job it signalled for a preemption, in this start or an earlier one (a requeue
-    leaves the bit set), it requeues when the script ends, even after the program finished.
-    ``requeued``: Slurm has requeued the job already (it is queued again)."""
-    if action == "requeue":
+    None; "forbid": the job ends here for good, uncompleted, and Slurm 24.05+ must be told
+    not to requeue it: a job it signalled for a preemption, in this start or an earlier one
+    (a requeue leaves the mark), it requeues when the script ends. Not a completed one:
+    Requeue=0 makes Slurm end it PREEMPTED, which no `--dependency=afterok` takes; the start
+    Slurm makes then ends at once (Supervisor.begin). ``requeued``: queued again already."""
+    if v.action == "requeue":
         return "slurm" if preempted and slurm_requeues_preempted else "ours"
-    return "forbid" if slurm_requeues_preempted and not requeued else None
+    return "forbid" if slurm_requeues_preempted and not requeued and ends_uncompleted(v) else None
 
 
-def asks_version(action: str, f: Facts, restarts: int) -> bool:
-    """Whether :func:`whose_requeue` needs Slurm's version: after a preemption, or at an end
-    for good of a job requeued before (a preemption in an earlier start leaves its bit set)."""
-    if action == "requeue":
+def asks_version(v: Verdict, f: Facts, preempted_before: bool) -> bool:
+    """Whether :func:`whose_requeue` needs Slurm's version: after a preemption in this start,
+    or at an uncompleted end for good of a job preempted in an earlier one (its mark stays)."""
+    if v.action == "requeue":
         return f.preempted
-    return not f.slurm_requeued and (f.preempted or restarts > 0)
+    return not f.slurm_requeued and ends_uncompleted(v) and (f.preempted or preempted_before)
 
 
 def after_requeue_excluding(ok: bool, held: bool) -> str:

@@ -186,16 +186,18 @@ class Record:
             out.update(n for k in keys for n in str(e.get(k) or "").replace(",", " ").split())
         return out
 
-    def preemption_kills(self, since: int = 0) -> list[float]:
-        """When Slurm killed the job at the end of a preemption's GraceTime (slurmstepd's
-        "DUE TO PREEMPTION" line, its local time to the second), after byte ``since``."""
-        out = []
-        for m in PREEMPTION_KILL.finditer(self._log_since(since)):
-            try:
-                out.append(time.mktime(time.strptime(m["at"], "%Y-%m-%dT%H:%M:%S")))
-            except ValueError:  # another form: a kill all the same, of unknown time
-                out.append(float("inf"))
-        return out
+    def preempted_kill(self, since: int) -> bool:
+        """Slurm killed this job at the end of a preemption's GraceTime (slurmstepd's "DUE TO
+        PREEMPTION" line naming it), after byte ``since`` of the batch log."""
+        return any(m["job"] in (self.job.job_id, self.job.ref)
+                   for m in PREEMPTION_KILL.finditer(self._log_since(since)))
+
+    def start_said_at(self) -> int:
+        """Where the latest start's first line ("slurmtrain: job N on ...") begins in the batch
+        log: the part after it is that start's (0 when none is there)."""
+        text = self._log_since(0)
+        at = text.rfind(f"slurmtrain: job {self.job.ref} on ")
+        return len(text[:at].encode(errors="replace")) if at >= 0 else 0
 
     def srun_node_failures(self, since: int) -> list[str]:
         """The nodes srun said failed ("srun: error: Node failure on <node>") after byte ``since``."""

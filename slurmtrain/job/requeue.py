@@ -53,7 +53,7 @@ class Requeue:
             return
         self.said = True
         by = self.by = eventlog.BY_NODE_FAILURE if self.down_nodes else \
-            eventlog.BY_PREEMPTION if self.record.preemption_kills(self.log_mark()) else \
+            eventlog.BY_PREEMPTION if self.record.preempted_kill(self.log_mark()) else \
             eventlog.BY_LIGHTNING if self.record.lightning_requeued() else eventlog.BY_ADMIN
         # Slurm noticed the node SlurmdTimeout after it went quiet: goodput counts that wait
         # as a hang's (nothing trained, nothing noticed), not as steps trained then lost.
@@ -64,9 +64,11 @@ class Requeue:
 
     def note_silent_end(self) -> None:
         """The previous start ended without a word (its batch host died, the supervisor with
-        it) and Slurm started the job again: where Slurm holds some of that start's nodes down,
-        it was a node failure; said for that start (before this one's ``started``), naming
-        them, and they go to the bad-node ledger."""
+        it, or Slurm killed it at the end of a preemption's GraceTime) and Slurm started the
+        job again: where Slurm holds some of that start's nodes down, it was a node failure,
+        said for that start (before this one's ``started``), naming them, and they go to the
+        bad-node ledger; where the batch log has Slurm's preemption kill in that start's part,
+        a preemption."""
         if self.job.restarts == 0:
             return
         evs = eventlog.of_task(events.read(self.cfg.run_dir), self.job.array_task)
@@ -76,13 +78,10 @@ class Requeue:
         nodes = str(starts[-1].started.get("nodes") or "").split()
         down = self.slurm.unhealthy(",".join(nodes)) if nodes else []
         if not down:
-            # Slurm 22.05 kills the script too at the end of a preemption's GraceTime: the
-            # batch log's "DUE TO PREEMPTION" line after that start began says so.
-            began = float(starts[-1].started.get("time") or 0) - 1
-            kills = [t for t in self.record.preemption_kills() if t >= began]
-            if kills:  # at the kill's time, where the line says it: that start's end (its time, goodput)
-                at = {"when": min(kills)} if min(kills) != float("inf") else {}
-                self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_PREEMPTION, silent=True, **at)
+            # Slurm 22.05 (24.11 at times) kills the script too at the end of a preemption's
+            # GraceTime: the "DUE TO PREEMPTION" line in that start's part of the batch log.
+            if self.record.preempted_kill(self.record.start_said_at()):
+                self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_PREEMPTION, silent=True)
             return
         self.record.event(Ev.REQUEUED_BY_SLURM, by=eventlog.BY_NODE_FAILURE, nodes=" ".join(down), silent=True)
         for node in down:

@@ -55,6 +55,7 @@ class Supervisor:
         self.log_mark = 0               # the batch log's size when the launch began: its srun lines follow
         self.events_mark = 0            # the run's events before the launch: this launch's follow
         self.behind_checked = False     # this launch's first step was compared with the run's checkpoint
+        self.stopped_seen: tuple[int, tuple[float, int] | None] = (-1, None)  # program_stopped's, by file size
         self.end_at_start = ""
         self.kept: list[int] = []        # signals taken during a pause, for the loop
 
@@ -116,10 +117,17 @@ class Supervisor:
             self.feed(decide.Lagging(s, bool(self.pool.idle) and s.node in self.pool.active))
 
     def program_stopped(self) -> tuple[float, int] | None:
-        """(when, step) the program said in this launch that it stopped after a checkpoint."""
-        evs = eventlog.of_task(events.read(self.cfg.run_dir)[self.events_mark:], self.job.array_task)
-        e = next((e for e in reversed(evs) if e.get("event") == Ev.STOPPED), None)
-        return None if e is None else (float(e.get("time", 0.0)), e.get("step"))
+        """(when, step) the program said in this launch that it stopped after a checkpoint.
+        Asked every round: the events are read again only when the file has grown."""
+        try:
+            size = (self.cfg.run_dir / events.EVENTS_FILE).stat().st_size
+        except OSError:
+            size = -1
+        if size != self.stopped_seen[0]:
+            evs = eventlog.of_task(events.read(self.cfg.run_dir)[self.events_mark:], self.job.array_task)
+            e = next((e for e in reversed(evs) if e.get("event") == Ev.STOPPED and "time" in e), None)
+            self.stopped_seen = (size, None if e is None else (float(e["time"]), e.get("step")))
+        return self.stopped_seen[1]
 
     def finishing(self) -> bool:
         """The program said it finished, or in this launch that it stopped after a checkpoint
@@ -136,6 +144,12 @@ class Supervisor:
 
     def begin(self) -> decide.Began | decide.Over:
         j, c = self.job, self.cfg
+        if j.restarts > 0 and eventlog.completed_in_job(events.read(c.run_dir), j.job_id, j.array_task):
+            # From 24.05 Slurm requeues a job it once preempted when its script ends, even
+            # completed (decide.whose_requeue): this start has nothing to do.
+            self.say(f"slurmtrain: job {j.ref} completed in an earlier start and Slurm started it again (it requeues "
+                     "a job it once preempted when its script ends); ending at once (to train on: slurmtrain resubmit)")
+            return decide.Over(None, eventlog.EXIT_OK)
         if (counted := self.requeue.counted()) > c.max_requeues:
             self.say(f"slurmtrain: requeue limit reached ({counted} counted requeues, max_requeues={c.max_requeues}); "
                      "not starting again")
@@ -208,6 +222,7 @@ class Supervisor:
 
     def do_start_launch(self) -> None:
         self.events_mark = len(events.read(self.cfg.run_dir))  # this launch's events are the ones after it
+        self.stopped_seen = (-1, None)
         self.behind_checked = False
         self.hangs.launch()
         self.log_mark = self.record.log_size()
@@ -356,9 +371,9 @@ class Supervisor:
             for node in self.requeue.down_nodes:
                 self.record.ledger_add(node, "node_failure", f"Slurm requeued job {self.job.ref} after a node "
                                        "failure; the node was down or not responding")
-        srp = decide.asks_version(v.action, facts, self.job.restarts) and \
-            slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
-        whose = decide.whose_requeue(v.action, facts.preempted, srp, facts.slurm_requeued)
+        before = eventlog.preempted_in_job(events.read(self.cfg.run_dir), self.job.job_id, self.job.array_task)
+        srp = decide.asks_version(v, facts, before) and slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
+        whose = decide.whose_requeue(v, facts.preempted, srp, facts.slurm_requeued)
         if v.action != "requeue":
             if whose == "forbid":
                 self.slurm.forbid_requeue()  # else Slurm starts the job again after this end

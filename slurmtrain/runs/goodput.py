@@ -323,7 +323,8 @@ def _launch_end(out: Goodput, evs: list[Event], nxt: Event | None, until: float)
     detail = "ended without a checkpoint of its last steps" + (
         f"; no progress for {quiet[1] - quiet[0]:.0f} s before Slurm noticed" if quiet else "")
     return (quiet[0] if quiet else ending["time"]), _fault(
-        out, kind, ending["time"], detail, False, requeued=Ev.REQUEUE in names or kind in ("node failure", "requeued", "preempted"))
+        out, kind, ending["time"], detail, False, requeued=Ev.REQUEUE in names or Ev.REQUEUED_BY_SLURM in names
+        or kind in ("node failure", "requeued"))
 
 
 def _unnoticed(e: Event) -> tuple[float, float] | None:

@@ -1131,15 +1131,53 @@ def test_a_preempted_job_that_ends_for_good_is_kept_from_slurms_own_requeue(rig,
     assert rig.slurm.requeue_flag == forbidden
 
 
+def _preempted_before(rig, by_slurm: bool = False) -> None:
+    """An earlier start of job 77 was preempted (saved, stopped, requeued): restart 1 now."""
+    ident = {"job_id": JOB, "launch": 1}
+    lines = [{"time": 1.0, "event": "submitted", "job_id": JOB},
+             {"time": 2.0, "event": "started", "job_id": JOB, "restart": 0, "launch": 0, "nodes": "n1 n2"},
+             {"time": 3.0, "event": "stopped", "step": 5},
+             {"time": 4.0, "event": "requeued_by_slurm", "restart": 0, "by": "preemption", **ident} if by_slurm else
+             {"time": 4.0, "event": "preempted", "restart": 0, "exit_code": 75, **ident}]
+    (rig.run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    rig.slurm.restarts = rig.restarts = 1
+
+
 @pytest.mark.parametrize("version, forbidden", [("24.11.5", 0), ("22.05.8", 1)])
-def test_a_job_requeued_before_that_finishes_is_kept_from_slurms_own_requeue(rig, version, forbidden):
-    """Slurm 24.11 requeued a job once more after it finished, where an earlier start had been
-    preempted and requeued (the preemption's bit stays set through a requeue): it ran a third
-    time. Requeue=0 at its end keeps it ended; 22.05 is not asked."""
-    rig.slurm.version, rig.slurm.restarts, rig.restarts = version, 1, 1
+@pytest.mark.parametrize("by_slurm", [False, True], ids=["stopped-in-time", "grace-time-ran-out"])
+def test_a_job_preempted_before_that_fails_is_kept_from_slurms_own_requeue(rig, version, forbidden, by_slurm):
+    """From 24.05 Slurm requeues a job it preempted in an earlier start when its script ends
+    (the mark stays through the requeue): a program error would start again. Requeue=0 at
+    that end; 22.05 is not asked."""
+    _preempted_before(rig, by_slurm)
+    rig.slurm.version = version
+    rig.task = Plan([JOINS, (5, exits(1))])
+    assert rig.run() == 1
+    assert rig.names()[-1] == "failed" and rig.slurm.requeue_flag == forbidden
+
+
+def test_a_job_requeued_only_at_its_time_limit_is_not_asked_at_its_end(rig):
+    rig.slurm.version, rig.slurm.restarts, rig.restarts = "24.11.5", 1, 1
+    rig.task = Plan([JOINS, (5, exits(1))])
+    assert rig.run() == 1
+    assert "config" not in rig.slurm.names() and rig.slurm.requeue_flag == 1
+
+
+def test_a_job_preempted_before_that_completes_stays_requeueable_and_its_extra_start_ends_at_once(rig):
+    """Requeue=0 on a completed job makes Slurm end it PREEMPTED, which a run queued with
+    --dependency=afterok never takes: the completed job keeps Requeue=1, and the start Slurm
+    makes of it then (24.11 did: a third start of a finished run) ends at once, launching
+    nothing and writing no event."""
+    _preempted_before(rig)
+    rig.slurm.version = "24.11.5"
     assert rig.run() == 0
-    assert rig.names()[-1] == "finished" and rig.slurm.requeue_flag == forbidden
-    assert ("config" in rig.slurm.names()) and "requeue" not in rig.slurm.names()
+    assert rig.names()[-1] == "finished" and rig.slurm.requeue_flag == 1
+    n = len(events.read(rig.run_dir))
+    rig.restarts = rig.slurm.restarts = 2
+    rig.launched.clear()
+    assert rig.run() == 0
+    assert len(events.read(rig.run_dir)) == n and rig.launched == []
+    assert "completed in an earlier start and Slurm started it again" in rig.said()
 
 
 def stopped_now(step_no: int) -> Action:
@@ -1149,17 +1187,17 @@ def stopped_now(step_no: int) -> Action:
 
 def test_a_launch_that_runs_on_after_the_program_stopped_is_ended_within_the_grace_time(rig):
     """A preemption's SIGTERM reached the tasks only; the program saved and wrote `stopped`, but
-    a rank's process stayed (stuck closing its process group). stop_timeout after `stopped` the
-    supervisor ends the launch itself, before Slurm's GraceTime runs out, and the start ends
-    as a preemption, requeued."""
+    a rank's process stayed (stuck closing its process group). LINGER_S (or stop_timeout, if
+    shorter) after `stopped` the supervisor ends the launch itself, before Slurm's GraceTime
+    runs out, and the start ends as a preemption, requeued."""
     rig.task = Plan([JOINS, SAVES, (20, stopped_now(6))])
     rig.slurm.preempt_time = PREEMPTED_AT
-    assert rig.run(stop_timeout=45) == 0
+    assert rig.run(stop_timeout=90) == 0
     assert rig.names() == ["started", "stop_lingered", "preempted", "requeue"]
-    assert (rig.event("stop_lingered")["seconds"], rig.event("stop_lingered")["step"]) == (45, 6)
+    assert (rig.event("stop_lingered")["seconds"], rig.event("stop_lingered")["step"]) == (30, 6)  # LINGER_S
     ended = rig.step.sent[0]
-    assert ended[1] == TERM and 20 + 45 <= ended[0] < 20 + 45 + 2, rig.step.sent
-    assert "the program stopped after its checkpoint of step 6, but its launch is still running 45 s later" \
+    assert ended[1] == TERM and 20 + 30 <= ended[0] < 20 + 30 + 2, rig.step.sent
+    assert "the program stopped after its checkpoint of step 6, but its launch is still running 30 s later" \
         in rig.said()
     assert "requeue" in rig.slurm.names()
 
@@ -1187,20 +1225,30 @@ def test_a_launch_that_outlived_the_preemptions_grace_time_is_a_preemption(rig, 
                for line in classify.history(rig.run_dir))
 
 
-def test_a_start_killed_at_the_end_of_a_preemptions_grace_time_is_named_at_the_next_start(rig, tmp_path):
+KILL_LINE = f"slurmstepd-n1: error: *** JOB {JOB} ON n1 CANCELLED AT {PREEMPTED_AT} DUE TO PREEMPTION ***\n"
+START_LINE = f"slurmtrain: job {JOB} on n1 n2; run directory /runs/r1: each node's output in logs/...\n"
+
+
+@pytest.mark.parametrize("log, preempted", [(START_LINE + KILL_LINE, True), (KILL_LINE + START_LINE, False),
+                                            (START_LINE + KILL_LINE.replace(JOB, "78"), False)],
+                         ids=["in that start", "before that start", "another job's"])
+def test_a_start_killed_at_the_end_of_a_preemptions_grace_time_is_named_at_the_next_start(rig, tmp_path, log,
+                                                                                          preempted):
     """Slurm 22.05 kills the script with the tasks at the end of the GraceTime: the start ended
-    without a word. The next start finds Slurm's "DUE TO PREEMPTION" line in the batch log
-    after that start began: a preemption (was: "a node failure, or a kill after ...")."""
+    without a word. The next start finds Slurm's "DUE TO PREEMPTION" line naming this job in
+    that start's part of the batch log (after its first line): a preemption (was: "a node
+    failure, or a kill after ..."). A kill of an earlier start, or another job's, is not."""
     _a_start_that_ended_without_a_word(rig)
     with_batch_log(rig, tmp_path)
-    rig.batch_log.write_text(f"slurmstepd-n1: error: *** JOB {JOB} ON n1 CANCELLED AT {PREEMPTED_AT} "
-                             "DUE TO PREEMPTION ***\n")
+    rig.batch_log.write_text(log)
     assert rig.run() == 0
     evs = events.read(rig.run_dir)
-    said = next(e for e in evs if e["event"] == "requeued_by_slurm")
-    assert (said["by"], said["silent"]) == ("preemption", True) and rig.ledger() == []
-    assert said["time"] == datetime.fromisoformat(PREEMPTED_AT).timestamp()  # that start's end
+    said = [e for e in evs if e["event"] == "requeued_by_slurm"]
     first, last = eventlog.ends(evs)
+    if not preempted:
+        assert said == [] and "ended without a word" in first.detail, (said, first)
+        return
+    assert [(e["by"], e["silent"]) for e in said] == [("preemption", True)] and rig.ledger() == []
     assert (first.kind, last.kind) == (eventlog.PREEMPTED, eventlog.COMPLETED), first
 
 
