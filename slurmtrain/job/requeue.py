@@ -44,8 +44,9 @@ class Requeue:
         """Who requeued the job: Slurm after a node failure (a node of the job is down, or srun
         said "Node failure on <node>"), Slurm at the end of a preemption's GraceTime (the launch
         outlived it: slurmstepd's "DUE TO PREEMPTION" line) or someone's `scontrol requeue` (an
-        administrator, another program): the event says. No node found at the SIGTERM is asked again once the launch
-        has ended (``final``): Slurm may show the node down, and srun name it, only later."""
+        administrator, another program): the event says. No node found at the SIGTERM is asked
+        again once the launch has ended (``final``): Slurm may show the node down, and srun name
+        it, only later."""
         if self.said:
             return
         self.down_nodes = self.slurm.unhealthy(self.job.nodelist) or self.record.srun_node_failures(self.log_mark())

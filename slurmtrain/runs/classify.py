@@ -117,7 +117,7 @@ _PHRASES = {
     Ev.STOP_TIMEOUT: "the tasks were still running {seconds} s after the stop request: sent them SIGTERM",
     Ev.STOP_ESCALATED: "the tasks were still running {seconds} s after SIGTERM: killed them (SIGKILL)",
     Ev.STOP_LINGERED: ("the program stopped after its checkpoint of step {step}, but its launch was still running "
-                       "{seconds} s later (resilience.stop_timeout): ended it"),
+                       "{seconds} s later: ended it"),
     Ev.STOP_UNSAVED: ("stopped, but the program has reported no checkpoint in this run (exit status {exit_code}): "
                       "not requeued"),
 }
