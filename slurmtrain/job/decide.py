@@ -767,25 +767,23 @@ def launch_again_in(unreached: bool, setup_failed: bool, relaunches: int, budget
 
 # ---- after the launch: decisions the supervisor takes once it has asked ------------------
 
-def whose_requeue(v: Verdict, preempted: bool, slurm_requeues_preempted: bool, requeued: bool) -> str | None:
+def whose_requeue(action: str, preempted: bool, slurm_requeues_preempted: bool) -> str | None:
     """Who requeues the job after this end: "slurm" (it requeues a preempted job itself when
     the script ends, Slurm 24.05+: ours as well would start the job once more), "ours", or
-    None; "forbid": the job ends here for good, uncompleted, and Slurm 24.05+ must be told
-    not to requeue it: a job it signalled for a preemption, in this start or an earlier one
-    (a requeue leaves the mark), it requeues when the script ends. Not a completed one:
-    Requeue=0 makes Slurm end it PREEMPTED, which no `--dependency=afterok` takes; the start
-    Slurm makes then ends at once (Supervisor.begin). ``requeued``: queued again already."""
-    if v.action == "requeue":
-        return "slurm" if preempted and slurm_requeues_preempted else "ours"
-    return "forbid" if slurm_requeues_preempted and not requeued and ends_uncompleted(v) else None
+    None (no requeue: see :func:`forbids_requeue`)."""
+    if action != "requeue":
+        return None
+    return "slurm" if preempted and slurm_requeues_preempted else "ours"
 
 
-def asks_version(v: Verdict, f: Facts, preempted_before: bool) -> bool:
-    """Whether :func:`whose_requeue` needs Slurm's version: after a preemption in this start,
-    or at an uncompleted end for good of a job preempted in an earlier one (its mark stays)."""
-    if v.action == "requeue":
-        return f.preempted
-    return not f.slurm_requeued and ends_uncompleted(v) and (f.preempted or preempted_before)
+def forbids_requeue(code: int, requeued: bool, preempted: bool) -> bool:
+    """At an end for good with exit status ``code``: must Slurm 24.05+ be told not to requeue
+    the job? It requeues a job it preempted (``preempted``: in this start or an earlier one;
+    the mark stays through a requeue) when the script ends. Only for an uncompleted end:
+    Requeue=0 makes Slurm end the job PREEMPTED, which no ``--dependency=afterok`` takes, and
+    the start Slurm makes of a completed job ends at once (Supervisor.begin); nor for a job
+    queued again already (``requeued``)."""
+    return code != eventlog.EXIT_OK and not requeued and preempted
 
 
 def after_requeue_excluding(ok: bool, held: bool) -> str:

@@ -146,7 +146,7 @@ class Supervisor:
         j, c = self.job, self.cfg
         if j.restarts > 0 and eventlog.completed_in_job(events.read(c.run_dir), j.job_id, j.array_task):
             # From 24.05 Slurm requeues a job it once preempted when its script ends, even
-            # completed (decide.whose_requeue): this start has nothing to do.
+            # completed (decide.forbids_requeue): this start has nothing to do.
             self.say(f"slurmtrain: job {j.ref} completed in an earlier start and Slurm started it again (it requeues "
                      "a job it once preempted when its script ends); ending at once (to train on: slurmtrain resubmit)")
             return decide.Over(None, eventlog.EXIT_OK)
@@ -187,7 +187,17 @@ class Supervisor:
         # which is a requeue or nothing; the trainer removes its own when it ends cleanly.
         nodememory.remove_start()
         if outcome is not None:
+            self.keep_ended(code)
             self.record.summary(outcome, code)
+
+    def keep_ended(self, code: int) -> None:
+        """Every end for good passes here: Requeue=0 where Slurm 24.05+ would start the job
+        again (decide.forbids_requeue), asked of Slurm only after a preemption."""
+        j = self.job
+        preempted = eventlog.preempted_in_job(events.read(self.cfg.run_dir), j.job_id, j.array_task)
+        if decide.forbids_requeue(code, self.state.slurm_requeued, preempted) and \
+                slurmversion.requeues_preempted(self.retry(3, self.slurm.version)):
+            self.slurm.forbid_requeue()
 
     def do_touch_stop_file(self) -> None:
         self.stop_file.touch()
@@ -371,12 +381,9 @@ class Supervisor:
             for node in self.requeue.down_nodes:
                 self.record.ledger_add(node, "node_failure", f"Slurm requeued job {self.job.ref} after a node "
                                        "failure; the node was down or not responding")
-        before = eventlog.preempted_in_job(events.read(self.cfg.run_dir), self.job.job_id, self.job.array_task)
-        srp = decide.asks_version(v, facts, before) and slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
-        whose = decide.whose_requeue(v, facts.preempted, srp, facts.slurm_requeued)
+        srp = facts.preempted and slurmversion.requeues_preempted(self.retry(3, self.slurm.version))
+        whose = decide.whose_requeue(v.action, facts.preempted, srp)
         if v.action != "requeue":
-            if whose == "forbid":
-                self.slurm.forbid_requeue()  # else Slurm starts the job again after this end
             if decide.ends_uncompleted(v):
                 self.record.tell_dependents(v.outcome)
             return decide.Over(v.outcome, v.code)

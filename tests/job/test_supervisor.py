@@ -1156,6 +1156,15 @@ def test_a_job_preempted_before_that_fails_is_kept_from_slurms_own_requeue(rig, 
     assert rig.names()[-1] == "failed" and rig.slurm.requeue_flag == forbidden
 
 
+def test_a_start_past_the_requeue_limit_after_a_preemption_is_kept_from_slurms_own_requeue(rig):
+    """Every end for good passes through one place (Supervisor.keep_ended): also the start
+    that ends at once, the requeue limit reached, which 24.11 would start again."""
+    _preempted_before(rig)
+    rig.slurm.version = "24.11.5"
+    assert rig.run(max_requeues=0) == 3
+    assert rig.launched == [] and rig.slurm.requeue_flag == 0
+
+
 def test_a_job_requeued_only_at_its_time_limit_is_not_asked_at_its_end(rig):
     rig.slurm.version, rig.slurm.restarts, rig.restarts = "24.11.5", 1, 1
     rig.task = Plan([JOINS, (5, exits(1))])
