@@ -355,6 +355,8 @@ def _state_text(st) -> str:
     elif st.state.value == "PREEMPTED" and st.ended:
         text += (" (Slurm's word for a job it preempted, in this start or an earlier one, and did not requeue: "
                  "how the run ended is the outcome's)")
+    elif st.state.value == "PREEMPTED":
+        text += " (killed at the end of its grace time: Slurm requeues it, and it resumes from its last checkpoint)"
     elif st.state.value == "PENDING" and st.reason in _NEVER_STARTS:
         text += f" ({_NEVER_STARTS[st.reason]}: it will not start as it is; cancel it and submit it with that changed)"
     return text

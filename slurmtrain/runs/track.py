@@ -135,7 +135,23 @@ def _classify(run: RunDir, st: RunStatus) -> None:
     st.outcome, st.outcome_detail = o.kind, o.detail
     # From 24.05 Slurm ends a job it preempted and that was not requeued (the requeue limit,
     # nothing saved) as PREEMPTED, a state it also shows on the way back to the queue.
-    st.ended = st.state.is_final or (st.state is JobState.PREEMPTED and o.final)
+    st.ended = st.state.is_final or (st.state is JobState.PREEMPTED and o.final and preempted_for_good(run.path))
+
+
+# A requeueable job Slurm killed at the end of a preemption's GraceTime (the supervisor with
+# it: no end in the events) shows PREEMPTED until Slurm requeues it, seconds later (32 s in
+# CI's sandbox, under load); one that stays so this long after its last event was not requeued.
+PREEMPTED_SETTLES_S = 300
+
+
+def preempted_for_good(run_dir: Path, now: float | None = None) -> bool:
+    """A job Slurm shows PREEMPTED has ended for good: its events say the start ended (not
+    requeued: the requeue limit, nothing saved), or nothing moved for PREEMPTED_SETTLES_S."""
+    evs = events_of(run_dir)
+    if eventlog.latest(evs).final:
+        return True
+    last = max((float(e.get("time", 0.0)) for e in evs), default=0.0)
+    return (time.time() if now is None else now) - last >= PREEMPTED_SETTLES_S
 
 
 def _status(target: RunDir | str, infos: dict[str, slurmquery.JobInfo], with_events: bool) -> RunStatus:

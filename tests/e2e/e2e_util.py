@@ -106,7 +106,10 @@ def wait_final(cwd: Path, names: list[str], timeout: float = 240, on_poll=None) 
     """Poll `slurmtrain status` (one query for all) until every run is in a final state;
     the statuses by name. ``on_poll(statuses)`` runs after each poll (to act on a run
     once it is RUNNING, say). Fails only when the runs stop progressing."""
-    return wait_until(cwd, names, f"runs {names} to end", lambda got: all(s["state"] in FINAL for s in got.values()),
+    # PREEMPTED is also Slurm's word for a job on its way back to the queue (`ended` says which)
+    return wait_until(cwd, names, f"runs {names} to end",
+                      lambda got: all(s["state"] in FINAL and (s["state"] != "PREEMPTED" or s.get("ended"))
+                                      for s in got.values()),
                       timeout, on_poll)
 
 

@@ -1,6 +1,7 @@
 """Run states: Slurm's answer (one query for many runs), else the run's events.jsonl."""
 
 import json
+import time
 from datetime import datetime
 
 from click.testing import CliRunner
@@ -314,3 +315,25 @@ def test_a_refresh_asks_about_its_own_jobs_only(tmp_path, fake_slurm):
     track.statuses([one])
     asked = [c for c in fake.calls if c[0] == "sacct"][-1]
     assert "51" in " ".join(asked) and "52" not in " ".join(asked), asked
+
+
+def test_preempted_on_the_way_back_to_the_queue_is_not_an_end(tmp_path, fake_slurm):
+    """Slurm killed the job at the end of a preemption's GraceTime, the supervisor with it (no
+    end in the events), and shows PREEMPTED until it requeues the job, seconds later: not
+    ended (CI's e2e took it for the end and went on while the job came back). Ended where
+    the events say the start ended, or when nothing moved for PREEMPTED_SETTLES_S."""
+    from slurmtrain.runs.jobs import TrackedJob, Watcher
+
+    TrackedJob.watcher = Watcher()
+    fake_slurm(scontrol="JobId=61 JobState=PREEMPTED Reason=None Requeue=1 Restarts=0 ExitCode=0:0 "
+                        "RunTime=00:01:27 NodeList=stnode1 NumNodes=1", sacct=None)
+    run = _run(tmp_path, "graced", "61", [("started", {"job_id": "61", "restart": 0, "nodes": "stnode1"}),
+                                          ("checkpoint_saved", {"step": 5})])
+    [st] = track.statuses([run])
+    assert (st.state, st.ended) == (JobState.PREEMPTED, False), st
+    out = CliRunner().invoke(main, ["status", "--runs-dir", str(tmp_path), run.name]).output
+    assert "PREEMPTED  (from scontrol) (killed at the end of its grace time: Slurm requeues it" in out, out
+    assert track.preempted_for_good(run.path, now=time.time() + track.PREEMPTED_SETTLES_S)
+    events.append(run.path, "stop_unsaved", job_id="61", restart=0, exit_code=1)  # the script said: not requeued
+    [st] = track.statuses([run])
+    assert (st.state, st.ended) == (JobState.PREEMPTED, True), st
