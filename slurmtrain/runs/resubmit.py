@@ -62,7 +62,9 @@ def job_end(run: RunDir) -> JobEnd | None:
         return JobEnd(job_id, None, None, active=False)
     active = info.state.is_active
     if info.state is JobState.PREEMPTED:  # from 24.05 also Slurm's end of a preempted job it did not requeue
-        active = not classify.classify(run.path, info.state.value, info.exit_code).final
+        from .track import preempted_for_good  # ... and its word for one it is about to requeue
+        active = not (classify.classify(run.path, info.state.value, info.exit_code).final
+                      and preempted_for_good(run.path))
     return JobEnd(job_id, info.raw_state or info.state.value, info.exit_code, active=active, signal=info.signal)
 
 

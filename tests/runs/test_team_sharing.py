@@ -56,7 +56,9 @@ def teammates_run(root: Path, name: str, job_id: str = "7") -> rundir.RunDir:
     run.update_manifest(name=run.name, job_ids=[job_id], state="submitted", nodes=1)
     run.script.write_text("#!/bin/bash\n")
     events.append(run.path, "submitted", job_id=job_id)
+    events.append(run.path, "started", job_id=job_id, restart=0, nodes="stnode1")
     events.append(run.path, "preempted", job_id=job_id, exit_code=1)
+    events.append(run.path, "requeue_limit", job_id=job_id, max_requeues=0)  # not requeued
     for p in [run.path, *run.path.rglob("*")]:
         os.chown(p, TEAMMATE, TEAMMATE)
         p.chmod(0o777 if p.is_dir() else 0o644)
@@ -68,7 +70,9 @@ def preempted_run(root: Path, fake_slurm) -> rundir.RunDir:
     run = rundir.create(root, "r")
     run.update_manifest(name=run.name, job_ids=["7"], state="submitted", nodes=1)
     run.script.write_text("#!/bin/bash\n")
+    events.append(run.path, "started", job_id="7", restart=0, nodes="stnode1")
     events.append(run.path, "preempted", job_id="7", exit_code=1)
+    events.append(run.path, "requeue_limit", job_id="7", max_requeues=0)  # the script said: not requeued
     fake_slurm(scontrol="JobId=7 JobState=PREEMPTED Reason=None Requeue=1 Restarts=0 ExitCode=0:15 NumNodes=1")
     return run
 
