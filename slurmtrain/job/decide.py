@@ -781,7 +781,7 @@ def forbids_requeue(code: int, requeued: bool, preempted: bool) -> bool:
     the job? It requeues a job it preempted (``preempted``: in this start or an earlier one;
     the mark stays through a requeue) when the script ends. Only for an uncompleted end:
     Requeue=0 makes Slurm end the job PREEMPTED, which no ``--dependency=afterok`` takes, and
-    the start Slurm makes of a completed job ends at once (Supervisor.begin); nor for a job
+    the start Slurm makes of a completed job ends at once (Requeue.completed_before); nor for a job
     queued again already (``requeued``)."""
     return code != eventlog.EXIT_OK and not requeued and preempted
 

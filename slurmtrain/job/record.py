@@ -25,6 +25,7 @@ class Record:
         self.batch_log = batch_log
         self.log_start = self.log_size()
         self.node_marks: dict[str, int] = {}  # each node log's size when the launch began
+        self._stopped_seen: tuple[tuple[int, int], tuple[float, int] | None] = ((-1, -1), None)  # stopped_since's
 
     def event(self, name: str, **fields) -> None:
         j = self.job
@@ -185,6 +186,19 @@ class Record:
                     Ev.REQUEUED_BY_SLURM: ("nodes",)}.get(name, ())
             out.update(n for k in keys for n in str(e.get(k) or "").replace(",", " ").split())
         return out
+
+    def stopped_since(self, mark: int) -> tuple[float, int] | None:
+        """(when, step) the program last said `stopped` among the run's events after the first
+        ``mark``. Asked every round: the events are read again only when the file has grown."""
+        try:
+            size = (self.run_dir / events.EVENTS_FILE).stat().st_size
+        except OSError:
+            size = -1
+        if (mark, size) != self._stopped_seen[0]:
+            evs = eventlog.of_task(events.read(self.run_dir)[mark:], self.job.array_task)
+            e = next((e for e in reversed(evs) if e.get("event") == Ev.STOPPED and "time" in e), None)
+            self._stopped_seen = ((mark, size), None if e is None else (float(e["time"]), e.get("step")))
+        return self._stopped_seen[1]
 
     def preempted_kill(self, since: int) -> bool:
         """Slurm killed this job at the end of a preemption's GraceTime (slurmstepd's "DUE TO

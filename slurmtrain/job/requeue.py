@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import eventlog, events, ledger
+from .. import eventlog, events, ledger, slurmversion
 from ..eventlog import Ev
 from .config import Config, Job
 from . import decide
@@ -88,6 +88,28 @@ class Requeue:
         for node in down:
             self.record.ledger_add(node, "node_failure", f"down in Slurm when job {self.job.ref} started again "
                                    "after its previous start ended without a word (its batch host died)")
+
+    def keep_ended(self, code: int, requeued: bool) -> None:
+        """At an end for good (exit status ``code``; ``requeued``: Slurm queued the job again
+        already): Requeue=0 where Slurm 24.05+ would start the job again
+        (decide.forbids_requeue), its version asked only after a preemption."""
+        j = self.job
+        preempted = eventlog.preempted_in_job(events.read(self.cfg.run_dir), j.job_id, j.array_task)
+        if decide.forbids_requeue(code, requeued, preempted) and \
+                slurmversion.requeues_preempted(self.retry(3, self.slurm.version)):
+            self.slurm.forbid_requeue()
+
+    def completed_before(self) -> bool:
+        """An earlier start of this job completed, and Slurm started it again: from 24.05 it
+        requeues a job it once preempted when its script ends, even completed (a completed
+        job keeps its Requeue: decide.forbids_requeue). Said; this start has nothing to do."""
+        j = self.job
+        if j.restarts == 0 or not eventlog.completed_in_job(events.read(self.cfg.run_dir), j.job_id, j.array_task):
+            return False
+        self.record.say(f"slurmtrain: job {j.ref} completed in an earlier start and Slurm started it again (it "
+                        "requeues a job it once preempted when its script ends); ending at once (to train on: "
+                        "slurmtrain resubmit)")
+        return True
 
     def do_note_requeue(self, final: bool) -> None:
         self.by_slurm(final)

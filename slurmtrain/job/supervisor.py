@@ -55,7 +55,6 @@ class Supervisor:
         self.log_mark = 0               # the batch log's size when the launch began: its srun lines follow
         self.events_mark = 0            # the run's events before the launch: this launch's follow
         self.behind_checked = False     # this launch's first step was compared with the run's checkpoint
-        self.stopped_seen: tuple[int, tuple[float, int] | None] = (-1, None)  # program_stopped's, by file size
         self.end_at_start = ""
         self.kept: list[int] = []        # signals taken during a pause, for the loop
 
@@ -110,24 +109,11 @@ class Supervisor:
             self.say_if_behind()
             if hang is None and self.state.failed_at is None and self.record.first_failure(self.log_mark):
                 self.feed(decide.TaskFailed())
-            self.feed(decide.Beats(hang, stepping=self.hangs.first is not None, stopped=self.program_stopped()))
+            self.feed(decide.Beats(hang, stepping=self.hangs.first is not None, stopped=self.record.stopped_since(self.events_mark)))
             if self.state.phase != Phase.RUNNING:
                 return
         for s in self.stragglers.check(self.hangs.beats, self.clock.wall()):
             self.feed(decide.Lagging(s, bool(self.pool.idle) and s.node in self.pool.active))
-
-    def program_stopped(self) -> tuple[float, int] | None:
-        """(when, step) the program said in this launch that it stopped after a checkpoint.
-        Asked every round: the events are read again only when the file has grown."""
-        try:
-            size = (self.cfg.run_dir / events.EVENTS_FILE).stat().st_size
-        except OSError:
-            size = -1
-        if size != self.stopped_seen[0]:
-            evs = eventlog.of_task(events.read(self.cfg.run_dir)[self.events_mark:], self.job.array_task)
-            e = next((e for e in reversed(evs) if e.get("event") == Ev.STOPPED and "time" in e), None)
-            self.stopped_seen = (size, None if e is None else (float(e["time"]), e.get("step")))
-        return self.stopped_seen[1]
 
     def finishing(self) -> bool:
         """The program said it finished, or in this launch that it stopped after a checkpoint
@@ -144,11 +130,7 @@ class Supervisor:
 
     def begin(self) -> decide.Began | decide.Over:
         j, c = self.job, self.cfg
-        if j.restarts > 0 and eventlog.completed_in_job(events.read(c.run_dir), j.job_id, j.array_task):
-            # From 24.05 Slurm requeues a job it once preempted when its script ends, even
-            # completed (decide.forbids_requeue): this start has nothing to do.
-            self.say(f"slurmtrain: job {j.ref} completed in an earlier start and Slurm started it again (it requeues "
-                     "a job it once preempted when its script ends); ending at once (to train on: slurmtrain resubmit)")
+        if self.requeue.completed_before():
             return decide.Over(None, eventlog.EXIT_OK)
         if (counted := self.requeue.counted()) > c.max_requeues:
             self.say(f"slurmtrain: requeue limit reached ({counted} counted requeues, max_requeues={c.max_requeues}); "
@@ -187,17 +169,8 @@ class Supervisor:
         # which is a requeue or nothing; the trainer removes its own when it ends cleanly.
         nodememory.remove_start()
         if outcome is not None:
-            self.keep_ended(code)
+            self.requeue.keep_ended(code, self.state.slurm_requeued)  # every end for good passes here
             self.record.summary(outcome, code)
-
-    def keep_ended(self, code: int) -> None:
-        """Every end for good passes here: Requeue=0 where Slurm 24.05+ would start the job
-        again (decide.forbids_requeue), asked of Slurm only after a preemption."""
-        j = self.job
-        preempted = eventlog.preempted_in_job(events.read(self.cfg.run_dir), j.job_id, j.array_task)
-        if decide.forbids_requeue(code, self.state.slurm_requeued, preempted) and \
-                slurmversion.requeues_preempted(self.retry(3, self.slurm.version)):
-            self.slurm.forbid_requeue()
 
     def do_touch_stop_file(self) -> None:
         self.stop_file.touch()
@@ -232,7 +205,6 @@ class Supervisor:
 
     def do_start_launch(self) -> None:
         self.events_mark = len(events.read(self.cfg.run_dir))  # this launch's events are the ones after it
-        self.stopped_seen = (-1, None)
         self.behind_checked = False
         self.hangs.launch()
         self.log_mark = self.record.log_size()

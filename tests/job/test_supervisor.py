@@ -1157,7 +1157,7 @@ def test_a_job_preempted_before_that_fails_is_kept_from_slurms_own_requeue(rig, 
 
 
 def test_a_start_past_the_requeue_limit_after_a_preemption_is_kept_from_slurms_own_requeue(rig):
-    """Every end for good passes through one place (Supervisor.keep_ended): also the start
+    """Every end for good passes through one place (Requeue.keep_ended): also the start
     that ends at once, the requeue limit reached, which 24.11 would start again."""
     _preempted_before(rig)
     rig.slurm.version = "24.11.5"
